@@ -1,0 +1,185 @@
+package adjust
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+var layout = Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"}
+
+func node(p string, major, minor int64) *inventory.DeviceNode {
+	return &inventory.DeviceNode{Path: p, Major: major, Minor: minor, Mode: 0o666}
+}
+
+func snapshot() *inventory.Snapshot {
+	s := &inventory.Snapshot{
+		DriverVersion: "580.126.09",
+		Control: inventory.ControlNodes{
+			Ctl:      node("/dev/nvidiactl", 195, 255),
+			UVM:      node("/dev/nvidia-uvm", 510, 0),
+			UVMTools: node("/dev/nvidia-uvm-tools", 510, 1),
+			Modeset:  node("/dev/nvidia-modeset", 195, 254),
+		},
+		Files: []inventory.DriverFile{
+			{Kind: inventory.Library, Capability: inventory.Compute, HostPath: "/usr/lib64/libcuda.so.580.126.09", Name: "libcuda.so.1"},
+			{Kind: inventory.Library, Capability: inventory.Utility, HostPath: "/usr/lib64/libnvidia-ml.so.580.126.09", Name: "libnvidia-ml.so.1"},
+			{Kind: inventory.Library, Capability: inventory.Graphics, HostPath: "/usr/lib64/libnvidia-glcore.so.580.126.09", Name: "libnvidia-glcore.so.580.126.09"},
+			{Kind: inventory.Library32, Capability: inventory.Compute, HostPath: "/usr/lib/libcuda.so.580.126.09", Name: "libcuda.so.1"},
+			{Kind: inventory.Binary, Capability: inventory.Utility, HostPath: "/usr/bin/nvidia-smi", Name: "nvidia-smi"},
+			{Kind: inventory.Binary, Capability: inventory.Compute, HostPath: "/usr/bin/nvidia-cuda-mps-control", Name: "nvidia-cuda-mps-control"},
+			{Kind: inventory.FirmwareDir, HostPath: "/lib/firmware/nvidia/580.126.09", Name: "580.126.09"},
+		},
+	}
+	for i := 0; i < 4; i++ {
+		s.GPUs = append(s.GPUs, inventory.GPU{
+			Index: i, Minor: 3 - i, UUID: fmt.Sprintf("GPU-%08x-1111-2222-3333-444444444444", i),
+			Node: *node(fmt.Sprintf("/dev/nvidia%d", 3-i), 195, int64(3-i)),
+		})
+	}
+	return s
+}
+
+func TestBuild(t *testing.T) {
+	s := snapshot()
+	caps := func(cs ...inventory.Capability) inventory.Capabilities {
+		var c inventory.Capabilities
+		for _, x := range cs {
+			c = c.With(x)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name        string
+		gpus        []inventory.GPU
+		caps        inventory.Capabilities
+		wantDevices []string
+		wantMounts  []Mount
+		wantVisible string
+		wantDirs    []string
+	}{
+		{
+			name:        "two GPUs default capabilities",
+			gpus:        []inventory.GPU{s.GPUs[0], s.GPUs[2]},
+			caps:        inventory.DefaultCapabilities,
+			wantDevices: []string{"/dev/nvidia3", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+			wantMounts: []Mount{
+				{"/usr/lib64/libcuda.so.580.126.09", "/usr/local/nvidia/lib64/libcuda.so.1"},
+				{"/usr/lib64/libnvidia-ml.so.580.126.09", "/usr/local/nvidia/lib64/libnvidia-ml.so.1"},
+				{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"},
+				{"/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"},
+				{"/lib/firmware/nvidia/580.126.09", "/lib/firmware/nvidia/580.126.09"},
+			},
+			wantVisible: "GPU-00000000-1111-2222-3333-444444444444,GPU-00000002-1111-2222-3333-444444444444",
+			wantDirs:    []string{"/usr/local/nvidia/lib64"},
+		},
+		{
+			name:        "utility only: no uvm, no compute files",
+			gpus:        s.GPUs[1:2],
+			caps:        caps(inventory.Utility),
+			wantDevices: []string{"/dev/nvidia2", "/dev/nvidiactl"},
+			wantMounts: []Mount{
+				{"/usr/lib64/libnvidia-ml.so.580.126.09", "/usr/local/nvidia/lib64/libnvidia-ml.so.1"},
+				{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"},
+				{"/lib/firmware/nvidia/580.126.09", "/lib/firmware/nvidia/580.126.09"},
+			},
+			wantVisible: "GPU-00000001-1111-2222-3333-444444444444",
+			wantDirs:    []string{"/usr/local/nvidia/lib64"},
+		},
+		{
+			name:        "driver only, display and compat32",
+			gpus:        nil,
+			caps:        caps(inventory.Display, inventory.Compat32, inventory.Compute),
+			wantDevices: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
+			wantMounts: []Mount{
+				{"/usr/lib64/libcuda.so.580.126.09", "/usr/local/nvidia/lib64/libcuda.so.1"},
+				{"/usr/lib/libcuda.so.580.126.09", "/usr/local/nvidia/lib/libcuda.so.1"},
+				{"/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"},
+				{"/lib/firmware/nvidia/580.126.09", "/lib/firmware/nvidia/580.126.09"},
+			},
+			wantVisible: "none",
+			wantDirs:    []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := Build(s, tc.gpus, tc.caps, layout)
+			var devs []string
+			for _, d := range e.Devices {
+				devs = append(devs, d.Path)
+			}
+			if diff := cmp.Diff(tc.wantDevices, devs); diff != "" {
+				t.Errorf("devices (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantMounts, e.Mounts); diff != "" {
+				t.Errorf("mounts (-want +got):\n%s", diff)
+			}
+			if e.VisibleDevices != tc.wantVisible {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want %q", e.VisibleDevices, tc.wantVisible)
+			}
+			if diff := cmp.Diff(tc.wantDirs, e.LibraryDirs); diff != "" {
+				t.Errorf("library dirs (-want +got):\n%s", diff)
+			}
+			if e.Files != len(tc.wantMounts) {
+				t.Errorf("Files = %d, want %d", e.Files, len(tc.wantMounts))
+			}
+		})
+	}
+}
+
+func TestAdjustment(t *testing.T) {
+	s := snapshot()
+	e := Build(s, s.GPUs[:1], inventory.DefaultCapabilities, layout)
+	adj := e.Adjustment([]string{"PATH=/bin"})
+
+	want := &api.ContainerAdjustment{}
+	for _, d := range []*inventory.DeviceNode{&s.GPUs[0].Node, s.Control.Ctl, s.Control.UVM, s.Control.UVMTools} {
+		mode := os.FileMode(0o666)
+		want.AddDevice(&api.LinuxDevice{Path: d.Path, Type: "c", Major: d.Major, Minor: d.Minor, FileMode: api.FileMode(mode)})
+	}
+	for _, m := range e.Mounts {
+		want.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind",
+			Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}})
+	}
+	want.AddEnv("NVIDIA_VISIBLE_DEVICES", "GPU-00000000-1111-2222-3333-444444444444")
+	want.AddEnv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+	if diff := cmp.Diff(want, adj, cmp.Comparer(func(a, b *api.ContainerAdjustment) bool {
+		return a.String() == b.String()
+	})); diff != "" {
+		t.Errorf("adjustment (-want +got):\n%s\nwant %s\ngot  %s", diff, want, adj)
+	}
+	if adj.Linux.Devices[0].FileMode == nil || adj.Linux.Devices[0].FileMode.Value != 0o666 {
+		t.Errorf("device file mode not set: %v", adj.Linux.Devices[0].FileMode)
+	}
+}
+
+func TestLibraryPath(t *testing.T) {
+	dirs := []string{"/usr/local/nvidia/lib64"}
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		want   string
+		change bool
+	}{
+		{"unset", []string{"PATH=/bin"}, "/usr/local/nvidia/lib64", true},
+		{"empty", []string{"LD_LIBRARY_PATH="}, "/usr/local/nvidia/lib64", true},
+		{"image's own kept first", []string{"LD_LIBRARY_PATH=/opt/app/lib"}, "/opt/app/lib:/usr/local/nvidia/lib64", true},
+		{"already listed (cuda images)", []string{"LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64"}, "/usr/local/nvidia/lib:/usr/local/nvidia/lib64", false},
+		{"listed with slash", []string{"LD_LIBRARY_PATH=/usr/local/nvidia/lib64/"}, "/usr/local/nvidia/lib64/", false},
+		{"prefix is not a match", []string{"LD_LIBRARY_PATH=/usr/local/nvidia/lib64x"}, "/usr/local/nvidia/lib64x:/usr/local/nvidia/lib64", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, change := LibraryPath(tc.env, dirs)
+			if got != tc.want || change != tc.change {
+				t.Errorf("LibraryPath = %q, %v; want %q, %v", got, change, tc.want, tc.change)
+			}
+		})
+	}
+	if _, change := LibraryPath(nil, nil); change {
+		t.Error("no library dirs must leave LD_LIBRARY_PATH alone")
+	}
+}

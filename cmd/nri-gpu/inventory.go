@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+// inventoryView is the JSON form of a snapshot printed by `nri-gpu
+// inventory -o json`.
+type inventoryView struct {
+	HostRoot      string     `json:"hostRoot"`
+	DriverRoot    string     `json:"driverRoot"`
+	DriverVersion string     `json:"driverVersion"`
+	GPUs          []gpuView  `json:"gpus"`
+	ControlNodes  []nodeView `json:"controlNodes"`
+	Files         []fileView `json:"files"`
+	Warnings      []string   `json:"warnings"`
+}
+
+type gpuView struct {
+	Index int      `json:"index"`
+	Minor int      `json:"minor"`
+	UUID  string   `json:"uuid"`
+	BusID string   `json:"busId"`
+	Model string   `json:"model"`
+	Node  nodeView `json:"node"`
+}
+
+type nodeView struct {
+	Path  string `json:"path"`
+	Major int64  `json:"major"`
+	Minor int64  `json:"minor"`
+	Mode  string `json:"mode"`
+}
+
+type fileView struct {
+	Kind       string `json:"kind"`
+	Capability string `json:"capability,omitempty"`
+	Name       string `json:"name"`
+	HostPath   string `json:"hostPath"`
+}
+
+func nodeOf(n inventory.DeviceNode) nodeView {
+	return nodeView{Path: n.Path, Major: n.Major, Minor: n.Minor, Mode: fmt.Sprintf("%04o", uint32(n.Mode))}
+}
+
+func viewOf(s *inventory.Snapshot) inventoryView {
+	v := inventoryView{
+		HostRoot: s.HostRoot, DriverRoot: s.DriverRoot, DriverVersion: s.DriverVersion,
+		GPUs: []gpuView{}, ControlNodes: []nodeView{}, Files: []fileView{}, Warnings: []string{},
+	}
+	for _, g := range s.GPUs {
+		v.GPUs = append(v.GPUs, gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node)})
+	}
+	for _, n := range []*inventory.DeviceNode{s.Control.Ctl, s.Control.UVM, s.Control.UVMTools, s.Control.Modeset} {
+		if n != nil {
+			v.ControlNodes = append(v.ControlNodes, nodeOf(*n))
+		}
+	}
+	for _, f := range s.Files {
+		fv := fileView{Kind: f.Kind.String(), Name: f.Name, HostPath: f.HostPath}
+		if f.Capability != 0 {
+			fv.Capability = f.Capability.String()
+		}
+		v.Files = append(v.Files, fv)
+	}
+	v.Warnings = append(v.Warnings, s.Warnings...)
+	return v
+}
+
+func writeJSON(w io.Writer, s *inventory.Snapshot) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(viewOf(s))
+}
+
+func writeTable(w io.Writer, s *inventory.Snapshot) error {
+	v := viewOf(s)
+	drv := v.DriverVersion
+	if drv == "" {
+		drv = "(none)"
+	}
+	fmt.Fprintf(w, "Driver version: %s\nhostRoot: %s  driverRoot: %s\n\n", drv, v.HostRoot, v.DriverRoot)
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "GPUs: %d\n", len(v.GPUs))
+	if len(v.GPUs) > 0 {
+		fmt.Fprintln(tw, "INDEX\tMINOR\tUUID\tBUS ID\tMODEL\tNODE")
+		for _, g := range v.GPUs {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s %d:%d %s\n", g.Index, g.Minor, g.UUID, g.BusID, g.Model, g.Node.Path, g.Node.Major, g.Node.Minor, g.Node.Mode)
+		}
+	}
+	fmt.Fprintf(tw, "\nControl nodes: %d\n", len(v.ControlNodes))
+	for _, n := range v.ControlNodes {
+		fmt.Fprintf(tw, "%s\t%d:%d\t%s\n", n.Path, n.Major, n.Minor, n.Mode)
+	}
+	fmt.Fprintf(tw, "\nDriver files: %d\n", len(v.Files))
+	if len(v.Files) > 0 {
+		fmt.Fprintln(tw, "CAPABILITY\tKIND\tNAME\tHOST PATH")
+		for _, f := range v.Files {
+			c := f.Capability
+			if c == "" {
+				c = "(always)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c, f.Kind, f.Name, f.HostPath)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(v.Warnings) > 0 {
+		fmt.Fprintf(w, "\nWarnings: %d\n", len(v.Warnings))
+		for _, s := range v.Warnings {
+			fmt.Fprintf(w, "- %s\n", s)
+		}
+	}
+	return nil
+}

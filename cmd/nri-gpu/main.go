@@ -1,0 +1,198 @@
+// Command nri-gpu is an NRI plugin that injects NVIDIA GPUs into containers.
+//
+//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL]
+//	nri-gpu inventory [--config FILE] [-o table|json]
+//	nri-gpu version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/plugin"
+)
+
+// Version is set at build time (-ldflags "-X main.Version=...").
+var Version = "dev"
+
+const usage = `nri-gpu: inject NVIDIA GPUs into containers through NRI.
+
+Usage:
+  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL]
+  nri-gpu inventory [--config FILE] [-o table|json]
+  nri-gpu version
+
+Run "nri-gpu <command> -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the command line args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	// A pre-registered plugin is started by the runtime with no arguments
+	// and its connection on a file descriptor.
+	if len(args) == 0 && os.Getenv(api.PluginSocketEnvVar) != "" {
+		args = []string{"run"}
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = runCmd(args[1:], stderr)
+	case "inventory":
+		err = inventoryCmd(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "nri-gpu: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "nri-gpu %s: %v\n", args[0], err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "nri-gpu %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+// usageError is a bad command line.
+type usageError struct{ error }
+
+func loadConfig(path string) (config.Config, error) {
+	if path == "" {
+		return config.Default(), nil
+	}
+	return config.Load(path)
+}
+
+func runCmd(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
+	socket := fs.String("socket", api.DefaultSocketPath, "the runtime's NRI socket")
+	name := fs.String("name", "nri-gpu", "plugin name to register with")
+	idx := fs.String("idx", "10", "plugin index (two digits) to register with")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	lvl, err := logrus.ParseLevel(*level)
+	if err != nil {
+		return usageError{fmt.Errorf("--log-level: %v", err)}
+	}
+	log := logrus.New()
+	log.SetOutput(stderr)
+	log.SetLevel(lvl)
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	p, err := plugin.New(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				reload(p, *cfgPath, log)
+			}
+		}
+	}()
+
+	log.Infof("nri-gpu %s starting", Version)
+	err = p.Run(ctx, plugin.RunOptions{
+		SocketPath:    *socket,
+		Name:          *name,
+		Index:         *idx,
+		PreRegistered: os.Getenv(api.PluginSocketEnvVar) != "",
+	})
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
+
+// reload rereads the configuration file (when there is one) and
+// rediscovers the node; on failure the current state stays.
+func reload(p *plugin.Plugin, cfgPath string, log *logrus.Logger) {
+	cfg := p.Config()
+	if cfgPath != "" {
+		c, err := config.Load(cfgPath)
+		if err != nil {
+			log.WithError(err).Error("SIGHUP: keeping the current configuration")
+			return
+		}
+		cfg = c
+	}
+	if err := p.Reload(cfg); err != nil {
+		log.WithError(err).Error("SIGHUP: keeping the current inventory")
+		return
+	}
+	log.Info("SIGHUP: configuration and inventory reloaded")
+}
+
+func inventoryCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("inventory", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
+	format := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *format != "table" && *format != "json" {
+		return usageError{fmt.Errorf("-o: unknown format %q (valid: table, json)", *format)}
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	snap, err := plugin.Discover(cfg)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(stdout, snap)
+	}
+	return writeTable(stdout, snap)
+}

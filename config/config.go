@@ -1,0 +1,132 @@
+// Package config holds nri-gpu's configuration file: its keys, defaults and
+// validation.
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the plugin's configuration (YAML). Every key is documented in
+// the README.
+type Config struct {
+	// HostRoot is the prefix under which the host's /proc, /sys and /dev
+	// are read.
+	HostRoot string `json:"hostRoot,omitempty"`
+	// DriverRoot is the root of the driver's user-space files as the
+	// runtime sees it; mount sources are paths under it.
+	DriverRoot string `json:"driverRoot,omitempty"`
+	// DriverRootMount is where nri-gpu itself reads DriverRoot, when its
+	// view differs from the runtime's (a DaemonSet with the host's / at
+	// /host sets driverRoot: / and driverRootMount: /host).
+	DriverRootMount string `json:"driverRootMount,omitempty"`
+	// LibraryDir is the container directory where driver libraries appear
+	// under their SONAMEs; it is appended to the container's
+	// LD_LIBRARY_PATH.
+	LibraryDir string `json:"libraryDir,omitempty"`
+	// Library32Dir is the same for the 32-bit libraries of compat32.
+	Library32Dir string `json:"library32Dir,omitempty"`
+}
+
+// Defaults for the keys of Config.
+const (
+	DefaultHostRoot     = "/"
+	DefaultDriverRoot   = "/"
+	DefaultLibraryDir   = "/usr/local/nvidia/lib64"
+	DefaultLibrary32Dir = "/usr/local/nvidia/lib"
+)
+
+// Default returns the configuration used when no file is given.
+func Default() Config {
+	c := Config{}
+	c.setDefaults()
+	return c
+}
+
+func (c *Config) setDefaults() {
+	if c.HostRoot == "" {
+		c.HostRoot = DefaultHostRoot
+	}
+	if c.DriverRoot == "" {
+		c.DriverRoot = DefaultDriverRoot
+	}
+	if c.DriverRootMount == "" {
+		c.DriverRootMount = c.DriverRoot
+	}
+	if c.LibraryDir == "" {
+		c.LibraryDir = DefaultLibraryDir
+	}
+	if c.Library32Dir == "" {
+		c.Library32Dir = DefaultLibrary32Dir
+	}
+}
+
+// Load reads the configuration file at path; see Parse.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses a YAML configuration, rejecting unknown keys, fills in the
+// defaults and validates it.
+func Parse(data []byte) (Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("%s (valid keys: %s)", cleanYAMLError(err), strings.Join(keys, ", "))
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// keys lists the valid top-level keys, for error messages.
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir"}
+
+// Validate checks that every path is absolute and clean.
+func (c Config) Validate() error {
+	for _, p := range []struct{ key, val string }{
+		{"hostRoot", c.HostRoot},
+		{"driverRoot", c.DriverRoot},
+		{"driverRootMount", c.DriverRootMount},
+		{"libraryDir", c.LibraryDir},
+		{"library32Dir", c.Library32Dir},
+	} {
+		if !filepath.IsAbs(p.val) || filepath.Clean(p.val) != p.val {
+			return fmt.Errorf("key %s: %q must be an absolute, clean path", p.key, p.val)
+		}
+		if strings.ContainsAny(p.val, ":\x00") {
+			return fmt.Errorf("key %s: %q must not contain ':' or NUL", p.key, p.val)
+		}
+	}
+	for _, p := range []struct{ key, val string }{{"libraryDir", c.LibraryDir}, {"library32Dir", c.Library32Dir}} {
+		if p.val == "/" {
+			return fmt.Errorf("key %s: must not be /", p.key)
+		}
+	}
+	if c.LibraryDir == c.Library32Dir {
+		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
+	}
+	return nil
+}
+
+// cleanYAMLError strips the library's prefix from strict-decoding errors
+// so that the message names the key ("unknown field \"foo\"").
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "error unmarshaling JSON: while decoding JSON: ")
+	s = strings.TrimPrefix(s, "json: ")
+	return s
+}

@@ -1,0 +1,423 @@
+package inventory
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options say where discovery reads the node.
+type Options struct {
+	// HostRoot is the prefix under which the host's /proc and /dev are
+	// read ("/" on the host, "/host" in a container with the host mounted
+	// there).
+	HostRoot string
+	// DriverRoot is the root of the driver's user-space files as the
+	// runtime sees it; mount sources are paths under it.
+	DriverRoot string
+	// DriverRootMount is where this process reads DriverRoot, when that
+	// differs from the runtime's view; empty means DriverRoot.
+	DriverRootMount string
+}
+
+// maxSmallFile bounds what is read of a procfs or sysfs file.
+const maxSmallFile = 64 << 10
+
+// maxLDCache bounds what is read of ld.so.cache (real ones are well below
+// a megabyte).
+const maxLDCache = 32 << 20
+
+// Discover reads the node and returns its snapshot. A node without GPUs or
+// without a driver is a valid, empty snapshot with a warning; an error is
+// returned only when a root cannot be opened at all.
+func Discover(opts Options) (*Snapshot, error) {
+	if opts.HostRoot == "" {
+		opts.HostRoot = "/"
+	}
+	if opts.DriverRoot == "" {
+		opts.DriverRoot = "/"
+	}
+	if opts.DriverRootMount == "" {
+		opts.DriverRootMount = opts.DriverRoot
+	}
+	host, err := os.OpenRoot(opts.HostRoot)
+	if err != nil {
+		return nil, fmt.Errorf("opening hostRoot: %w", err)
+	}
+	defer host.Close()
+	drv, err := os.OpenRoot(opts.DriverRootMount)
+	if err != nil {
+		return nil, fmt.Errorf("opening driverRoot: %w", err)
+	}
+	defer drv.Close()
+
+	d := &discovery{host: host, drv: drv, snap: &Snapshot{
+		HostRoot:   opts.HostRoot,
+		DriverRoot: opts.DriverRoot,
+	}}
+	d.kernel()
+	if d.snap.DriverVersion != "" {
+		d.driverFiles()
+	}
+	return d.snap, nil
+}
+
+// discovery holds the state of one Discover call.
+type discovery struct {
+	host, drv *os.Root
+	snap      *Snapshot
+	dirCache  map[string][]string
+}
+
+func (d *discovery) warnf(format string, args ...any) {
+	d.snap.Warnings = append(d.snap.Warnings, fmt.Sprintf(format, args...))
+}
+
+// kernel discovers the driver version, the majors, the GPUs and the
+// control nodes.
+func (d *discovery) kernel() {
+	s := d.snap
+	data, err := readSmall(d.host, "proc/driver/nvidia/version")
+	if errors.Is(err, fs.ErrNotExist) {
+		data, err = readSmall(d.host, "sys/module/nvidia/version")
+	}
+	if err != nil {
+		d.warnf("no NVIDIA kernel driver loaded (%v): the node offers no GPU", err)
+		return
+	}
+	if s.DriverVersion, err = ParseDriverVersion(data); err != nil {
+		d.warnf("reading the driver version: %v: the node offers no GPU", err)
+		return
+	}
+
+	data, err = readSmall(d.host, "proc/devices")
+	if err != nil {
+		d.warnf("reading /proc/devices: %v: the node offers no GPU", err)
+		return
+	}
+	majors, err := ParseProcDevices(data)
+	if err != nil {
+		d.warnf("%v: the node offers no GPU", err)
+		return
+	}
+	nvMajor, ok := majors["nvidia-frontend"]
+	if !ok {
+		nvMajor, ok = majors["nvidia"]
+	}
+	if !ok {
+		d.warnf("/proc/devices lists no nvidia major: the node offers no GPU")
+		return
+	}
+
+	s.Control.Ctl = d.node("/dev/nvidiactl", nvMajor, 255)
+	if s.Control.Ctl == nil {
+		d.warnf("/dev/nvidiactl is missing: the node offers no GPU")
+		return
+	}
+	s.Control.Modeset = d.node("/dev/nvidia-modeset", nvMajor, 254)
+	if uvm, ok := majors["nvidia-uvm"]; ok {
+		s.Control.UVM = d.node("/dev/nvidia-uvm", uvm, 0)
+		s.Control.UVMTools = d.node("/dev/nvidia-uvm-tools", uvm, 1)
+	}
+	if s.Control.UVM == nil {
+		d.warnf("nvidia-uvm is not loaded or /dev/nvidia-uvm is missing: compute requests get no UVM nodes")
+	}
+	d.gpus(nvMajor)
+}
+
+// gpus discovers the GPUs under /proc/driver/nvidia/gpus. The index is the
+// position in bus order among the GPUs that are not excluded; a GPU that
+// cannot be used keeps its index so that the others keep theirs.
+func (d *discovery) gpus(nvMajor int64) {
+	dir, err := d.host.Open("proc/driver/nvidia/gpus")
+	if err != nil {
+		d.warnf("listing GPUs: %v: the node offers no GPU", err)
+		return
+	}
+	entries, err := dir.ReadDir(-1)
+	dir.Close()
+	if err != nil {
+		d.warnf("listing GPUs: %v: the node offers no GPU", err)
+		return
+	}
+	type found struct {
+		bus  string
+		info GPUInfo
+		err  error
+	}
+	var all []found
+	for _, e := range entries {
+		bus, err := NormalizeBusID(e.Name())
+		if err != nil {
+			d.warnf("ignoring /proc/driver/nvidia/gpus/%s: not a PCI bus id", e.Name())
+			continue
+		}
+		f := found{bus: bus}
+		data, err := readSmall(d.host, path.Join("proc/driver/nvidia/gpus", e.Name(), "information"))
+		if err == nil {
+			f.info, err = ParseGPUInformation(data)
+		}
+		if err == nil && f.info.BusID != "" && f.info.BusID != bus {
+			err = fmt.Errorf("Bus Location %s differs from its directory", f.info.BusID)
+		}
+		f.err = err
+		all = append(all, f)
+	}
+	slices.SortFunc(all, func(a, b found) int { return cmp.Compare(a.bus, b.bus) })
+
+	index := 0
+	seenMinor := map[int]string{}
+	for _, f := range all {
+		if f.err != nil {
+			d.warnf("GPU %s (index %d): unusable: %v", f.bus, index, f.err)
+			index++
+			continue
+		}
+		if f.info.Excluded {
+			d.warnf("GPU %s (%s) is excluded by the driver: not offered", f.bus, f.info.UUID)
+			continue
+		}
+		i := index
+		index++
+		if other, dup := seenMinor[f.info.Minor]; dup {
+			d.warnf("GPU %s (index %d): Device Minor %d is also used by %s: unusable", f.bus, i, f.info.Minor, other)
+			continue
+		}
+		seenMinor[f.info.Minor] = f.bus
+		n := d.node(fmt.Sprintf("/dev/nvidia%d", f.info.Minor), nvMajor, int64(f.info.Minor))
+		if n == nil {
+			d.warnf("GPU %s (index %d): device node /dev/nvidia%d is missing or wrong: unusable", f.bus, i, f.info.Minor)
+			continue
+		}
+		d.snap.GPUs = append(d.snap.GPUs, GPU{
+			Index: i,
+			Minor: f.info.Minor,
+			UUID:  strings.ToUpper(f.info.UUID[:3]) + "-" + strings.ToLower(f.info.UUID[4:]),
+			BusID: f.bus,
+			Model: f.info.Model,
+			Node:  *n,
+		})
+	}
+	if len(all) == 0 {
+		d.warnf("the driver lists no GPU: the node offers no GPU")
+	}
+}
+
+// node returns the device node at p (under hostRoot) when it is a
+// character device with the expected numbers, or nil. Its permission bits
+// are taken over as the container node's mode.
+func (d *discovery) node(p string, major, minor int64) *DeviceNode {
+	fi, err := d.host.Lstat(strings.TrimPrefix(p, "/"))
+	if err != nil {
+		return nil
+	}
+	if fi.Mode()&fs.ModeCharDevice == 0 {
+		d.warnf("%s is not a character device", p)
+		return nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if int64(unix.Major(st.Rdev)) != major || int64(unix.Minor(st.Rdev)) != minor {
+		d.warnf("%s is %d:%d, expected %d:%d", p, unix.Major(st.Rdev), unix.Minor(st.Rdev), major, minor)
+		return nil
+	}
+	return &DeviceNode{Path: p, Major: major, Minor: minor, Mode: fi.Mode().Perm()}
+}
+
+// driverFiles discovers libraries, binaries and firmware under the driver
+// root.
+func (d *discovery) driverFiles() {
+	var cache []LDCacheEntry
+	data, err := readLimited(d.drv, "etc/ld.so.cache", maxLDCache)
+	if err == nil {
+		cache, err = ParseLDCache(data)
+	}
+	if err != nil {
+		d.warnf("reading ld.so.cache of the driver root: %v: searching the usual directories only", err)
+	}
+
+	for _, c := range capabilityNames {
+		for _, base := range libraryNames[c.cap] {
+			if f, ok := d.library(cache, base, c.cap, true); ok {
+				d.snap.Files = append(d.snap.Files, f)
+			}
+			if f, ok := d.library(cache, base, c.cap, false); ok {
+				d.snap.Files = append(d.snap.Files, f)
+			}
+		}
+		for _, name := range binaryNames[c.cap] {
+			if f, ok := d.binary(name, c.cap); ok {
+				d.snap.Files = append(d.snap.Files, f)
+			}
+		}
+	}
+	for _, dir := range firmwareDirs {
+		rel := path.Join(dir, "nvidia", d.snap.DriverVersion)
+		resolved, err := resolveInRoot(d.drv, rel)
+		if err != nil {
+			continue
+		}
+		if fi, err := d.drv.Stat(resolved); err == nil && fi.IsDir() {
+			d.snap.Files = append(d.snap.Files, DriverFile{
+				Kind: FirmwareDir, HostPath: d.hostPath(resolved), Name: d.snap.DriverVersion,
+			})
+			break
+		}
+	}
+
+	if !slices.ContainsFunc(d.snap.Files, func(f DriverFile) bool { return f.Kind == Library }) {
+		d.warnf("no driver library found under driverRoot %s: containers get device nodes only", d.snap.DriverRoot)
+	}
+	slices.SortStableFunc(d.snap.Files, func(a, b DriverFile) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+	})
+}
+
+// library finds the library named base ("libcuda.so") of the wanted class.
+// Candidates come from ld.so.cache, then from the usual directories; the
+// first one that resolves inside the driver root to a shared object whose
+// SONAME starts with base wins, preferring a file of the driver's version.
+func (d *discovery) library(cache []LDCacheEntry, base string, c Capability, want64 bool) (DriverFile, bool) {
+	var candidates []string
+	for _, e := range cache {
+		if (e.Name == base || strings.HasPrefix(e.Name, base+".")) &&
+			(want64 && e.Is64Bit() || !want64 && e.Is32Bit()) {
+			candidates = append(candidates, e.Path)
+		}
+	}
+	dirs := libraryDirs
+	if !want64 {
+		dirs = compat32Dirs
+	}
+	for _, dir := range dirs {
+		for _, name := range d.readDir(dir) {
+			if strings.HasPrefix(name, base+".") {
+				candidates = append(candidates, "/"+path.Join(dir, name))
+			}
+		}
+	}
+
+	var best *DriverFile
+	bestVersioned := false
+	seen := map[string]bool{}
+	for _, cand := range candidates {
+		cand = path.Clean(cand)
+		if seen[cand] {
+			continue
+		}
+		seen[cand] = true
+		rel, err := resolveInRoot(d.drv, strings.TrimPrefix(cand, "/"))
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				d.warnf("skipping %s: %v", cand, err)
+			}
+			continue
+		}
+		if seen["/"+rel] && "/"+rel != cand {
+			continue
+		}
+		seen["/"+rel] = true
+		info, err := readELF(d.drv, rel)
+		if err != nil {
+			d.warnf("skipping %s (resolved to /%s in the driver root): %v", cand, rel, err)
+			continue
+		}
+		if info.Is64 != want64 {
+			continue
+		}
+		if !strings.HasPrefix(info.SONAME, base+".") || strings.Contains(info.SONAME, "/") {
+			d.warnf("skipping %s: SONAME %q does not belong to %s", cand, info.SONAME, base)
+			continue
+		}
+		versioned := strings.HasSuffix(path.Base(rel), "."+d.snap.DriverVersion)
+		if best != nil && (bestVersioned || !versioned) {
+			continue
+		}
+		kind := Library
+		if !want64 {
+			kind = Library32
+		}
+		best = &DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME}
+		bestVersioned = versioned
+	}
+	if best == nil {
+		return DriverFile{}, false
+	}
+	if !bestVersioned {
+		d.warnf("%s does not carry the kernel module's version %s: the driver install may be broken", best.HostPath, d.snap.DriverVersion)
+	}
+	return *best, true
+}
+
+// binary finds the driver binary name in the usual directories.
+func (d *discovery) binary(name string, c Capability) (DriverFile, bool) {
+	for _, dir := range binaryDirs {
+		rel, err := resolveInRoot(d.drv, path.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		fi, err := d.drv.Stat(rel)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		return DriverFile{Kind: Binary, Capability: c, HostPath: d.hostPath(rel), Name: name}, true
+	}
+	return DriverFile{}, false
+}
+
+// readDir lists a directory of the driver root once per discovery.
+func (d *discovery) readDir(dir string) []string {
+	if names, ok := d.dirCache[dir]; ok {
+		return names
+	}
+	if d.dirCache == nil {
+		d.dirCache = map[string][]string{}
+	}
+	var names []string
+	if f, err := d.drv.Open(dir); err == nil {
+		names, _ = f.Readdirnames(-1)
+		f.Close()
+	}
+	slices.Sort(names)
+	d.dirCache[dir] = names
+	return names
+}
+
+// hostPath returns the runtime's path of rel under the driver root.
+func (d *discovery) hostPath(rel string) string {
+	return filepath.Join(d.snap.DriverRoot, rel)
+}
+
+func readSmall(root *os.Root, rel string) ([]byte, error) {
+	return readLimited(root, rel, maxSmallFile)
+}
+
+// readLimited reads at most max bytes of a file under root; a longer file
+// is an error rather than silently cut.
+func readLimited(root *os.Root, rel string, max int64) ([]byte, error) {
+	f, err := root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", rel, max)
+	}
+	return data, nil
+}

@@ -1,0 +1,336 @@
+package inventory_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// needRoot skips a test that creates device nodes with mknod. CI runs as
+// root, so these tests run there.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create device nodes (mknod); CI runs as root")
+	}
+}
+
+func generate(t *testing.T, opts simnode.Options) *simnode.Node {
+	t.Helper()
+	opts.DeviceNodes = true
+	n, err := simnode.Generate(t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("simnode.Generate: %v", err)
+	}
+	return n
+}
+
+func discover(t *testing.T, root string) *inventory.Snapshot {
+	t.Helper()
+	s, err := inventory.Discover(inventory.Options{HostRoot: root, DriverRoot: root})
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	return s
+}
+
+func TestDiscoverSimulatedNode(t *testing.T) {
+	needRoot(t)
+	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
+		t.Run(string(layout), func(t *testing.T) {
+			n := generate(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
+			s := discover(t, n.Root)
+			if len(s.Warnings) > 0 {
+				t.Errorf("unexpected warnings: %q", s.Warnings)
+			}
+			if s.DriverVersion != n.DriverVersion {
+				t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
+			}
+			if len(s.GPUs) != len(n.GPUs) {
+				t.Fatalf("found %d GPUs, want %d", len(s.GPUs), len(n.GPUs))
+			}
+			differ := false
+			for i, g := range s.GPUs {
+				w := n.GPUs[i]
+				if g.Index != w.Index || g.Minor != w.Minor || g.UUID != w.UUID || g.BusID != w.BusID || g.Model != w.Model {
+					t.Errorf("GPU %d = %+v, want %+v", i, g, w)
+				}
+				if g.Node.Major != 195 || g.Node.Minor != int64(w.Minor) || g.Node.Path != "/dev/nvidia"+itoa(w.Minor) || g.Node.Mode != 0o666 {
+					t.Errorf("GPU %d node = %+v", i, g.Node)
+				}
+				differ = differ || g.Index != g.Minor
+			}
+			if !differ {
+				t.Error("the simulated node should have index != minor for some GPU")
+			}
+			c := s.Control
+			if c.Ctl == nil || c.Ctl.Minor != 255 || c.UVM == nil || c.UVM.Major != 244 || c.UVMTools == nil || c.UVMTools.Minor != 1 || c.Modeset == nil {
+				t.Errorf("control nodes = %+v", c)
+			}
+
+			// Every file the generator laid out is found, with its SONAME
+			// and capability, at its path under the driver root.
+			type file struct{ Path, Name, Cap string }
+			var want, got []file
+			for _, f := range n.Files {
+				name := f.SONAME
+				if name == "" {
+					name = filepath.Base(f.Path)
+				}
+				if f.Capability == "firmware" {
+					continue
+				}
+				want = append(want, file{filepath.Join(n.Root, f.Path), name, f.Capability})
+			}
+			var firmware []string
+			for _, f := range s.Files {
+				if f.Kind == inventory.FirmwareDir {
+					firmware = append(firmware, f.HostPath)
+					continue
+				}
+				got = append(got, file{f.HostPath, f.Name, f.Capability.String()})
+			}
+			less := func(a, b file) int { return strings.Compare(a.Path, b.Path) }
+			slices.SortFunc(want, less)
+			slices.SortFunc(got, less)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("driver files (-want +got):\n%s", diff)
+			}
+			if len(firmware) != 1 || !strings.HasSuffix(firmware[0], "/firmware/nvidia/"+n.DriverVersion) {
+				t.Errorf("firmware dirs = %q", firmware)
+			}
+		})
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestDiscoverDriverRootMount checks that files are read where this process
+// sees the driver root but reported as the runtime sees them.
+func TestDiscoverDriverRootMount(t *testing.T) {
+	needRoot(t)
+	n := generate(t, simnode.Options{NumGPUs: 1})
+	s, err := inventory.Discover(inventory.Options{HostRoot: n.Root, DriverRoot: "/run/nvidia/driver", DriverRootMount: n.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Files) == 0 {
+		t.Fatal("no files found")
+	}
+	for _, f := range s.Files {
+		if !strings.HasPrefix(f.HostPath, "/run/nvidia/driver/") {
+			t.Errorf("%s is not under the runtime's driver root", f.HostPath)
+		}
+	}
+}
+
+func TestDiscoverEmptyNodes(t *testing.T) {
+	needRoot(t)
+	t.Run("no driver at all", func(t *testing.T) {
+		s := discover(t, t.TempDir())
+		if !s.Empty() || s.DriverVersion != "" || len(s.Files) != 0 {
+			t.Errorf("want an empty snapshot, got %+v", s)
+		}
+		if len(s.Warnings) == 0 || !strings.Contains(s.Warnings[0], "no NVIDIA kernel driver loaded") {
+			t.Errorf("warnings = %q", s.Warnings)
+		}
+	})
+	t.Run("kernel driver without user-space files", func(t *testing.T) {
+		n := generate(t, simnode.Options{NumGPUs: 2, NoDriver: true})
+		s := discover(t, n.Root)
+		if len(s.GPUs) != 2 || len(s.Files) != 0 {
+			t.Errorf("got %d GPUs and %d files, want 2 and 0", len(s.GPUs), len(s.Files))
+		}
+		if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "no driver library found") }) {
+			t.Errorf("warnings = %q", s.Warnings)
+		}
+	})
+	t.Run("no GPU", func(t *testing.T) {
+		n := generate(t, simnode.Options{NumGPUs: 1})
+		if err := os.RemoveAll(filepath.Join(n.Root, "proc/driver/nvidia/gpus", n.GPUs[0].BusID)); err != nil {
+			t.Fatal(err)
+		}
+		s := discover(t, n.Root)
+		if !s.Empty() || !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "lists no GPU") }) {
+			t.Errorf("GPUs %v, warnings %q", s.GPUs, s.Warnings)
+		}
+	})
+}
+
+// TestDiscoverBrokenGPUs checks that a broken, excluded or node-less GPU
+// is left out with a warning, and the others keep their indexes.
+func TestDiscoverBrokenGPUs(t *testing.T) {
+	needRoot(t)
+	n := generate(t, simnode.Options{NumGPUs: 4})
+	info := func(i int) string {
+		return filepath.Join(n.Root, "proc/driver/nvidia/gpus", n.GPUs[i].BusID, "information")
+	}
+	// GPU 0: excluded by the driver (NVML does not count it: indexes shift).
+	data, err := os.ReadFile(info(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	excluded := strings.Replace(string(data), "GPU Excluded:\t No", "GPU Excluded:\t Yes", 1)
+	if excluded == string(data) {
+		excluded = replaceField(string(data), "GPU Excluded", "Yes")
+	}
+	mustWrite(t, info(0), excluded)
+	// GPU 1: unreadable information file.
+	mustWrite(t, info(1), "Model: garbage\n")
+	// GPU 2: device node missing.
+	if err := os.Remove(filepath.Join(n.Root, "dev", "nvidia"+itoa(n.GPUs[2].Minor))); err != nil {
+		t.Fatal(err)
+	}
+
+	s := discover(t, n.Root)
+	if len(s.GPUs) != 1 {
+		t.Fatalf("got GPUs %+v, want only the last one", s.GPUs)
+	}
+	if g := s.GPUs[0]; g.UUID != n.GPUs[3].UUID || g.Index != 2 {
+		t.Errorf("remaining GPU = index %d %s, want index 2 (after the excluded one) %s", g.Index, g.UUID, n.GPUs[3].UUID)
+	}
+	for _, want := range []string{"is excluded by the driver", "(index 0): unusable: no Device Minor", "(index 1): device node /dev/nvidia"} {
+		if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+			t.Errorf("no warning containing %q in %q", want, s.Warnings)
+		}
+	}
+}
+
+func replaceField(info, key, val string) string {
+	var out []string
+	for _, l := range strings.Split(info, "\n") {
+		if k, _, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == key {
+			l = key + ":\t " + val
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
+func mustWrite(t *testing.T, p, data string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiscoverHostileDriverRoot checks that symbolic links leaving the
+// driver root, or pointing at files that are not the driver's libraries,
+// yield no file and a warning.
+func TestDiscoverHostileDriverRoot(t *testing.T) {
+	needRoot(t)
+	n := generate(t, simnode.Options{NumGPUs: 1})
+	lib := filepath.Join(n.Root, n.LibDir)
+	secret := filepath.Join(t.TempDir(), "shadow")
+	mustWrite(t, secret, "root:secret\n")
+
+	// libcuda.so.1 and the real file point outside the root.
+	for _, name := range []string{"libcuda.so.1", "libcuda.so", "libcuda.so." + n.DriverVersion} {
+		os.Remove(filepath.Join(lib, name))
+	}
+	rel, _ := filepath.Rel(lib, secret)
+	must(t, os.Symlink(rel, filepath.Join(lib, "libcuda.so.1")))
+	// libnvidia-ml points at an absolute path: resolved inside the root,
+	// where it is a file that is not a shared object.
+	for _, name := range []string{"libnvidia-ml.so.1", "libnvidia-ml.so", "libnvidia-ml.so." + n.DriverVersion} {
+		os.Remove(filepath.Join(lib, name))
+	}
+	mustWrite(t, filepath.Join(n.Root, "etc/shadow"), "root:secret\n")
+	must(t, os.Symlink("/etc/shadow", filepath.Join(lib, "libnvidia-ml.so.1")))
+	// A directory of binaries that links outside the root.
+	must(t, os.Remove(filepath.Join(n.Root, "usr/bin/nvidia-smi")))
+	must(t, os.Symlink("../../../../../../../../../../../../bin/true", filepath.Join(n.Root, "usr/bin/nvidia-smi")))
+
+	s := discover(t, n.Root)
+	for _, f := range s.Files {
+		if !strings.HasPrefix(f.HostPath, n.Root+"/") {
+			t.Errorf("file outside the driver root: %+v", f)
+		}
+		if strings.HasPrefix(f.Name, "libcuda.so") || strings.HasPrefix(f.Name, "libnvidia-ml.so") || f.Name == "nvidia-smi" {
+			t.Errorf("file that should have been refused: %+v", f)
+		}
+	}
+	for _, want := range []string{"path escapes the root", "etc/shadow"} {
+		if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+			t.Errorf("no warning containing %q in %q", want, s.Warnings)
+		}
+	}
+	// Other libraries are still there.
+	if !slices.ContainsFunc(s.Files, func(f inventory.DriverFile) bool { return f.Name == "libnvidia-cfg.so.1" }) {
+		t.Error("libnvidia-cfg.so.1 missing")
+	}
+}
+
+// TestDiscoverWithoutLDCache checks the fallback to the usual directories.
+func TestDiscoverWithoutLDCache(t *testing.T) {
+	needRoot(t)
+	n := generate(t, simnode.Options{NumGPUs: 1, Layout: simnode.LayoutDebian})
+	mustWrite(t, filepath.Join(n.Root, "etc/ld.so.cache"), "garbage")
+	s := discover(t, n.Root)
+	if !slices.ContainsFunc(s.Files, func(f inventory.DriverFile) bool { return f.Name == "libcuda.so.1" }) {
+		t.Errorf("libcuda.so.1 not found by directory search: %+v", s.Files)
+	}
+	if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "ld.so.cache") }) {
+		t.Errorf("no warning about ld.so.cache in %q", s.Warnings)
+	}
+}
+
+// TestDiscoverVersionMismatch checks the warning for libraries that do not
+// carry the kernel module's version.
+func TestDiscoverVersionMismatch(t *testing.T) {
+	needRoot(t)
+	n := generate(t, simnode.Options{NumGPUs: 1})
+	mustWrite(t, filepath.Join(n.Root, "proc/driver/nvidia/version"),
+		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.10.01  Release Build  (dvs-builder@U16)  Thu Nov 20 2025\n")
+	s := discover(t, n.Root)
+	if s.DriverVersion != "590.10.01" {
+		t.Fatalf("driver version %q", s.DriverVersion)
+	}
+	if !slices.ContainsFunc(s.Warnings, func(w string) bool {
+		return strings.Contains(w, "does not carry the kernel module's version 590.10.01")
+	}) {
+		t.Errorf("no version warning in %q", s.Warnings)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFilesFor(t *testing.T) {
+	s := &inventory.Snapshot{Files: []inventory.DriverFile{
+		{Kind: inventory.Library, Capability: inventory.Compute, Name: "libcuda.so.1"},
+		{Kind: inventory.Library32, Capability: inventory.Compute, Name: "libcuda.so.1"},
+		{Kind: inventory.Library32, Capability: inventory.Graphics, Name: "libGLX_nvidia.so.0"},
+		{Kind: inventory.Binary, Capability: inventory.Utility, Name: "nvidia-smi"},
+		{Kind: inventory.FirmwareDir, Name: "580"},
+	}}
+	names := func(fs []inventory.DriverFile) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Kind.String()+":"+f.Name)
+		}
+		return out
+	}
+	got := names(s.FilesFor(inventory.Capabilities(inventory.Compute).With(inventory.Compat32)))
+	want := []string{"library:libcuda.so.1", "library32:libcuda.so.1", "firmware:580"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("compute,compat32 (-want +got):\n%s", diff)
+	}
+	got = names(s.FilesFor(inventory.Capabilities(inventory.Utility)))
+	want = []string{"binary:nvidia-smi", "firmware:580"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("utility (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,150 @@
+// Package inventory discovers what a node offers for GPU injection (GPUs,
+// device nodes, driver files per capability) from procfs, devfs and the
+// driver's files, without NVML, and holds it as an immutable Snapshot.
+//
+// Discovery is the only part of nri-gpu that reads the host; everything on
+// the request path works on a Snapshot and touches no file.
+package inventory
+
+import (
+	"fmt"
+	"os"
+)
+
+// DeviceNode is a character device node to create in a container.
+type DeviceNode struct {
+	// Path is the node's path, the same on the host and in the container.
+	Path  string
+	Major int64
+	Minor int64
+	// Mode is the host node's permission bits.
+	Mode os.FileMode
+}
+
+// GPU is one GPU that may be handed out.
+type GPU struct {
+	// Index is the GPU's position in PCI bus order, as nvidia-smi and
+	// NVIDIA_VISIBLE_DEVICES number GPUs.
+	Index int
+	Minor int
+	UUID  string
+	// BusID is the PCI address in /proc's form, "0000:38:00.0".
+	BusID string
+	Model string
+	Node  DeviceNode
+}
+
+// FileKind says what a driver file is, and so where it goes.
+type FileKind uint8
+
+// Kinds of driver files.
+const (
+	// Library is a 64-bit shared library, loaded by SONAME.
+	Library FileKind = iota
+	// Library32 is a 32-bit shared library (compat32).
+	Library32
+	// Binary is an executable such as nvidia-smi.
+	Binary
+	// FirmwareDir is the directory of the driver's GSP firmware.
+	FirmwareDir
+)
+
+func (k FileKind) String() string {
+	switch k {
+	case Library:
+		return "library"
+	case Library32:
+		return "library32"
+	case Binary:
+		return "binary"
+	case FirmwareDir:
+		return "firmware"
+	}
+	return "unknown"
+}
+
+// DriverFile is a driver file found on the host.
+type DriverFile struct {
+	Kind FileKind
+	// Capability is the capability that brings the file; zero for files
+	// every injection gets (firmware).
+	Capability Capability
+	// HostPath is the file's path as the runtime sees it (under
+	// driverRoot), used as the bind-mount source.
+	HostPath string
+	// Name is the name the file goes by in a container: the SONAME of a
+	// library, the base name of a binary or firmware directory.
+	Name string
+}
+
+// ControlNodes are the driver's node-wide device nodes; a nil field was not
+// found on the node.
+type ControlNodes struct {
+	Ctl      *DeviceNode // /dev/nvidiactl
+	UVM      *DeviceNode // /dev/nvidia-uvm
+	UVMTools *DeviceNode // /dev/nvidia-uvm-tools
+	Modeset  *DeviceNode // /dev/nvidia-modeset
+}
+
+// Snapshot is the result of one discovery. It is never modified after
+// Discover returns it; a refresh makes a new one.
+type Snapshot struct {
+	HostRoot   string
+	DriverRoot string
+	// DriverVersion is the kernel module's version; empty when no driver
+	// is loaded.
+	DriverVersion string
+	// GPUs that may be handed out, sorted by Index. Indexes may have gaps
+	// where a GPU is present but unusable (see Warnings).
+	GPUs    []GPU
+	Control ControlNodes
+	// Files are the driver files found, sorted by kind then name.
+	Files []DriverFile
+	// Warnings say what discovery found wrong or missing.
+	Warnings []string
+}
+
+// Empty reports whether the snapshot offers no GPU.
+func (s *Snapshot) Empty() bool { return len(s.GPUs) == 0 }
+
+// FilesFor returns the driver files that the given capabilities bring,
+// including those every injection gets, in the snapshot's order. 32-bit
+// libraries come only with compat32, and then for the other capabilities
+// of the set.
+func (s *Snapshot) FilesFor(caps Capabilities) []DriverFile {
+	out := make([]DriverFile, 0, len(s.Files))
+	for _, f := range s.Files {
+		if f.Kind == Library32 && !caps.Has(Compat32) {
+			continue
+		}
+		if f.Capability == 0 || caps.Has(f.Capability) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// IndexRange describes the GPU indexes for error messages: "0-3", "0,2-3",
+// or "none".
+func (s *Snapshot) IndexRange() string {
+	if len(s.GPUs) == 0 {
+		return "none"
+	}
+	out := ""
+	for i := 0; i < len(s.GPUs); {
+		j := i
+		for j+1 < len(s.GPUs) && s.GPUs[j+1].Index == s.GPUs[j].Index+1 {
+			j++
+		}
+		if out != "" {
+			out += ","
+		}
+		if i == j {
+			out += fmt.Sprint(s.GPUs[i].Index)
+		} else {
+			out += fmt.Sprintf("%d-%d", s.GPUs[i].Index, s.GPUs[j].Index)
+		}
+		i = j + 1
+	}
+	return out
+}

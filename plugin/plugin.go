@@ -1,0 +1,216 @@
+// Package plugin is nri-gpu's NRI plugin: it wires the request, inventory
+// and adjust packages to the NRI stub, holds the current inventory snapshot
+// and keeps the plugin connected to the runtime.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/request"
+)
+
+// state is what the request path reads: a configuration and the snapshot
+// discovered with it. It is replaced whole, never modified.
+type state struct {
+	cfg    config.Config
+	snap   *inventory.Snapshot
+	layout adjust.Layout
+}
+
+// Plugin answers the runtime's CreateContainer requests with GPU
+// adjustments.
+type Plugin struct {
+	log   *logrus.Logger
+	state atomic.Pointer[state]
+	// refreshMu serializes discoveries.
+	refreshMu sync.Mutex
+}
+
+// New discovers the node with cfg and returns a plugin serving it.
+func New(cfg config.Config, log *logrus.Logger) (*Plugin, error) {
+	p := &Plugin{log: log}
+	if err := p.Reload(cfg); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Discover runs inventory discovery for cfg.
+func Discover(cfg config.Config) (*inventory.Snapshot, error) {
+	return inventory.Discover(inventory.Options{
+		HostRoot:        cfg.HostRoot,
+		DriverRoot:      cfg.DriverRoot,
+		DriverRootMount: cfg.DriverRootMount,
+	})
+}
+
+// Reload discovers the node with cfg and, when that succeeds, makes cfg
+// and the new snapshot current. Requests in flight finish with the old
+// ones.
+func (p *Plugin) Reload(cfg config.Config) error {
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	snap, err := Discover(cfg)
+	if err != nil {
+		return fmt.Errorf("inventory: %w", err)
+	}
+	for _, w := range snap.Warnings {
+		p.log.Warnf("inventory: %s", w)
+	}
+	p.log.WithFields(logrus.Fields{
+		"driver": snap.DriverVersion,
+		"gpus":   len(snap.GPUs),
+		"files":  len(snap.Files),
+	}).Info("inventory discovered")
+	p.state.Store(&state{cfg: cfg, snap: snap, layout: adjust.Layout{
+		LibraryDir:   cfg.LibraryDir,
+		Library32Dir: cfg.Library32Dir,
+	}})
+	return nil
+}
+
+// Refresh rediscovers the node with the current configuration.
+func (p *Plugin) Refresh() error { return p.Reload(p.Config()) }
+
+// Config returns the current configuration.
+func (p *Plugin) Config() config.Config { return p.state.Load().cfg }
+
+// Snapshot returns the current inventory snapshot.
+func (p *Plugin) Snapshot() *inventory.Snapshot { return p.state.Load().snap }
+
+// Configure handles the runtime's Configure request. A pre-registered
+// plugin gets its configuration file's contents here; an empty config keeps
+// the current one.
+func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api.EventMask, error) {
+	p.log.Infof("connected to %s %s", runtime, version)
+	if cfg != "" {
+		c, err := config.Parse([]byte(cfg))
+		if err != nil {
+			return 0, fmt.Errorf("nri-gpu: configuration from the runtime: %w", err)
+		}
+		if err := p.Reload(c); err != nil {
+			return 0, err
+		}
+	}
+	return api.MustParseEventMask("CreateContainer"), nil
+}
+
+// CreateContainer handles the runtime's CreateContainer request.
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	st := p.state.Load()
+	adj, res, err := Handle(st.snap, st.layout, pod, ctr)
+	fields := logrus.Fields{
+		"namespace": pod.GetNamespace(),
+		"pod":       pod.GetName(),
+		"container": ctr.GetName(),
+	}
+	switch {
+	case err != nil:
+		p.log.WithFields(fields).WithError(err).Warn("request refused")
+		return nil, nil, err
+	case res.Selection.Note != "":
+		p.log.WithFields(fields).Info(res.Selection.Note)
+	case adj != nil:
+		fields["source"] = res.Request.Source
+		fields["gpus"] = res.Edits.VisibleDevices
+		fields["capabilities"] = res.Selection.Caps.String()
+		fields["files"] = res.Edits.Files
+		p.log.WithFields(fields).Info("injected")
+	}
+	return adj, nil, nil
+}
+
+// Result tells what Handle decided, for logging.
+type Result struct {
+	Request   request.Request
+	Selection request.Selection
+	Edits     adjust.Edits
+}
+
+// Handle is the request path: it parses the container's request, selects
+// from the snapshot and builds the adjustment. It touches no file. A nil
+// adjustment with a nil error leaves the container untouched.
+func Handle(snap *inventory.Snapshot, l adjust.Layout, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	var res Result
+	var err error
+	res.Request, err = request.Parse(pod.GetAnnotations(), ctr.GetName(), ctr.GetEnv())
+	if err != nil {
+		return nil, res, err
+	}
+	res.Selection, err = request.Select(res.Request, snap)
+	if err != nil || !res.Selection.Inject {
+		return nil, res, err
+	}
+	res.Edits = adjust.Build(snap, res.Selection.GPUs, res.Selection.Caps, l)
+	return res.Edits.Adjustment(ctr.GetEnv()), res, nil
+}
+
+// RunOptions say how to reach the runtime.
+type RunOptions struct {
+	// SocketPath is the runtime's NRI socket.
+	SocketPath string
+	Name       string
+	Index      string
+	// PreRegistered is set when the runtime started the plugin with a
+	// connection on a file descriptor; such a plugin cannot reconnect.
+	PreRegistered bool
+	// MaxBackoff bounds the wait between reconnection attempts.
+	MaxBackoff time.Duration
+}
+
+// Run serves the runtime until ctx is cancelled. When the runtime goes away
+// (a restart), it reconnects with a backoff growing from 100ms to
+// MaxBackoff, instead of exiting. A pre-registered plugin returns when its
+// connection closes.
+func (p *Plugin) Run(ctx context.Context, o RunOptions) error {
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		// A pre-registered plugin takes its name, index and connection
+		// from the environment the runtime gave it.
+		var opts []stub.Option
+		if !o.PreRegistered {
+			opts = append(opts, stub.WithPluginName(o.Name), stub.WithPluginIdx(o.Index),
+				stub.WithSocketPath(o.SocketPath))
+		}
+		s, err := stub.New(p, opts...)
+		if err != nil {
+			return fmt.Errorf("creating NRI stub: %w", err)
+		}
+		start := time.Now()
+		err = s.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if o.PreRegistered {
+			return fmt.Errorf("connection to the runtime closed: %w", err)
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		if err == nil {
+			err = errors.New("connection closed")
+		}
+		p.log.WithError(err).Warnf("NRI connection lost or refused; reconnecting in %s", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, o.MaxBackoff)
+	}
+}

@@ -1,0 +1,310 @@
+// Package request turns what a container asks for (pod annotations, or the
+// NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES environment) into a
+// Request, and a Request into a Selection of GPUs and capabilities from an
+// inventory snapshot. Everything here is a pure function: nothing touches
+// the file system.
+package request
+
+import (
+	"encoding/csv"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+// Annotation keys and environment variables that carry requests.
+const (
+	AnnotationPrefix          = "gpus.nri-gpu.dev/"
+	AnnotationContainerPrefix = AnnotationPrefix + "container."
+	AnnotationPod             = AnnotationPrefix + "pod"
+	EnvVisibleDevices         = "NVIDIA_VISIBLE_DEVICES"
+	EnvDriverCapabilities     = "NVIDIA_DRIVER_CAPABILITIES"
+)
+
+// Kind says what a request asks for.
+type Kind uint8
+
+// Kinds of requests.
+const (
+	// Nothing: the container is left untouched.
+	Nothing Kind = iota
+	// All GPUs of the node.
+	All
+	// Count asks for a number of GPUs.
+	Count
+	// Devices asks for GPUs by ID.
+	Devices
+	// DriverOnly asks for the driver's files and control nodes but no
+	// GPU (NVIDIA_VISIBLE_DEVICES=none).
+	DriverOnly
+)
+
+// Request is a parsed GPU request, not yet checked against a node.
+type Request struct {
+	Kind Kind
+	// Source names where the request came from, for messages:
+	// "annotation gpus.nri-gpu.dev/container.train" or
+	// "env NVIDIA_VISIBLE_DEVICES".
+	Source  string
+	FromEnv bool
+	Count   int
+	// IDs are the device IDs as the user wrote them (trimmed).
+	IDs  []string
+	Caps inventory.Capabilities
+	// CapsSource names where Caps came from; empty for the default.
+	CapsSource string
+}
+
+// Error is a request that cannot be parsed or met. Its message names the
+// source, the bad token and what would have been valid.
+type Error struct {
+	Source string
+	Msg    string
+}
+
+func (e *Error) Error() string { return "nri-gpu: " + e.Source + ": " + e.Msg }
+
+func errorf(source, format string, args ...any) *Error {
+	return &Error{Source: source, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Parse finds and parses the request of the container named name from its
+// pod's annotations and its environment ("KEY=value" entries). Sources, the
+// first present wins: annotation gpus.nri-gpu.dev/container.<name>,
+// annotation gpus.nri-gpu.dev/pod, env NVIDIA_VISIBLE_DEVICES. A container
+// with none of them gets a request of kind Nothing.
+func Parse(annotations map[string]string, name string, env []string) (Request, error) {
+	for _, key := range []string{AnnotationContainerPrefix + name, AnnotationPod} {
+		if val, ok := annotations[key]; ok {
+			return parseAnnotation("annotation "+key, val, env)
+		}
+	}
+	return parseEnv(env)
+}
+
+// getenv returns the value of key in env as the process would see it (the
+// first entry wins, as with getenv(3)).
+func getenv(env []string, key string) (string, bool) {
+	for _, e := range env {
+		if len(e) > len(key) && e[len(key)] == '=' && strings.HasPrefix(e, key) {
+			return e[len(key)+1:], true
+		}
+	}
+	return "", false
+}
+
+// parseEnv parses the NVIDIA toolkit's variables.
+func parseEnv(env []string) (Request, error) {
+	const src = "env " + EnvVisibleDevices
+	val, _ := getenv(env, EnvVisibleDevices)
+	val = strings.TrimSpace(val)
+	r := Request{Source: src, FromEnv: true}
+	switch val {
+	case "", "void":
+		return Request{Kind: Nothing}, nil
+	case "all":
+		r.Kind = All
+	case "none":
+		r.Kind = DriverOnly
+	default:
+		for _, id := range strings.Split(val, ",") {
+			id = strings.TrimSpace(id)
+			if id == "" {
+				continue
+			}
+			if id == "all" || id == "none" || id == "void" {
+				return Request{}, errorf(src, "%q cannot be combined with other devices in %q", id, val)
+			}
+			r.IDs = append(r.IDs, id)
+		}
+		if len(r.IDs) == 0 {
+			return Request{Kind: Nothing}, nil
+		}
+		r.Kind = Devices
+	}
+	caps, capsSrc, err := envCapabilities(env)
+	if err != nil {
+		return Request{}, err
+	}
+	r.Caps, r.CapsSource = caps, capsSrc
+	return r, nil
+}
+
+// envCapabilities parses NVIDIA_DRIVER_CAPABILITIES; unset or empty gives
+// the default set.
+func envCapabilities(env []string) (inventory.Capabilities, string, error) {
+	val, ok := getenv(env, EnvDriverCapabilities)
+	if !ok || strings.TrimSpace(val) == "" {
+		return inventory.DefaultCapabilities, "", nil
+	}
+	src := "env " + EnvDriverCapabilities
+	caps, err := ParseCapabilities(val)
+	if err != nil {
+		return 0, "", errorf(src, "%v", err)
+	}
+	return caps, src, nil
+}
+
+// ParseCapabilities parses a comma-separated list of driver capabilities
+// ("compute,utility", "all"). Entries are trimmed; empty entries are
+// ignored; an empty list is an error.
+func ParseCapabilities(val string) (inventory.Capabilities, error) {
+	var caps inventory.Capabilities
+	n := 0
+	for _, name := range strings.Split(val, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "" {
+			continue
+		}
+		n++
+		if name == "all" {
+			caps |= inventory.AllCapabilities
+			continue
+		}
+		c, ok := inventory.CapabilityByName(name)
+		if !ok {
+			return 0, fmt.Errorf("unsupported capability %q (valid: %s, all)", name, strings.Join(inventory.CapabilityNames(), ", "))
+		}
+		caps = caps.With(c)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("empty capability list (valid: %s, all)", strings.Join(inventory.CapabilityNames(), ", "))
+	}
+	return caps, nil
+}
+
+// maxAnnotation bounds an annotation value; real ones are a few dozen
+// bytes, and Kubernetes bounds all annotations of a pod at 256 KiB.
+const maxAnnotation = 4096
+
+// parseAnnotation parses a value in the syntax of `docker run --gpus`:
+// comma-separated CSV fields, each "all", a count, or key=value with keys
+// count, device, capabilities and driver. A field holding commas
+// (device=0,2) is quoted, as Docker requires: "device=0,2".
+func parseAnnotation(src, val string, env []string) (Request, error) {
+	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia"`
+	if len(val) > maxAnnotation {
+		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
+	}
+	val = strings.TrimSpace(val)
+	if val == "" {
+		return Request{}, errorf(src, "empty value (%s)", valid)
+	}
+	rd := csv.NewReader(strings.NewReader(val))
+	rd.TrimLeadingSpace = true
+	fields, err := rd.Read()
+	if err != nil {
+		return Request{}, errorf(src, "malformed value %q: %v (%s)", val, csvReason(err), valid)
+	}
+	if _, err := rd.Read(); err == nil {
+		return Request{}, errorf(src, "malformed value %q: more than one line", val)
+	}
+
+	r := Request{Source: src}
+	seen := map[string]bool{}
+	for i, field := range fields {
+		field = strings.TrimSpace(field)
+		key, v, hasEq := strings.Cut(field, "=")
+		if !hasEq {
+			switch {
+			case i == 0 && field == "all":
+				r.Kind = All
+				seen["count"] = true
+				continue
+			case i == 0 && isDigits(field):
+				n, err := parseCount(field)
+				if err != nil {
+					return Request{}, errorf(src, "%v", err)
+				}
+				r.Kind, r.Count = Count, n
+				seen["count"] = true
+				continue
+			case seen["device"] && isDigits(field):
+				return Request{}, errorf(src, "unexpected field %q: quote a device list that has commas, as in '\"device=0,%s\"'", field, field)
+			default:
+				return Request{}, errorf(src, "unexpected field %q (%s)", field, valid)
+			}
+		}
+		key = strings.TrimSpace(key)
+		v = strings.TrimSpace(v)
+		if seen[key] || key == "count" && seen["device"] || key == "device" && seen["count"] {
+			return Request{}, errorf(src, "field %q conflicts with an earlier field (give one of all, N, count= or device=)", field)
+		}
+		seen[key] = true
+		switch key {
+		case "count":
+			if v == "all" {
+				r.Kind = All
+				continue
+			}
+			n, err := parseCount(v)
+			if err != nil {
+				return Request{}, errorf(src, "%v", err)
+			}
+			r.Kind, r.Count = Count, n
+		case "device":
+			for _, id := range strings.Split(v, ",") {
+				id = strings.TrimSpace(id)
+				if id == "" {
+					return Request{}, errorf(src, "empty device ID in %q", field)
+				}
+				r.IDs = append(r.IDs, id)
+			}
+			r.Kind = Devices
+		case "capabilities":
+			caps, err := ParseCapabilities(v)
+			if err != nil {
+				return Request{}, errorf(src, "%v", err)
+			}
+			r.Caps, r.CapsSource = caps, src
+		case "driver":
+			if v != "nvidia" {
+				return Request{}, errorf(src, "unsupported driver %q (valid: nvidia)", v)
+			}
+		default:
+			return Request{}, errorf(src, "unknown field %q (%s)", key, valid)
+		}
+	}
+	if r.Kind == Nothing {
+		return Request{}, errorf(src, "%q requests no GPU (%s)", val, valid)
+	}
+	if r.Caps == 0 {
+		caps, capsSrc, err := envCapabilities(env)
+		if err != nil {
+			return Request{}, err
+		}
+		r.Caps, r.CapsSource = caps, capsSrc
+	}
+	return r, nil
+}
+
+// parseCount parses a GPU count: a positive decimal number.
+func parseCount(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || !isDigits(s) || n < 1 {
+		return 0, fmt.Errorf("bad GPU count %q (a number of at least 1, or all)", s)
+	}
+	return n, nil
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// csvReason returns the CSV reader's reason without its position prefix.
+func csvReason(err error) string {
+	if pe, ok := err.(*csv.ParseError); ok {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
