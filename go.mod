@@ -5,6 +5,8 @@ go 1.25.0
 require (
 	github.com/containerd/nri v0.12.3
 	github.com/google/go-cmp v0.7.0
+	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.39.0
 	sigs.k8s.io/yaml v1.6.0
@@ -14,9 +16,11 @@ require (
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/ttrpc v1.2.7 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
-	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/moby/sys/capability v0.4.0 // indirect
+	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/mod v0.32.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240528184218-531527333157 // indirect
 	google.golang.org/grpc v1.65.1 // indirect

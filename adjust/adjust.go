@@ -52,18 +52,60 @@ type Edits struct {
 	Files int
 }
 
+// Prepared is a snapshot's driver files with their container paths worked
+// out once per snapshot and layout, so that requests only pick from it.
+// Like the snapshot, it is never modified once made.
+type Prepared struct {
+	snap  *inventory.Snapshot
+	files []preparedFile
+	lib   string
+	lib32 string
+}
+
+type preparedFile struct {
+	kind  inventory.FileKind
+	cap   inventory.Capability
+	mount Mount
+}
+
+// Prepare computes where each driver file of the snapshot goes in a
+// container with layout l: libraries under their SONAMEs in the layout's
+// library directories, binaries in /usr/bin, the firmware directory at
+// /lib/firmware/nvidia/<version>.
+func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
+	p := &Prepared{snap: snap, lib: l.LibraryDir, lib32: l.Library32Dir}
+	for _, f := range snap.Files {
+		var dst string
+		switch f.Kind {
+		case inventory.Library:
+			dst = path.Join(l.LibraryDir, f.Name)
+		case inventory.Library32:
+			dst = path.Join(l.Library32Dir, f.Name)
+		case inventory.Binary:
+			dst = path.Join("/usr/bin", f.Name)
+		case inventory.FirmwareDir:
+			dst = path.Join("/lib/firmware/nvidia", f.Name)
+		default:
+			continue
+		}
+		p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: Mount{Source: f.HostPath, Destination: dst}})
+	}
+	return p
+}
+
+// Snapshot returns the snapshot p was prepared from.
+func (p *Prepared) Snapshot() *inventory.Snapshot { return p.snap }
+
 // Build returns the edits for the given GPUs and capabilities: the GPUs'
 // device nodes, the control nodes the capabilities need, and bind mounts of
-// the driver files of the capabilities (libraries under their SONAMEs in
-// the layout's library directories, binaries in /usr/bin, the firmware
-// directory at its usual path).
-func Build(snap *inventory.Snapshot, gpus []inventory.GPU, caps inventory.Capabilities, l Layout) Edits {
+// the driver files of the capabilities.
+func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits {
 	e := Edits{Devices: make([]inventory.DeviceNode, 0, len(gpus)+4)}
 	for _, g := range gpus {
 		e.Devices = append(e.Devices, g.Node)
 	}
-	c := snap.Control
-	for _, n := range []struct {
+	c := p.snap.Control
+	for _, n := range [...]struct {
 		node *inventory.DeviceNode
 		want bool
 	}{
@@ -78,33 +120,23 @@ func Build(snap *inventory.Snapshot, gpus []inventory.GPU, caps inventory.Capabi
 	}
 
 	var lib64, lib32 bool
-	e.Mounts = make([]Mount, 0, len(snap.Files))
-	for _, f := range snap.Files {
-		if f.Kind == inventory.Library32 && !caps.Has(inventory.Compat32) ||
-			f.Capability != 0 && !caps.Has(f.Capability) {
+	e.Mounts = make([]Mount, 0, len(p.files))
+	for i := range p.files {
+		f := &p.files[i]
+		if f.kind == inventory.Library32 && !caps.Has(inventory.Compat32) ||
+			f.cap != 0 && !caps.Has(f.cap) {
 			continue
 		}
-		var dst string
-		switch f.Kind {
-		case inventory.Library:
-			dst, lib64 = path.Join(l.LibraryDir, f.Name), true
-		case inventory.Library32:
-			dst, lib32 = path.Join(l.Library32Dir, f.Name), true
-		case inventory.Binary:
-			dst = path.Join("/usr/bin", f.Name)
-		case inventory.FirmwareDir:
-			dst = path.Join("/lib/firmware/nvidia", f.Name)
-		default:
-			continue
-		}
-		e.Mounts = append(e.Mounts, Mount{Source: f.HostPath, Destination: dst})
+		lib64 = lib64 || f.kind == inventory.Library
+		lib32 = lib32 || f.kind == inventory.Library32
+		e.Mounts = append(e.Mounts, f.mount)
 	}
 	e.Files = len(e.Mounts)
 	if lib64 {
-		e.LibraryDirs = append(e.LibraryDirs, l.LibraryDir)
+		e.LibraryDirs = append(e.LibraryDirs, p.lib)
 	}
 	if lib32 {
-		e.LibraryDirs = append(e.LibraryDirs, l.Library32Dir)
+		e.LibraryDirs = append(e.LibraryDirs, p.lib32)
 	}
 
 	if len(gpus) == 0 {
@@ -130,28 +162,36 @@ func Build(snap *inventory.Snapshot, gpus []inventory.GPU, caps inventory.Capabi
 // so that libraries an image ships keep precedence and keep working;
 // LD_LIBRARY_PATH is left alone when it already lists them.
 func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
-	adj := &api.ContainerAdjustment{}
+	// The messages are allocated in blocks, one per kind, rather than one
+	// by one: this is the request path.
+	devs := make([]api.LinuxDevice, len(e.Devices))
+	modes := make([]api.OptionalFileMode, len(e.Devices))
+	mounts := make([]api.Mount, len(e.Mounts))
+	kvs := make([]api.KeyValue, 0, 2)
+	adj := &api.ContainerAdjustment{
+		Linux:  &api.LinuxContainerAdjustment{Devices: make([]*api.LinuxDevice, len(e.Devices))},
+		Mounts: make([]*api.Mount, len(e.Mounts)),
+		Env:    make([]*api.KeyValue, 0, 2),
+	}
 	for i := range e.Devices {
-		d := &e.Devices[i]
-		adj.AddDevice(&api.LinuxDevice{
-			Path:     d.Path,
-			Type:     "c",
-			Major:    d.Major,
-			Minor:    d.Minor,
-			FileMode: api.FileMode(d.Mode),
-		})
+		d, n := &devs[i], &e.Devices[i]
+		modes[i].Value = uint32(n.Mode)
+		d.Path, d.Type, d.Major, d.Minor, d.FileMode = n.Path, "c", n.Major, n.Minor, &modes[i]
+		adj.Linux.Devices[i] = d
 	}
-	for _, m := range e.Mounts {
-		adj.AddMount(&api.Mount{
-			Source:      m.Source,
-			Destination: m.Destination,
-			Type:        "bind",
-			Options:     mountOptions,
-		})
+	for i := range e.Mounts {
+		m := &mounts[i]
+		m.Source, m.Destination, m.Type, m.Options = e.Mounts[i].Source, e.Mounts[i].Destination, "bind", mountOptions
+		adj.Mounts[i] = m
 	}
-	adj.AddEnv(EnvVisibleDevices, e.VisibleDevices)
+	kvs = append(kvs, api.KeyValue{})
+	kvs[0].Key, kvs[0].Value = EnvVisibleDevices, e.VisibleDevices
 	if v, ok := LibraryPath(env, e.LibraryDirs); ok {
-		adj.AddEnv(EnvLibraryPath, v)
+		kvs = append(kvs, api.KeyValue{})
+		kvs[1].Key, kvs[1].Value = EnvLibraryPath, v
+	}
+	for i := range kvs {
+		adj.Env = append(adj.Env, &kvs[i])
 	}
 	return adj
 }

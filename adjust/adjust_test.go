@@ -107,7 +107,7 @@ func TestBuild(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := Build(s, tc.gpus, tc.caps, layout)
+			e := Build(Prepare(s, layout), tc.gpus, tc.caps)
 			var devs []string
 			for _, d := range e.Devices {
 				devs = append(devs, d.Path)
@@ -133,7 +133,7 @@ func TestBuild(t *testing.T) {
 
 func TestAdjustment(t *testing.T) {
 	s := snapshot()
-	e := Build(s, s.GPUs[:1], inventory.DefaultCapabilities, layout)
+	e := Build(Prepare(s, layout), s.GPUs[:1], inventory.DefaultCapabilities)
 	adj := e.Adjustment([]string{"PATH=/bin"})
 
 	want := &api.ContainerAdjustment{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -84,6 +85,16 @@ func Parse(data []byte) (Config, error) {
 	var c Config
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return Config{}, fmt.Errorf("%s (valid keys: %s)", cleanYAMLError(err), strings.Join(keys, ", "))
+	}
+	// JSON field matching ignores case; keys must be spelled exactly.
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return Config{}, fmt.Errorf("%s", cleanYAMLError(err))
+	}
+	for k := range raw {
+		if !slices.Contains(keys, k) {
+			return Config{}, fmt.Errorf("unknown field %q (valid keys: %s)", k, strings.Join(keys, ", "))
+		}
 	}
 	c.setDefaults()
 	if err := c.Validate(); err != nil {

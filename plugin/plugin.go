@@ -24,9 +24,9 @@ import (
 // state is what the request path reads: a configuration and the snapshot
 // discovered with it. It is replaced whole, never modified.
 type state struct {
-	cfg    config.Config
-	snap   *inventory.Snapshot
-	layout adjust.Layout
+	cfg  config.Config
+	snap *inventory.Snapshot
+	prep *adjust.Prepared
 }
 
 // Plugin answers the runtime's CreateContainer requests with GPU
@@ -74,10 +74,10 @@ func (p *Plugin) Reload(cfg config.Config) error {
 		"gpus":   len(snap.GPUs),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
-	p.state.Store(&state{cfg: cfg, snap: snap, layout: adjust.Layout{
+	p.state.Store(&state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, adjust.Layout{
 		LibraryDir:   cfg.LibraryDir,
 		Library32Dir: cfg.Library32Dir,
-	}})
+	})})
 	return nil
 }
 
@@ -110,7 +110,7 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 // CreateContainer handles the runtime's CreateContainer request.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	st := p.state.Load()
-	adj, res, err := Handle(st.snap, st.layout, pod, ctr)
+	adj, res, err := Handle(st.prep, pod, ctr)
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
@@ -140,9 +140,10 @@ type Result struct {
 }
 
 // Handle is the request path: it parses the container's request, selects
-// from the snapshot and builds the adjustment. It touches no file. A nil
-// adjustment with a nil error leaves the container untouched.
-func Handle(snap *inventory.Snapshot, l adjust.Layout, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+// from the prepared snapshot and builds the adjustment. It touches no file.
+// A nil adjustment with a nil error leaves the container untouched.
+func Handle(prep *adjust.Prepared, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	snap := prep.Snapshot()
 	var res Result
 	var err error
 	res.Request, err = request.Parse(pod.GetAnnotations(), ctr.GetName(), ctr.GetEnv())
@@ -153,7 +154,7 @@ func Handle(snap *inventory.Snapshot, l adjust.Layout, pod *api.PodSandbox, ctr 
 	if err != nil || !res.Selection.Inject {
 		return nil, res, err
 	}
-	res.Edits = adjust.Build(snap, res.Selection.GPUs, res.Selection.Caps, l)
+	res.Edits = adjust.Build(prep, res.Selection.GPUs, res.Selection.Caps)
 	return res.Edits.Adjustment(ctr.GetEnv()), res, nil
 }
 

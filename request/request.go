@@ -7,6 +7,7 @@ package request
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -192,14 +193,9 @@ func parseAnnotation(src, val string, env []string) (Request, error) {
 	if val == "" {
 		return Request{}, errorf(src, "empty value (%s)", valid)
 	}
-	rd := csv.NewReader(strings.NewReader(val))
-	rd.TrimLeadingSpace = true
-	fields, err := rd.Read()
+	fields, err := splitFields(val)
 	if err != nil {
-		return Request{}, errorf(src, "malformed value %q: %v (%s)", val, csvReason(err), valid)
-	}
-	if _, err := rd.Read(); err == nil {
-		return Request{}, errorf(src, "malformed value %q: more than one line", val)
+		return Request{}, errorf(src, "malformed value %q: %v (%s)", val, err, valid)
 	}
 
 	r := Request{Source: src}
@@ -299,6 +295,25 @@ func isDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// splitFields splits a value into its CSV fields. Values without quotes or
+// line breaks (nearly all) are split on commas directly, which is what CSV
+// does with them; the others go through encoding/csv.
+func splitFields(val string) ([]string, error) {
+	if !strings.ContainsAny(val, "\"\r\n") {
+		return strings.Split(val, ","), nil
+	}
+	rd := csv.NewReader(strings.NewReader(val))
+	rd.TrimLeadingSpace = true
+	fields, err := rd.Read()
+	if err != nil {
+		return nil, errors.New(csvReason(err))
+	}
+	if _, err := rd.Read(); err == nil {
+		return nil, errors.New("more than one line")
+	}
+	return fields, nil
 }
 
 // csvReason returns the CSV reader's reason without its position prefix.

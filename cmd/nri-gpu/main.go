@@ -68,8 +68,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
+		if errors.As(err, new(usageError)) {
 			fmt.Fprintf(stderr, "nri-gpu %s: %v\n", args[0], err)
 			return 2
 		}
@@ -81,6 +80,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // usageError is a bad command line.
 type usageError struct{ error }
+
+// flagError marks a flag parsing error as a usage error; the flag package
+// has already printed it with the usage.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
+}
 
 func loadConfig(path string) (config.Config, error) {
 	if path == "" {
@@ -98,7 +106,7 @@ func runCmd(args []string, stderr io.Writer) error {
 	idx := fs.String("idx", "10", "plugin index (two digits) to register with")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagError(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
@@ -175,7 +183,7 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
 	format := fs.String("o", "table", "output format: table or json")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return flagError(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}

@@ -1,0 +1,53 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	c, err := Parse([]byte("hostRoot: /host\ndriverRoot: /run/nvidia/driver\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
+		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir}
+	if c != want {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	if c, err := Parse(nil); err != nil || c != Default() {
+		t.Errorf("empty config: %+v, %v", c, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"hostroot: /\n", `unknown field "hostroot"`},
+		{"hostRoot: /\nfoo: 1\n", `unknown field "foo"`},
+		{"hostRoot: [1]\n", `hostRoot`},
+		{"hostRoot: relative\n", `key hostRoot: "relative" must be an absolute, clean path`},
+		{"driverRoot: /a/../b\n", `key driverRoot: "/a/../b" must be an absolute, clean path`},
+		{"libraryDir: /\n", `key libraryDir: must not be /`},
+		{"libraryDir: /a:/b\n", `must not contain ':'`},
+		{"libraryDir: /x\nlibrary32Dir: /x\n", `must differ`},
+		{"hostRoot: /\n\tbad", `yaml`},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) error %v, want one containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) {
+		t.Errorf("missing file: %v", err)
+	}
+	os.WriteFile(p, []byte("bogus: 1\n"), 0o644)
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "bogus") {
+		t.Errorf("bad file: %v", err)
+	}
+}

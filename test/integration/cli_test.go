@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// TestInventoryCommand checks `nri-gpu inventory` against a simulated node
+// in both output formats.
+func TestInventoryCommand(t *testing.T) {
+	needRoot(t)
+	dir := shortTempDir(t)
+	n, cfg := simNode(t, dir, simnode.LayoutDebian)
+
+	out, err := exec.Command(binary, "inventory", "--config", cfg, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("inventory -o json: %v", err)
+	}
+	var v struct {
+		DriverVersion string `json:"driverVersion"`
+		GPUs          []struct {
+			Index int    `json:"index"`
+			Minor int    `json:"minor"`
+			UUID  string `json:"uuid"`
+			BusID string `json:"busId"`
+			Model string `json:"model"`
+		} `json:"gpus"`
+		ControlNodes []struct {
+			Path  string `json:"path"`
+			Major int    `json:"major"`
+		} `json:"controlNodes"`
+		Files []struct {
+			Kind, Capability, Name, HostPath string
+		} `json:"files"`
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if v.DriverVersion != n.DriverVersion || len(v.GPUs) != len(n.GPUs) || len(v.Warnings) != 0 {
+		t.Fatalf("inventory = %+v", v)
+	}
+	for i, g := range v.GPUs {
+		w := n.GPUs[i]
+		if g.Index != w.Index || g.Minor != w.Minor || g.UUID != w.UUID || g.BusID != w.BusID || g.Model != w.Model {
+			t.Errorf("GPU %d = %+v, want %+v", i, g, w)
+		}
+	}
+	if len(v.ControlNodes) != 4 || len(v.Files) != len(n.Files)-1 { // firmware: one directory for two files
+		t.Errorf("%d control nodes, %d files (node has %d files)", len(v.ControlNodes), len(v.Files), len(n.Files))
+	}
+
+	out, err = exec.Command(binary, "inventory", "--config", cfg).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Driver version: " + n.DriverVersion, n.GPUs[0].UUID, "/dev/nvidia-uvm", "libcuda.so.1", "nvidia-smi"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"version"}, 0, "nri-gpu "},
+		{[]string{}, 2, "Usage:"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"inventory", "-o", "yaml"}, 2, `unknown format "yaml" (valid: table, json)`},
+		{[]string{"run", "--log-level", "loud"}, 2, "--log-level"},
+		{[]string{"run", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"run", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+	} {
+		out, err := exec.Command(binary, tc.args...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("nri-gpu %q: exit %d, output %q; want exit %d and %q", tc.args, code, out, tc.code, tc.want)
+		}
+	}
+}
