@@ -36,6 +36,22 @@ type Plugin struct {
 	state atomic.Pointer[state]
 	// refreshMu serializes discoveries.
 	refreshMu sync.Mutex
+	// synced is set once the runtime has synchronized the plugin on the
+	// current connection, and cleared when the connection is lost.
+	synced atomic.Bool
+}
+
+// Ready reports whether the plugin is connected to the runtime and
+// synchronized with it, with an inventory loaded: whether containers
+// created now get their GPUs.
+func (p *Plugin) Ready() bool { return p.synced.Load() && p.state.Load() != nil }
+
+// Synchronize handles the runtime's Synchronize request, sent once per
+// connection with the pods and containers that exist.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("synchronized with the runtime")
+	p.synced.Store(true)
+	return nil, nil
 }
 
 // New discovers the node with cfg and returns a plugin serving it.
@@ -194,6 +210,7 @@ func (p *Plugin) Run(ctx context.Context, o RunOptions) error {
 		}
 		start := time.Now()
 		err = s.Run(ctx)
+		p.synced.Store(false)
 		if ctx.Err() != nil {
 			return nil
 		}
