@@ -24,12 +24,21 @@ const (
 // mounts, never modified.
 var mountOptions = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
 
-// Layout says where driver files appear in a container.
+// Layout says where driver files appear in a container, and how they get
+// there.
 type Layout struct {
 	// LibraryDir holds the 64-bit driver libraries under their SONAMEs.
 	LibraryDir string
 	// Library32Dir holds the 32-bit libraries of compat32.
 	Library32Dir string
+	// HostLibraryDirs, when set, maps each set of library-bearing
+	// capabilities to a host directory that holds exactly the 64-bit
+	// libraries of that set under their SONAMEs (see package libcache):
+	// the directory is mounted whole at LibraryDir, one mount instead of
+	// one per library. Nil means one mount per library.
+	HostLibraryDirs map[inventory.Capabilities]string
+	// HostLibrary32Dirs does the same for the 32-bit libraries.
+	HostLibrary32Dirs map[inventory.Capabilities]string
 }
 
 // Mount is a read-only bind mount of a host file into a container.
@@ -48,7 +57,8 @@ type Edits struct {
 	// LibraryDirs are the container directories of driver libraries,
 	// to be searched by the dynamic loader.
 	LibraryDirs []string
-	// Files counts the driver files mounted.
+	// Files counts the driver files the container gets (a prepared
+	// library directory counts for the libraries it holds).
 	Files int
 }
 
@@ -56,10 +66,12 @@ type Edits struct {
 // out once per snapshot and layout, so that requests only pick from it.
 // Like the snapshot, it is never modified once made.
 type Prepared struct {
-	snap  *inventory.Snapshot
-	files []preparedFile
-	lib   string
-	lib32 string
+	snap   *inventory.Snapshot
+	files  []preparedFile
+	layout Layout
+	// present64 and present32 are the capabilities that have libraries
+	// of each class.
+	present64, present32 inventory.Capabilities
 }
 
 type preparedFile struct {
@@ -73,8 +85,14 @@ type preparedFile struct {
 // library directories, binaries in /usr/bin, the firmware directory at
 // /lib/firmware/nvidia/<version>.
 func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
-	p := &Prepared{snap: snap, lib: l.LibraryDir, lib32: l.Library32Dir}
+	p := &Prepared{snap: snap, layout: l}
 	for _, f := range snap.Files {
+		switch f.Kind {
+		case inventory.Library:
+			p.present64 |= inventory.Capabilities(f.Capability)
+		case inventory.Library32:
+			p.present32 |= inventory.Capabilities(f.Capability)
+		}
 		var dst string
 		switch f.Kind {
 		case inventory.Library:
@@ -119,24 +137,45 @@ func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits
 		}
 	}
 
+	// Whole prepared directories replace the libraries' own mounts.
+	dir64, whole64 := p.layout.HostLibraryDirs[caps&p.present64]
+	dir32, whole32 := p.layout.HostLibrary32Dirs[caps&p.present32]
+	whole32 = whole32 && caps.Has(inventory.Compat32)
+
 	var lib64, lib32 bool
-	e.Mounts = make([]Mount, 0, len(p.files))
+	e.Mounts = make([]Mount, 0, len(p.files)+2)
 	for i := range p.files {
 		f := &p.files[i]
 		if f.kind == inventory.Library32 && !caps.Has(inventory.Compat32) ||
 			f.cap != 0 && !caps.Has(f.cap) {
 			continue
 		}
-		lib64 = lib64 || f.kind == inventory.Library
-		lib32 = lib32 || f.kind == inventory.Library32
+		e.Files++
+		switch f.kind {
+		case inventory.Library:
+			lib64 = true
+			if whole64 {
+				continue
+			}
+		case inventory.Library32:
+			lib32 = true
+			if whole32 {
+				continue
+			}
+		}
 		e.Mounts = append(e.Mounts, f.mount)
 	}
-	e.Files = len(e.Mounts)
 	if lib64 {
-		e.LibraryDirs = append(e.LibraryDirs, p.lib)
+		if whole64 {
+			e.Mounts = append(e.Mounts, Mount{Source: dir64, Destination: p.layout.LibraryDir})
+		}
+		e.LibraryDirs = append(e.LibraryDirs, p.layout.LibraryDir)
 	}
 	if lib32 {
-		e.LibraryDirs = append(e.LibraryDirs, p.lib32)
+		if whole32 {
+			e.Mounts = append(e.Mounts, Mount{Source: dir32, Destination: p.layout.Library32Dir})
+		}
+		e.LibraryDirs = append(e.LibraryDirs, p.layout.Library32Dir)
 	}
 
 	if len(gpus) == 0 {

@@ -31,6 +31,14 @@ type Config struct {
 	LibraryDir string `json:"libraryDir,omitempty"`
 	// Library32Dir is the same for the 32-bit libraries of compat32.
 	Library32Dir string `json:"library32Dir,omitempty"`
+	// LibraryMode says how libraries reach a container: "directory" (one
+	// bind mount of a directory of hard links prepared in LibraryCache),
+	// "files" (one bind mount per library), or "auto" (directory when the
+	// cache can be made, else files with a warning).
+	LibraryMode string `json:"libraryMode,omitempty"`
+	// LibraryCache is the directory, inside the driver root, where the
+	// library directories are prepared.
+	LibraryCache string `json:"libraryCache,omitempty"`
 }
 
 // Defaults for the keys of Config.
@@ -39,6 +47,8 @@ const (
 	DefaultDriverRoot   = "/"
 	DefaultLibraryDir   = "/usr/local/nvidia/lib64"
 	DefaultLibrary32Dir = "/usr/local/nvidia/lib"
+	DefaultLibraryMode  = "auto"
+	DefaultLibraryCache = "/var/lib/nri-gpu"
 )
 
 // Default returns the configuration used when no file is given.
@@ -63,6 +73,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Library32Dir == "" {
 		c.Library32Dir = DefaultLibrary32Dir
+	}
+	if c.LibraryMode == "" {
+		c.LibraryMode = DefaultLibraryMode
+	}
+	if c.LibraryCache == "" {
+		c.LibraryCache = DefaultLibraryCache
 	}
 }
 
@@ -104,7 +120,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -114,6 +130,7 @@ func (c Config) Validate() error {
 		{"driverRootMount", c.DriverRootMount},
 		{"libraryDir", c.LibraryDir},
 		{"library32Dir", c.Library32Dir},
+		{"libraryCache", c.LibraryCache},
 	} {
 		if !filepath.IsAbs(p.val) || filepath.Clean(p.val) != p.val {
 			return fmt.Errorf("key %s: %q must be an absolute, clean path", p.key, p.val)
@@ -126,6 +143,14 @@ func (c Config) Validate() error {
 		if p.val == "/" {
 			return fmt.Errorf("key %s: must not be /", p.key)
 		}
+	}
+	switch c.LibraryMode {
+	case "auto", "directory", "files":
+	default:
+		return fmt.Errorf("key libraryMode: unknown mode %q (valid: auto, directory, files)", c.LibraryMode)
+	}
+	if c.LibraryCache == "/" {
+		return fmt.Errorf("key libraryCache: must not be /")
 	}
 	if c.LibraryDir == c.Library32Dir {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)

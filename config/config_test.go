@@ -13,7 +13,8 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
-		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir}
+		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
+		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu"}
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -33,6 +34,8 @@ func TestParseErrors(t *testing.T) {
 		{"libraryDir: /a:/b\n", `must not contain ':'`},
 		{"libraryDir: /x\nlibrary32Dir: /x\n", `must differ`},
 		{"hostRoot: /\n\tbad", `yaml`},
+		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
+		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/libcache"
 	"github.com/nri-gpu/nri-gpu/request"
 )
 
@@ -51,7 +54,30 @@ func (p *Plugin) Ready() bool { return p.synced.Load() && p.state.Load() != nil 
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("synchronized with the runtime")
 	p.synced.Store(true)
+	p.cleanLibraryCache(ctrs)
 	return nil, nil
+}
+
+// cleanLibraryCache removes the library directories of replaced driver
+// versions that none of the runtime's containers mounts.
+func (p *Plugin) cleanLibraryCache(ctrs []*api.Container) {
+	st := p.state.Load()
+	if st.cfg.LibraryMode == "files" {
+		return
+	}
+	sources := map[string]bool{}
+	for _, c := range ctrs {
+		for _, m := range c.GetMounts() {
+			sources[m.GetSource()] = true
+		}
+	}
+	removed, err := libcache.Clean(cacheOptions(st.cfg), st.snap.DriverVersion, func(dir string) bool { return sources[dir] })
+	if err != nil {
+		p.log.WithError(err).Warn("cleaning the library cache")
+	}
+	for _, r := range removed {
+		p.log.Infof("removed unused library directories %s", r)
+	}
 }
 
 // New discovers the node with cfg and returns a plugin serving it.
@@ -90,11 +116,31 @@ func (p *Plugin) Reload(cfg config.Config) error {
 		"gpus":   len(snap.GPUs),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
-	p.state.Store(&state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, adjust.Layout{
-		LibraryDir:   cfg.LibraryDir,
-		Library32Dir: cfg.Library32Dir,
-	})})
+	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir}
+	if cfg.LibraryMode != "files" && snap.DriverVersion != "" && len(snap.Files) > 0 {
+		cache, err := libcache.Build(snap, cacheOptions(cfg))
+		switch {
+		case err == nil:
+			layout.HostLibraryDirs, layout.HostLibrary32Dirs = cache.Dirs, cache.Dirs32
+			p.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
+				Infof("library directories ready in %s", filepath.Join(cfg.DriverRoot, cfg.LibraryCache))
+		case cfg.LibraryMode == "directory":
+			return fmt.Errorf("libraryMode directory: preparing library directories in %s: %w", cfg.LibraryCache, err)
+		default:
+			p.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
+		}
+	}
+	p.state.Store(&state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout)})
 	return nil
+}
+
+// cacheOptions locates the library cache of cfg.
+func cacheOptions(cfg config.Config) libcache.Options {
+	return libcache.Options{
+		DriverRoot:      cfg.DriverRoot,
+		DriverRootMount: cfg.DriverRootMount,
+		Dir:             strings.TrimPrefix(cfg.LibraryCache, "/"),
+	}
 }
 
 // Refresh rediscovers the node with the current configuration.
@@ -143,6 +189,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		fields["gpus"] = res.Edits.VisibleDevices
 		fields["capabilities"] = res.Selection.Caps.String()
 		fields["files"] = res.Edits.Files
+		fields["mounts"] = len(res.Edits.Mounts)
 		p.log.WithFields(fields).Info("injected")
 	}
 	return adj, nil, nil

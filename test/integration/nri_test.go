@@ -245,14 +245,15 @@ func startPlugin(t *testing.T, args ...string) *pluginProc {
 
 // simNode generates a 4-GPU node whose index order differs from its minor
 // order, and writes a config file for it.
-func simNode(t *testing.T, dir string, layout simnode.Layout) (*simnode.Node, string) {
+func simNode(t *testing.T, dir string, layout simnode.Layout, extraConfig ...string) (*simnode.Node, string) {
 	t.Helper()
 	n, err := simnode.Generate(filepath.Join(dir, "node"), simnode.Options{NumGPUs: 4, SwapMinors: true, DeviceNodes: true, Layout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "nri-gpu.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n", n.Root, n.Root)), 0o644); err != nil {
+	data := fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n%s", n.Root, n.Root, strings.Join(extraConfig, ""))
+	if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return n, cfg
@@ -284,10 +285,18 @@ func applyToSpec(t *testing.T, adj *api.ContainerAdjustment) *rspec.Spec {
 	return g.Config
 }
 
+// TestCreateContainerOverNRI runs the plugin with each way of delivering
+// libraries: one mount per library, and one mount of a prepared directory.
 func TestCreateContainerOverNRI(t *testing.T) {
 	needRoot(t)
+	for _, mode := range []string{"files", "directory"} {
+		t.Run(mode, func(t *testing.T) { testCreateContainerOverNRI(t, mode) })
+	}
+}
+
+func testCreateContainerOverNRI(t *testing.T, mode string) {
 	dir := shortTempDir(t)
-	n, cfg := simNode(t, dir, simnode.LayoutRHEL)
+	n, cfg := simNode(t, dir, simnode.LayoutRHEL, "libraryMode: "+mode+"\n")
 	r := startRuntime(t, dir)
 	defer r.stop()
 	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--log-level", "debug")
@@ -346,6 +355,33 @@ func TestCreateContainerOverNRI(t *testing.T) {
 			}
 		}
 		wantMounts["/lib/firmware/nvidia/"+n.DriverVersion] = filepath.Join(n.Root, "usr/lib/firmware/nvidia", n.DriverVersion)
+		if mode == "directory" {
+			// The libraries come as one directory of hard links to them.
+			var libDir string
+			for _, m := range spec.Mounts {
+				if m.Destination == "/usr/local/nvidia/lib64" {
+					libDir = m.Source
+				}
+			}
+			if !strings.HasPrefix(libDir, filepath.Join(n.Root, "var/lib/nri-gpu")+"/") {
+				t.Fatalf("library directory mount from %q, want one in the cache", libDir)
+			}
+			entries, _ := os.ReadDir(libDir)
+			n := 0
+			for dst, src := range wantMounts {
+				if name, ok := strings.CutPrefix(dst, "/usr/local/nvidia/lib64/"); ok {
+					n++
+					if !sameFile(t, filepath.Join(libDir, name), src) {
+						t.Errorf("%s/%s is not %s", libDir, name, src)
+					}
+					delete(wantMounts, dst)
+				}
+			}
+			if len(entries) != n {
+				t.Errorf("library directory has %d entries, want %d", len(entries), n)
+			}
+			wantMounts["/usr/local/nvidia/lib64"] = libDir
+		}
 		got := map[string]string{}
 		for _, m := range spec.Mounts {
 			if _, ok := wantMounts[m.Destination]; !ok && !strings.HasPrefix(m.Source, n.Root) {
@@ -532,4 +568,20 @@ func TestRunFailsOnBadConfig(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "absent.yaml") {
 		t.Errorf("missing config file: %v\n%s", err, out)
 	}
+}
+
+// sameFile reports whether a and b are the same file (inode).
+func sameFile(t *testing.T, a, b string) bool {
+	t.Helper()
+	fa, err := os.Stat(a)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return os.SameFile(fa, fb)
 }

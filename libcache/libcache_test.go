@@ -1,0 +1,176 @@
+package libcache_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/libcache"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+func setup(t *testing.T) (*simnode.Node, *inventory.Snapshot, libcache.Options) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create device nodes (mknod); CI runs as root")
+	}
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 1, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := inventory.Discover(inventory.Options{HostRoot: n.Root, DriverRoot: n.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, snap, libcache.Options{DriverRoot: n.Root, DriverRootMount: n.Root, Dir: "var/lib/nri-gpu"}
+}
+
+func inode(t *testing.T, p string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+func TestBuild(t *testing.T) {
+	_, snap, o := setup(t)
+	c, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// utility, compute, video, graphics, ngx have libraries: 31 sets.
+	if len(c.Dirs) != 31 || len(c.Dirs32) != 0 {
+		t.Fatalf("%d directories (%d 32-bit), want 31 and 0", len(c.Dirs), len(c.Dirs32))
+	}
+	set := inventory.DefaultCapabilities
+	dir, ok := c.Dirs[set]
+	if !ok {
+		t.Fatalf("no directory for %s", set)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	var want []string
+	for _, f := range snap.Files {
+		if f.Kind == inventory.Library && set.Has(f.Capability) {
+			want = append(want, f.Name)
+			// The entry is the discovered file itself (a hard link).
+			if inode(t, filepath.Join(dir, f.Name)) != inode(t, f.HostPath) {
+				t.Errorf("%s is not a hard link to %s", f.Name, f.HostPath)
+			}
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("directory holds %q, want exactly %q", names, want)
+	}
+
+	// A second build (a plugin restart) reuses the same directories.
+	c2, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Dirs[set] != dir {
+		t.Errorf("rebuild made %s, want the existing %s", c2.Dirs[set], dir)
+	}
+}
+
+// TestUpgradeAndClean checks that a driver upgrade makes new directories,
+// keeps the old version's files alive while a container uses them, and
+// removes them once none does.
+func TestUpgradeAndClean(t *testing.T) {
+	n, snap, o := setup(t)
+	old, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldDir := old.Dirs[inventory.DefaultCapabilities]
+	oldCuda := filepath.Join(oldDir, "libcuda.so.1")
+
+	n2, err := simnode.Upgrade(n, "590.44.01", simnode.Options{DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap2, err := inventory.Discover(inventory.Options{HostRoot: n2.Root, DriverRoot: n2.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap2.DriverVersion != "590.44.01" {
+		t.Fatalf("upgraded version %q", snap2.DriverVersion)
+	}
+	cur, err := libcache.Build(snap2, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDir := cur.Dirs[inventory.DefaultCapabilities]
+	if newDir == oldDir {
+		t.Fatal("the upgrade reused the old directory")
+	}
+	// The old driver's files are gone from the driver root but the old
+	// directory still holds them for running containers.
+	if _, err := os.Stat(filepath.Join(n.Root, n.LibDir, "libcuda.so.580.126.09")); !os.IsNotExist(err) {
+		t.Fatalf("old libcuda still in the driver root: %v", err)
+	}
+	if data, err := os.ReadFile(oldCuda); err != nil || len(data) == 0 {
+		t.Fatalf("old directory lost libcuda: %v", err)
+	}
+
+	// In use: kept.
+	removed, err := libcache.Clean(o, "590.44.01", func(d string) bool { return d == oldDir })
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("Clean with the old directory in use removed %q (%v)", removed, err)
+	}
+	if _, err := os.Stat(oldDir); err != nil {
+		t.Fatal(err)
+	}
+	// Unused: removed; the current version stays.
+	removed, err = libcache.Clean(o, "590.44.01", func(string) bool { return false })
+	if err != nil || len(removed) != 1 || removed[0] != filepath.Join(n.Root, "var/lib/nri-gpu/580.126.09") {
+		t.Fatalf("Clean removed %q (%v)", removed, err)
+	}
+	if _, err := os.Stat(oldDir); !os.IsNotExist(err) {
+		t.Errorf("old directory still there: %v", err)
+	}
+	if _, err := os.Stat(newDir); err != nil {
+		t.Errorf("current directory removed: %v", err)
+	}
+}
+
+// TestBuildFailsAcrossFileSystems checks that a cache on another file
+// system than the libraries (where hard links cannot be made) is an error,
+// not a silent copy; and that a cache path leaving the driver root is
+// refused.
+func TestBuildFailsAcrossFileSystems(t *testing.T) {
+	_, snap, o := setup(t)
+	dir := filepath.Join(o.DriverRootMount, o.Dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mounting a tmpfs (needs root): %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	_, err := libcache.Build(snap, o)
+	if err == nil || !strings.Contains(err.Error(), "cross-device") {
+		t.Fatalf("Build on another file system: %v, want a cross-device link error", err)
+	}
+
+	o.Dir = "proc-link"
+	if err := os.Symlink("/proc/self", filepath.Join(o.DriverRootMount, "proc-link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := libcache.Build(snap, o); err == nil {
+		t.Fatal("Build through a link leaving the driver root succeeded")
+	}
+}
