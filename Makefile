@@ -6,7 +6,7 @@ PKGS    := ./...
 # Modules with their own go.mod, checked like the product module.
 SUBMODULES := test/e2e
 
-.PHONY: all build test lint unit e2e bench demo bench-e2e clean
+.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean
 
 all: build
 
@@ -26,6 +26,20 @@ lint:
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+# The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
+# module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
+# simulated node, then the same against containerd 2.2.9 (older NRI API).
+e2e: e2e-tools
+	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
+	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -count=1 -timeout 30m ./suite/
+
+e2e-tools:
+	test/e2e/install-tools.sh
+
+# One command to a working demo on a machine without a GPU (root).
+demo: build
+	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu
 
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./plugin/

@@ -1,0 +1,572 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ContainerdOptions configures StartContainerd.
+type ContainerdOptions struct {
+	// Tools to run (required).
+	Tools *Tools
+	// Images to import into the k8s.io namespace after start (may be nil). The
+	// Busybox image is also the sandbox (pause) image; without Images the sandbox
+	// image is SandboxImage.
+	Images *Images
+	// ExtraImages are imported too.
+	ExtraImages []*Image
+	// SandboxImage overrides the sandbox image (default BusyboxImage).
+	SandboxImage string
+
+	// DefaultValidator enables NRI's built-in default validator, which can require
+	// named plugins per pod (annotation required-plugins.noderesource.dev/...).
+	DefaultValidator bool
+	// DisableNRI turns NRI off.
+	DisableNRI bool
+	// NRIRegistrationTimeout and NRIRequestTimeout override containerd's defaults
+	// (5 s and 2 s) when non-zero.
+	NRIRegistrationTimeout time.Duration
+	NRIRequestTimeout      time.Duration
+
+	// RuntimeBinary is the OCI runtime the runc shim runs (its BinaryName), e.g. a
+	// wrapper such as nvidia-container-runtime. Default: Tools.Runc.
+	RuntimeBinary string
+	// ExtraConfig is TOML merged over the generated config (tables merge key by
+	// key, so it may override generated keys as well as add new ones).
+	ExtraConfig string
+	// Env is added to containerd's environment (and so to the shims').
+	Env []string
+	// Debug sets containerd's log level to debug.
+	Debug bool
+	// StartTimeout bounds the wait for CRI to answer (default 60 s).
+	StartTimeout time.Duration
+}
+
+// Containerd is a running private containerd. All its paths are under Dir.
+type Containerd struct {
+	Opts ContainerdOptions
+
+	Dir             string // the private temp dir, e.g. /tmp/nrie2e-123
+	Root            string // containerd root
+	State           string // containerd state
+	Address         string // gRPC (and CRI) unix socket
+	NRISocket       string // NRI socket for external plugins
+	NRIPluginPath   string // pre-registered plugins (NN-name executables)
+	NRIPluginConfig string // their configs (NN-name.conf)
+	CDISpecDir      string // the only CDI spec dir
+	RuncRoot        string // runc's state root (--root)
+	ConfigPath      string // the generated config.toml
+	LogPath         string // containerd's stdout+stderr
+	PodLogDir       string // parent of the pods' log directories
+	StartupDuration time.Duration
+	ImportDuration  time.Duration
+	features        features
+	mu              sync.Mutex
+	cmd             *exec.Cmd
+	exited          chan struct{}
+	exitErr         error
+	logFile         *os.File
+	conn            *grpc.ClientConn
+	cri             *CRI
+	stopped         bool
+	pods            map[string]*runtimeapi.PodSandboxConfig
+}
+
+// features are config differences between containerd releases.
+type features struct {
+	shimSocketDir bool // [plugins.'io.containerd.shim.v1.manager'] socket_dir (2.4+)
+	enableCDIKey  bool // [plugins.'io.containerd.cri.v1.runtime'] enable_cdi (before 2.3)
+}
+
+func featuresFor(version string) features {
+	major, minor := parseVersion(version)
+	after := func(ma, mi int) bool { return major > ma || major == ma && minor >= mi }
+	return features{
+		shimSocketDir: after(2, 4),
+		enableCDIKey:  !after(2, 3),
+	}
+}
+
+func parseVersion(v string) (major, minor int) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) >= 2 {
+		major, _ = strconv.Atoi(parts[0])
+		minor, _ = strconv.Atoi(parts[1])
+	}
+	return major, minor
+}
+
+// StartContainerd starts a private containerd under a fresh short temp dir, waits
+// until CRI answers Version and reports the runtime ready, and imports the images.
+// On error everything started is cleaned up again.
+func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, error) {
+	if opts.Tools == nil {
+		return nil, errors.New("ContainerdOptions.Tools is required")
+	}
+	if opts.RuntimeBinary == "" {
+		opts.RuntimeBinary = opts.Tools.Runc
+	}
+	if opts.SandboxImage == "" {
+		opts.SandboxImage = BusyboxImage
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 60 * time.Second
+	}
+	// Short, so that unix socket paths stay far below 108 bytes.
+	dir, err := os.MkdirTemp("", "nrie2e-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{
+		Opts:            opts,
+		Dir:             dir,
+		Root:            filepath.Join(dir, "root"),
+		State:           filepath.Join(dir, "state"),
+		Address:         filepath.Join(dir, "c.sock"),
+		NRISocket:       filepath.Join(dir, "nri.sock"),
+		NRIPluginPath:   filepath.Join(dir, "nri", "plugins"),
+		NRIPluginConfig: filepath.Join(dir, "nri", "conf.d"),
+		CDISpecDir:      filepath.Join(dir, "cdi"),
+		RuncRoot:        filepath.Join(dir, "runc"),
+		ConfigPath:      filepath.Join(dir, "config.toml"),
+		LogPath:         filepath.Join(dir, "containerd.log"),
+		PodLogDir:       filepath.Join(dir, "pods"),
+		features:        featuresFor(opts.Tools.ContainerdVersion),
+	}
+	// Who owns this dir, for ReapStale.
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for _, d := range []string{c.Root, c.State, c.NRIPluginPath, c.NRIPluginConfig, c.CDISpecDir, c.RuncRoot, c.PodLogDir,
+		filepath.Join(dir, "tmp"), filepath.Join(dir, "s"), filepath.Join(dir, "opt"), filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	cfg, err := c.config()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := os.WriteFile(c.ConfigPath, cfg, 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	start := time.Now()
+	var imgs []*Image
+	if opts.Images != nil {
+		imgs = append(imgs, opts.Images.All()...)
+	}
+	imgs = append(imgs, opts.ExtraImages...)
+	if err := c.ImportImages(ctx, imgs...); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	c.ImportDuration = time.Since(start)
+	return c, nil
+}
+
+// config renders the containerd config (version 3, containerd 2.x).
+func (c *Containerd) config() ([]byte, error) {
+	o := c.Opts
+	runtime := map[string]any{
+		"restrict_oom_score_adj": true, // this machine lacks CAP_SYS_RESOURCE
+		"cdi_spec_dirs":          []string{c.CDISpecDir},
+		"cni": map[string]any{
+			"bin_dirs": []string{filepath.Join(c.Dir, "cni", "bin")},
+			"conf_dir": filepath.Join(c.Dir, "cni", "conf"),
+		},
+		"containerd": map[string]any{
+			"default_runtime_name": "runc",
+			"runtimes": map[string]any{
+				"runc": map[string]any{
+					"runtime_type": "io.containerd.runc.v2",
+					"runtime_path": o.Tools.Shim,
+					"options": map[string]any{
+						"BinaryName":    o.RuntimeBinary,
+						"Root":          c.RuncRoot,
+						"SystemdCgroup": false,
+					},
+				},
+			},
+		},
+	}
+	if c.features.enableCDIKey {
+		runtime["enable_cdi"] = true
+	}
+	nri := map[string]any{
+		"disable":            o.DisableNRI,
+		"socket_path":        c.NRISocket,
+		"plugin_path":        c.NRIPluginPath,
+		"plugin_config_path": c.NRIPluginConfig,
+	}
+	if o.NRIRegistrationTimeout > 0 {
+		nri["plugin_registration_timeout"] = o.NRIRegistrationTimeout.String()
+	}
+	if o.NRIRequestTimeout > 0 {
+		nri["plugin_request_timeout"] = o.NRIRequestTimeout.String()
+	}
+	if o.DefaultValidator {
+		nri["default_validator"] = map[string]any{"enable": true}
+	}
+	plugins := map[string]any{
+		"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(c.Dir, "opt")},
+		"io.containerd.cri.v1.images": map[string]any{
+			"snapshotter":   "native",
+			"pinned_images": map[string]any{"sandbox": o.SandboxImage},
+		},
+		"io.containerd.cri.v1.runtime": runtime,
+		"io.containerd.grpc.v1.cri": map[string]any{
+			"stream_server_address": "127.0.0.1",
+			"stream_server_port":    "0",
+		},
+		"io.containerd.nri.v1.nri": nri,
+		"io.containerd.transfer.v1.local": map[string]any{
+			"unpack_config": []any{map[string]any{"platform": "linux/" + goarch(), "snapshotter": "native"}},
+		},
+	}
+	if c.features.shimSocketDir {
+		plugins["io.containerd.shim.v1.manager"] = map[string]any{"socket_dir": filepath.Join(c.Dir, "s")}
+	}
+	level := "info"
+	if o.Debug {
+		level = "debug"
+	}
+	cfg := map[string]any{
+		"version": 3,
+		"root":    c.Root,
+		"state":   c.State,
+		"temp":    filepath.Join(c.Dir, "tmp"),
+		"grpc":    map[string]any{"address": c.Address},
+		"ttrpc":   map[string]any{"address": c.Address + ".ttrpc"},
+		"debug":   map[string]any{"level": level},
+		"plugins": plugins,
+	}
+	if strings.TrimSpace(o.ExtraConfig) != "" {
+		var extra map[string]any
+		if err := toml.Unmarshal([]byte(o.ExtraConfig), &extra); err != nil {
+			return nil, fmt.Errorf("ExtraConfig: %w", err)
+		}
+		mergeTOML(cfg, extra)
+	}
+	return toml.Marshal(cfg)
+}
+
+// mergeTOML merges src into dst: tables recursively, everything else replaced.
+func mergeTOML(dst, src map[string]any) {
+	for k, v := range src {
+		if sv, ok := v.(map[string]any); ok {
+			if dv, ok := dst[k].(map[string]any); ok {
+				mergeTOML(dv, sv)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// start runs containerd and waits until CRI is ready.
+func (c *Containerd) start(ctx context.Context) error {
+	begin := time.Now()
+	// A killed containerd leaves its sockets behind.
+	for _, s := range []string{c.Address, c.Address + ".ttrpc", c.NRISocket} {
+		_ = os.Remove(s)
+	}
+	logf, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "=== nri-gpu-e2e: starting %s %s at %s\n", c.Opts.Tools.Containerd, c.Opts.Tools.ContainerdVersion, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.Opts.Tools.Containerd, "--config", c.ConfigPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = c.Dir
+	env := []string{"PATH=" + strings.Join(append(c.Opts.Tools.Dirs(), os.Getenv("PATH")), ":")}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "PATH=") && !strings.HasPrefix(e, "NOTIFY_SOCKET=") && !strings.HasPrefix(e, "LISTEN_") {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = append(env, c.Opts.Env...)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	exited := make(chan struct{})
+	c.mu.Lock()
+	c.cmd, c.exited, c.logFile, c.exitErr = cmd, exited, logf, nil
+	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		c.mu.Lock()
+		c.exitErr = err
+		c.mu.Unlock()
+		close(exited)
+	}()
+	if err := os.WriteFile(filepath.Join(c.Dir, "containerd.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		return err
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, c.Opts.StartTimeout)
+	defer cancel()
+	if err := c.waitReady(wctx, exited); err != nil {
+		return fmt.Errorf("containerd %s did not become ready: %w\n--- tail of %s ---\n%s", c.Opts.Tools.ContainerdVersion, err, c.LogPath, c.LogTail(6000))
+	}
+	c.StartupDuration = time.Since(begin)
+	return nil
+}
+
+func (c *Containerd) waitReady(ctx context.Context, exited chan struct{}) error {
+	var last error
+	for {
+		select {
+		case <-exited:
+			c.mu.Lock()
+			err := c.exitErr
+			c.mu.Unlock()
+			return fmt.Errorf("containerd exited: %v", err)
+		default:
+		}
+		if _, err := os.Stat(c.Address); err == nil {
+			if err := c.connect(); err != nil {
+				return err
+			}
+			if err := c.criReady(ctx); err == nil {
+				return nil
+			} else {
+				last = err
+			}
+		} else {
+			last = fmt.Errorf("no socket %s yet", c.Address)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-exited:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Containerd) connect() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		return nil
+	}
+	// One connection for the life of this Containerd: gRPC reconnects by itself
+	// after Restart (with a short backoff), so CRI() stays valid.
+	conn, err := grpc.NewClient("unix://"+c.Address,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	c.cri = newCRI(c, conn)
+	return nil
+}
+
+// criReady asks CRI for its version and for RuntimeReady.
+func (c *Containerd) criReady(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rt := c.cri.Runtime
+	if _, err := rt.Version(cctx, &runtimeapi.VersionRequest{}); err != nil {
+		return fmt.Errorf("CRI Version: %w", err)
+	}
+	st, err := rt.Status(cctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("CRI Status: %w", err)
+	}
+	for _, cond := range st.GetStatus().GetConditions() {
+		if cond.Type == runtimeapi.RuntimeReady {
+			if cond.Status {
+				return nil
+			}
+			return fmt.Errorf("RuntimeReady=false: %s %s", cond.Reason, cond.Message)
+		}
+	}
+	return errors.New("no RuntimeReady condition")
+}
+
+// CRI returns the CRI client of this containerd.
+func (c *Containerd) CRI() *CRI {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cri
+}
+
+// PID returns containerd's process id (0 when not running).
+func (c *Containerd) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-c.exited:
+		return 0
+	default:
+	}
+	return c.cmd.Process.Pid
+}
+
+// LogTail returns the last n bytes of containerd's log.
+func (c *Containerd) LogTail(n int64) string {
+	return fileTail(c.LogPath, n)
+}
+
+// Ctr runs ctr against this containerd, in the k8s.io namespace.
+func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
+	full := append([]string{"--address", c.Address, "--namespace", "k8s.io"}, args...)
+	out, err := exec.CommandContext(ctx, c.Opts.Tools.Ctr, full...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ctr %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// ImportImages imports image tarballs into the k8s.io namespace, unpacked for the
+// native snapshotter, and waits until CRI sees each of them.
+func (c *Containerd) ImportImages(ctx context.Context, imgs ...*Image) error {
+	// In parallel: most of an import is unpacking the layer.
+	errs := make([]error, len(imgs))
+	var wg sync.WaitGroup
+	for i, img := range imgs {
+		if img == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// --local: import in the client, unpacking into the snapshotter named
+			// here (the same in containerd 2.2 and 2.4, whatever the transfer
+			// service's unpack platforms are).
+			_, errs[i] = c.Ctr(ctx, "images", "import", "--local", "--snapshotter", "native", img.Tar)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, img := range imgs {
+		if img == nil {
+			continue
+		}
+		if err := c.waitImage(ctx, img.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Containerd) waitImage(ctx context.Context, ref string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.CRI().Image.ImageStatus(cctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+		cancel()
+		if err == nil && resp.GetImage() != nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("CRI does not see image %s after import (err %v)\n--- containerd log ---\n%s", ref, err, c.LogTail(3000))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stopDaemon stops the containerd process (SIGTERM, then SIGKILL after grace),
+// leaving shims and containers alone.
+func (c *Containerd) stopDaemon(grace time.Duration) {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-exited:
+	default:
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	c.mu.Lock()
+	if c.logFile != nil {
+		c.logFile.Close()
+		c.logFile = nil
+	}
+	c.mu.Unlock()
+}
+
+// Restart stops containerd the way a real restart does (containers and their shims
+// keep running) and starts it again on the same dirs and config; it returns once
+// CRI answers again. The CRI client stays valid (it reconnects).
+func (c *Containerd) Restart(ctx context.Context) error {
+	c.stopDaemon(10 * time.Second)
+	if err := c.start(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Stop removes every pod through CRI (best effort, bounded), kills containerd, the
+// containers and every shim started for this dir by PID, unmounts everything mounted
+// under Dir and removes Dir. It is safe to call more than once. It returns what it
+// could not clean up.
+func (c *Containerd) Stop() error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	cri := c.cri
+	c.mu.Unlock()
+	if cri != nil && c.PID() != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_ = cri.CleanupAll(ctx)
+		cancel()
+	}
+	c.stopDaemon(10 * time.Second)
+	c.mu.Lock()
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	c.mu.Unlock()
+	return CleanupDir(c.Dir, c.Opts.Tools.Runc)
+}
