@@ -152,6 +152,9 @@ func (p *Plugin) Config() config.Config { return p.state.Load().cfg }
 // Snapshot returns the current inventory snapshot.
 func (p *Plugin) Snapshot() *inventory.Snapshot { return p.state.Load().snap }
 
+// Prepared returns the current snapshot prepared for requests.
+func (p *Plugin) Prepared() *adjust.Prepared { return p.state.Load().prep }
+
 // Configure handles the runtime's Configure request. A pre-registered
 // plugin gets its configuration file's contents here; an empty config keeps
 // the current one.

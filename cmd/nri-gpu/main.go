@@ -2,6 +2,7 @@
 //
 //	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL]
 //	nri-gpu inventory [--config FILE] [-o table|json]
+//	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
 //	nri-gpu version
 package main
 
@@ -30,6 +31,7 @@ const usage = `nri-gpu: inject NVIDIA GPUs into containers through NRI.
 Usage:
   nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL]
   nri-gpu inventory [--config FILE] [-o table|json]
+  nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -56,6 +58,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(args[1:], stderr)
 	case "inventory":
 		err = inventoryCmd(args[1:], stdout, stderr)
+	case "cdi":
+		err = cdiCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":

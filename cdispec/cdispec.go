@@ -1,0 +1,117 @@
+// Package cdispec exports nri-gpu's view of a node as a Container Device
+// Interface spec, so that runtimes that resolve CDI devices themselves
+// (containerd, CRI-O, Podman, Docker 25+) give a container the same view as
+// an nri-gpu request.
+package cdispec
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+// Kind is the CDI kind of the exported GPUs.
+const Kind = "nvidia.com/gpu"
+
+// Generate returns a CDI spec with one device per GPU, named both by index
+// and by UUID, and a device "all". Each GPU device holds its device node;
+// the spec's own edits hold what every request gets with caps: control
+// nodes, driver file mounts (the same sources and options as nri-gpu's
+// adjustments, including a prepared library directory) and LD_LIBRARY_PATH.
+//
+// Two things CDI cannot express the way nri-gpu does them: environment
+// edits replace a variable, so LD_LIBRARY_PATH is set rather than appended
+// to the image's own value; and a list-valued NVIDIA_VISIBLE_DEVICES cannot
+// be merged from several devices, so only the device "all" sets it.
+func Generate(prep *adjust.Prepared, caps inventory.Capabilities) (*specs.Spec, error) {
+	snap := prep.Snapshot()
+	if snap.DriverVersion == "" {
+		return nil, fmt.Errorf("the node has no usable NVIDIA driver (see nri-gpu inventory)")
+	}
+	common := adjust.Build(prep, nil, caps)
+	spec := &specs.Spec{Kind: Kind}
+	spec.ContainerEdits = specs.ContainerEdits{
+		DeviceNodes: deviceNodes(common.Devices),
+		Mounts:      mounts(common.Mounts),
+	}
+	if len(common.LibraryDirs) > 0 {
+		spec.ContainerEdits.Env = []string{adjust.EnvLibraryPath + "=" + strings.Join(common.LibraryDirs, ":")}
+	}
+
+	var all []inventory.DeviceNode
+	var uuids []string
+	for _, g := range snap.GPUs {
+		edits := specs.ContainerEdits{DeviceNodes: deviceNodes([]inventory.DeviceNode{g.Node})}
+		spec.Devices = append(spec.Devices,
+			specs.Device{Name: strconv.Itoa(g.Index), ContainerEdits: edits},
+			specs.Device{Name: g.UUID, ContainerEdits: edits})
+		all = append(all, g.Node)
+		uuids = append(uuids, g.UUID)
+	}
+	if len(all) > 0 {
+		spec.Devices = append(spec.Devices, specs.Device{Name: "all", ContainerEdits: specs.ContainerEdits{
+			DeviceNodes: deviceNodes(all),
+			Env:         []string{adjust.EnvVisibleDevices + "=" + strings.Join(uuids, ",")},
+		}})
+	}
+	version, err := cdi.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = version
+	return spec, nil
+}
+
+func deviceNodes(nodes []inventory.DeviceNode) []*specs.DeviceNode {
+	out := make([]*specs.DeviceNode, 0, len(nodes))
+	for _, n := range nodes {
+		mode := n.Mode
+		out = append(out, &specs.DeviceNode{
+			Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor,
+			FileMode: &mode, Permissions: "rw",
+		})
+	}
+	return out
+}
+
+func mounts(ms []adjust.Mount) []*specs.Mount {
+	out := make([]*specs.Mount, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &specs.Mount{
+			HostPath: m.Source, ContainerPath: m.Destination, Type: "bind",
+			Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"},
+		})
+	}
+	return out
+}
+
+// Marshal returns the spec as YAML after checking it with the CDI
+// library's own validation (the same a runtime applies when it loads it).
+func Marshal(spec *specs.Spec) ([]byte, error) {
+	data, err := yaml.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nri-gpu-cdi-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "nri-gpu.yaml")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		return nil, err
+	}
+	if _, err := cdi.ReadSpec(p, 0); err != nil {
+		return nil, fmt.Errorf("the generated CDI spec does not validate: %w", err)
+	}
+	return data, nil
+}

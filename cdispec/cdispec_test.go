@@ -1,0 +1,68 @@
+package cdispec_test
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/cdispec"
+	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+func TestGenerate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create device nodes (mknod); CI runs as root")
+	}
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, SwapMinors: true, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"files", "directory"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.LibraryMode = n.Root, n.Root, n.Root, mode
+			log := logrus.New()
+			log.SetOutput(os.Stderr)
+			p, err := plugin.New(cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := cdispec.Generate(p.Prepared(), inventory.Capabilities(inventory.Utility))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := cdispec.Marshal(spec)
+			if err != nil {
+				t.Fatalf("the spec does not validate: %v", err)
+			}
+			var names []string
+			for _, d := range spec.Devices {
+				names = append(names, d.Name)
+			}
+			want := []string{"0", n.GPUs[0].UUID, "1", n.GPUs[1].UUID, "all"}
+			if !slices.Equal(names, want) {
+				t.Errorf("devices %q, want %q", names, want)
+			}
+			if d := spec.Devices[0].ContainerEdits.DeviceNodes; len(d) != 1 || d[0].Minor != int64(n.GPUs[0].Minor) {
+				t.Errorf("device 0 nodes %+v, want minor %d", d, n.GPUs[0].Minor)
+			}
+			// utility only: no uvm nodes, no libcuda, nvidia-smi present.
+			s := string(data)
+			if strings.Contains(s, "nvidia-uvm") || strings.Contains(s, "libcuda") || !strings.Contains(s, "/usr/bin/nvidia-smi") {
+				t.Errorf("utility-only spec has the wrong files:\n%s", s)
+			}
+			if mode == "directory" && !strings.Contains(s, "containerPath: /usr/local/nvidia/lib64\n") {
+				t.Errorf("directory mode spec lacks the library directory mount:\n%s", s)
+			}
+			if !strings.Contains(s, "kind: nvidia.com/gpu") {
+				t.Errorf("kind missing:\n%s", s)
+			}
+		})
+	}
+}

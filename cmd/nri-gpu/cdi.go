@@ -1,0 +1,80 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/cdispec"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/request"
+)
+
+// cdiCmd runs `nri-gpu cdi generate`.
+func cdiCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "generate" {
+		return usageError{fmt.Errorf("usage: nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]")}
+	}
+	fs := flag.NewFlagSet("cdi generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
+	out := fs.String("o", "-", "output file, or - for standard output")
+	capsFlag := fs.String("capabilities", inventory.DefaultCapabilities.String(), "driver capabilities whose files the spec mounts (as NVIDIA_DRIVER_CAPABILITIES)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return flagError(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	caps, err := request.ParseCapabilities(*capsFlag)
+	if err != nil {
+		return usageError{fmt.Errorf("--capabilities: %v", err)}
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log := logrus.New()
+	log.SetOutput(stderr)
+	log.SetLevel(logrus.WarnLevel)
+	p, err := plugin.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	spec, err := cdispec.Generate(p.Prepared(), caps)
+	if err != nil {
+		return err
+	}
+	data, err := cdispec.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if *out == "-" {
+		_, err = stdout.Write(data)
+		return err
+	}
+	// Write next to the target and rename, so that a runtime watching the
+	// directory never reads half a spec.
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".nri-gpu-cdi-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), *out)
+}
