@@ -275,3 +275,16 @@ func hasPathEntry(list, dir string) bool {
 	}
 	return false
 }
+
+// CDIAdjustment returns an adjustment that hands GPUs to the runtime as CDI
+// device references (fully qualified names), which the runtime resolves
+// from its own CDI specs, plus NVIDIA_VISIBLE_DEVICES. The specs' edits
+// replace this plugin's device nodes and mounts.
+func CDIAdjustment(names []string, visibleDevices string) *api.ContainerAdjustment {
+	adj := &api.ContainerAdjustment{}
+	for _, n := range names {
+		adj.AddCDIDevice(&api.CDIDevice{Name: n})
+	}
+	adj.AddEnv(EnvVisibleDevices, visibleDevices)
+	return adj
+}

@@ -39,6 +39,13 @@ type Config struct {
 	// LibraryCache is the directory, inside the driver root, where the
 	// library directories are prepared.
 	LibraryCache string `json:"libraryCache,omitempty"`
+	// Emit says how GPUs are handed to the runtime: "edits" (device
+	// nodes, mounts and env in the adjustment; every runtime) or "cdi"
+	// (CDI device references the runtime resolves, when it can).
+	Emit string `json:"emit,omitempty"`
+	// CDISpecDirs are the runtime's CDI spec directories, read under
+	// hostRoot, for emit: cdi.
+	CDISpecDirs []string `json:"cdiSpecDirs,omitempty"`
 }
 
 // Defaults for the keys of Config.
@@ -49,7 +56,11 @@ const (
 	DefaultLibrary32Dir = "/usr/local/nvidia/lib"
 	DefaultLibraryMode  = "auto"
 	DefaultLibraryCache = "/var/lib/nri-gpu"
+	DefaultEmit         = "edits"
 )
+
+// DefaultCDISpecDirs are the CDI spec directories runtimes read by default.
+var DefaultCDISpecDirs = []string{"/etc/cdi", "/var/run/cdi"}
 
 // Default returns the configuration used when no file is given.
 func Default() Config {
@@ -79,6 +90,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.LibraryCache == "" {
 		c.LibraryCache = DefaultLibraryCache
+	}
+	if c.Emit == "" {
+		c.Emit = DefaultEmit
+	}
+	if len(c.CDISpecDirs) == 0 {
+		c.CDISpecDirs = append([]string(nil), DefaultCDISpecDirs...)
 	}
 }
 
@@ -120,7 +137,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -148,6 +165,16 @@ func (c Config) Validate() error {
 	case "auto", "directory", "files":
 	default:
 		return fmt.Errorf("key libraryMode: unknown mode %q (valid: auto, directory, files)", c.LibraryMode)
+	}
+	switch c.Emit {
+	case "edits", "cdi":
+	default:
+		return fmt.Errorf("key emit: unknown value %q (valid: edits, cdi)", c.Emit)
+	}
+	for _, d := range c.CDISpecDirs {
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
+			return fmt.Errorf("key cdiSpecDirs: %q must be an absolute, clean path", d)
+		}
 	}
 	if c.LibraryCache == "/" {
 		return fmt.Errorf("key libraryCache: must not be /")

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -14,11 +15,12 @@ func TestParse(t *testing.T) {
 	}
 	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
 		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
-		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu"}
-	if c != want {
+		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu",
+		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}}
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
-	if c, err := Parse(nil); err != nil || c != Default() {
+	if c, err := Parse(nil); err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("empty config: %+v, %v", c, err)
 	}
 }
@@ -34,6 +36,8 @@ func TestParseErrors(t *testing.T) {
 		{"libraryDir: /a:/b\n", `must not contain ':'`},
 		{"libraryDir: /x\nlibrary32Dir: /x\n", `must differ`},
 		{"hostRoot: /\n\tbad", `yaml`},
+		{"emit: both\n", `key emit: unknown value "both" (valid: edits, cdi)`},
+		{"cdiSpecDirs: [etc/cdi]\n", `key cdiSpecDirs: "etc/cdi" must be an absolute, clean path`},
 		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
 		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
 	} {

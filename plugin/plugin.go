@@ -16,8 +16,10 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/mod/semver"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/libcache"
@@ -30,6 +32,9 @@ type state struct {
 	cfg  config.Config
 	snap *inventory.Snapshot
 	prep *adjust.Prepared
+	// cdiNames maps GPU UUIDs to the CDI device names the runtime's
+	// specs define for them (emit: cdi).
+	cdiNames map[string]string
 }
 
 // Plugin answers the runtime's CreateContainer requests with GPU
@@ -42,7 +47,16 @@ type Plugin struct {
 	// synced is set once the runtime has synchronized the plugin on the
 	// current connection, and cleared when the connection is lost.
 	synced atomic.Bool
+	// stub is the NRI stub of the current connection.
+	stub atomic.Pointer[stub.Stub]
+	// runtimeCDI is set when the connected runtime's NRI resolves CDI
+	// device references in adjustments.
+	runtimeCDI atomic.Bool
 }
+
+// minCDINRIVersion is the first NRI version whose runtimes inject CDI
+// devices named in an adjustment.
+const minCDINRIVersion = "v0.10.0"
 
 // Ready reports whether the plugin is connected to the runtime and
 // synchronized with it, with an inventory loaded: whether containers
@@ -130,7 +144,20 @@ func (p *Plugin) Reload(cfg config.Config) error {
 			p.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
 		}
 	}
-	p.state.Store(&state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout)})
+	st := &state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout)}
+	if cfg.Emit == "cdi" {
+		var dirs []string
+		for _, d := range cfg.CDISpecDirs {
+			dirs = append(dirs, filepath.Join(cfg.HostRoot, d))
+		}
+		names, warnings := cdispec.Resolvable(snap, dirs)
+		for _, w := range warnings {
+			p.log.Warn(w)
+		}
+		st.cdiNames = names
+		p.log.Infof("emit cdi: %d of %d GPUs defined as %s devices in %v", len(names), len(snap.GPUs), cdispec.Kind, cfg.CDISpecDirs)
+	}
+	p.state.Store(st)
 	return nil
 }
 
@@ -159,7 +186,12 @@ func (p *Plugin) Prepared() *adjust.Prepared { return p.state.Load().prep }
 // plugin gets its configuration file's contents here; an empty config keeps
 // the current one.
 func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api.EventMask, error) {
-	p.log.Infof("connected to %s %s", runtime, version)
+	nriVersion := "unknown"
+	if s := p.stub.Load(); s != nil {
+		nriVersion = (*s).RuntimeNRIVersion()
+	}
+	p.runtimeCDI.Store(semver.IsValid(nriVersion) && semver.Compare(nriVersion, minCDINRIVersion) >= 0)
+	p.log.Infof("connected to %s %s (NRI %s)", runtime, version, nriVersion)
 	if cfg != "" {
 		c, err := config.Parse([]byte(cfg))
 		if err != nil {
@@ -188,6 +220,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	case res.Selection.Note != "":
 		p.log.WithFields(fields).Info(res.Selection.Note)
 	case adj != nil:
+		if st.cfg.Emit == "cdi" {
+			var how string
+			adj, how = p.emitCDI(st, res, adj)
+			fields["emit"] = how
+		}
 		fields["source"] = res.Request.Source
 		fields["gpus"] = res.Edits.VisibleDevices
 		fields["capabilities"] = res.Selection.Caps.String()
@@ -196,6 +233,27 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.log.WithFields(fields).Info("injected")
 	}
 	return adj, nil, nil
+}
+
+// emitCDI returns the CDI form of an answer when the runtime can resolve
+// it and its specs define every GPU of the selection; otherwise the edits,
+// with the reason.
+func (p *Plugin) emitCDI(st *state, res Result, edits *api.ContainerAdjustment) (*api.ContainerAdjustment, string) {
+	if !p.runtimeCDI.Load() {
+		return edits, "edits (the runtime's NRI does not inject CDI devices)"
+	}
+	if len(res.Selection.GPUs) == 0 {
+		return edits, "edits (no GPU to name)"
+	}
+	names := make([]string, 0, len(res.Selection.GPUs))
+	for _, g := range res.Selection.GPUs {
+		n, ok := st.cdiNames[g.UUID]
+		if !ok {
+			return edits, "edits (no CDI spec defines " + cdispec.Kind + "=" + g.UUID + ")"
+		}
+		names = append(names, n)
+	}
+	return adjust.CDIAdjustment(names, res.Edits.VisibleDevices), "cdi"
 }
 
 // Result tells what Handle decided, for logging.
@@ -258,6 +316,7 @@ func (p *Plugin) Run(ctx context.Context, o RunOptions) error {
 		if err != nil {
 			return fmt.Errorf("creating NRI stub: %w", err)
 		}
+		p.stub.Store(&s)
 		start := time.Now()
 		err = s.Run(ctx)
 		p.synced.Store(false)

@@ -35,3 +35,43 @@ func TestCDIExportMatchesInjection(t *testing.T) {
 		t.Errorf("the CDI container does not see one GPU:\n%s", a)
 	}
 }
+
+// TestEmitCDI runs nri-gpu with emit: cdi: GPUs go to the runtime as CDI
+// device references that containerd resolves from the spec in its spec
+// directory, and the container sees the same as with edits.
+func TestEmitCDI(t *testing.T) {
+	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	n := newNode(t, simnode.LayoutRHEL, "emit: cdi\ncdiSpecDirs: [/var/run/cdi]\n")
+	spec := filepath.Join(c.CDISpecDir, "nri-gpu.yaml")
+	if out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", n.config, "-o", spec).CombinedOutput(); err != nil {
+		t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
+	}
+	// The plugin reads the runtime's spec directory under hostRoot.
+	if err := os.MkdirAll(filepath.Join(n.Root, "var/run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(c.CDISpecDir, filepath.Join(n.Root, "var/run/cdi")); err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
+	w.plugin = startPlugin(t, c, n)
+
+	g := w.mustRun("emitcdi", map[string]string{"gpus.nri-gpu.dev/pod": "device=2"}, harness.ContainerSpec{Image: harness.GlibcImage})
+	// containerd 2.4 reports its NRI version (v0.12) in Configure; 2.2
+	// does not, and a version nri-gpu cannot tell gets edits.
+	want := "emit=cdi"
+	if harness.VersionFromEnv() == harness.CompatContainerdVersion {
+		want = `emit="edits (the runtime's NRI does not inject CDI devices)"`
+	}
+	if !strings.Contains(w.plugin.log.String(), want) {
+		t.Errorf("nri-gpu log lacks %s:\n%s", want, w.plugin.log.String())
+	}
+	out, code := g.sh("ls /dev | grep nvidia | tr '\\n' ' '; gpucheck cuda nvml")
+	node := "nvidia" + itoa(n.GPUs[2].Minor) + " "
+	if code != 0 || !strings.Contains(out, node) || !strings.Contains(out, "devices=1") {
+		t.Errorf("container view:\n%s\n%s", out, g.view())
+	}
+	if got := envOf(g, "NVIDIA_VISIBLE_DEVICES"); got != n.GPUs[2].UUID {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q", got)
+	}
+}

@@ -218,3 +218,5 @@ func (c *ctr) view() string {
 	out, _ := c.sh("echo '# ls -l /dev'; ls -l /dev; echo '# env'; env | sort; echo '# mounts'; grep -E 'nvidia|firmware' /proc/self/mountinfo")
 	return out
 }
+
+func itoa(i int) string { return fmt.Sprint(i) }

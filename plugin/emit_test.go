@@ -1,0 +1,47 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/config"
+)
+
+func TestEmitCDI(t *testing.T) {
+	snap := benchSnapshot()
+	cfg := config.Default()
+	cfg.Emit = "cdi"
+	st := &state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout), cdiNames: map[string]string{
+		snap.GPUs[0].UUID: "nvidia.com/gpu=" + snap.GPUs[0].UUID,
+		snap.GPUs[1].UUID: "nvidia.com/gpu=" + snap.GPUs[1].UUID,
+	}}
+	p := &Plugin{log: logrus.New()}
+	answer := func(ann string) (*api.ContainerAdjustment, string) {
+		pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": ann}}
+		adj, res, err := Handle(st.prep, pod, &api.Container{Name: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.emitCDI(st, res, adj)
+	}
+
+	if _, how := answer(`"device=0,1"`); !strings.Contains(how, "does not inject CDI") {
+		t.Errorf("runtime without CDI support: %q", how)
+	}
+	p.runtimeCDI.Store(true)
+	adj, how := answer(`"device=0,1"`)
+	if how != "cdi" || len(adj.CDIDevices) != 2 || len(adj.GetLinux().GetDevices()) != 0 || len(adj.Mounts) != 0 {
+		t.Errorf("resolvable GPUs: %q, %v", how, adj)
+	}
+	if adj.CDIDevices[1].Name != "nvidia.com/gpu="+snap.GPUs[1].UUID || adj.Env[0].Value != snap.GPUs[0].UUID+","+snap.GPUs[1].UUID {
+		t.Errorf("adjustment %v", adj)
+	}
+	adj, how = answer(`"device=0,2"`)
+	if !strings.Contains(how, "no CDI spec defines nvidia.com/gpu="+snap.GPUs[2].UUID) || len(adj.CDIDevices) != 0 || len(adj.Mounts) == 0 {
+		t.Errorf("GPU without a spec: %q, %v", how, adj)
+	}
+}
