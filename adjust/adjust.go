@@ -41,10 +41,14 @@ type Layout struct {
 	HostLibrary32Dirs map[inventory.Capabilities]string
 }
 
-// Mount is a read-only bind mount of a host file into a container.
+// Mount is a mount of a host path into a container: a read-only bind
+// mount unless Type and Options say otherwise (mounts taken from another
+// vendor's CDI spec).
 type Mount struct {
 	Source      string
 	Destination string
+	Type        string
+	Options     []string
 }
 
 // Edits are the changes that give a container its GPUs.
@@ -60,6 +64,10 @@ type Edits struct {
 	// Files counts the driver files the container gets (a prepared
 	// library directory counts for the libraries it holds).
 	Files int
+	// Env are further KEY=VALUE settings (from CDI specs), set as given.
+	Env []string
+	// Hooks are OCI hooks from CDI specs, with their explicit env.
+	Hooks []inventory.Hook
 }
 
 // Prepared is a snapshot's driver files with their container paths worked
@@ -118,6 +126,9 @@ func (p *Prepared) Snapshot() *inventory.Snapshot { return p.snap }
 // device nodes, the control nodes the capabilities need, and bind mounts of
 // the driver files of the capabilities.
 func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits {
+	if p.snap.Vendor != "" {
+		return buildVendor(p.snap, gpus)
+	}
 	e := Edits{Devices: make([]inventory.DeviceNode, 0, len(gpus)+4)}
 	for _, g := range gpus {
 		e.Devices = append(e.Devices, g.Node)
@@ -194,6 +205,46 @@ func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits
 	return e
 }
 
+// buildVendor returns the edits of devices taken from another vendor's
+// CDI spec: the spec's own edits, then each device's, as CDI applies them.
+// Capabilities and NVIDIA_VISIBLE_DEVICES are NVIDIA's and do not apply.
+func buildVendor(snap *inventory.Snapshot, gpus []inventory.GPU) Edits {
+	var e Edits
+	add := func(x *inventory.Edits) {
+		if x == nil {
+			return
+		}
+		e.Devices = append(e.Devices, x.Nodes...)
+		for _, m := range x.Mounts {
+			e.Mounts = append(e.Mounts, Mount{Source: m.Source, Destination: m.Destination, Type: m.Type, Options: m.Options})
+		}
+		e.Env = append(e.Env, x.Env...)
+		e.Hooks = append(e.Hooks, x.Hooks...)
+	}
+	add(snap.Common)
+	for _, g := range gpus {
+		e.Devices = append(e.Devices, g.Node)
+		add(g.Edits)
+	}
+	e.Devices = dedupNodes(e.Devices)
+	e.Files = len(e.Mounts)
+	return e
+}
+
+// dedupNodes drops repeated nodes (a node both in a spec's edits and a
+// device's), keeping the first.
+func dedupNodes(nodes []inventory.DeviceNode) []inventory.DeviceNode {
+	out := nodes[:0]
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if !seen[n.Path] {
+			seen[n.Path] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Adjustment returns the NRI adjustment that applies the edits to a
 // container whose environment is env. Each device node comes with its
 // cgroup allow rule (the runtime adds it for every adjusted device). The
@@ -219,18 +270,51 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		adj.Linux.Devices[i] = d
 	}
 	for i := range e.Mounts {
-		m := &mounts[i]
-		m.Source, m.Destination, m.Type, m.Options = e.Mounts[i].Source, e.Mounts[i].Destination, "bind", mountOptions
+		m, src := &mounts[i], &e.Mounts[i]
+		m.Source, m.Destination, m.Type, m.Options = src.Source, src.Destination, "bind", mountOptions
+		if src.Type != "" {
+			m.Type, m.Options = src.Type, src.Options
+		}
 		adj.Mounts[i] = m
 	}
-	kvs = append(kvs, api.KeyValue{})
-	kvs[0].Key, kvs[0].Value = EnvVisibleDevices, e.VisibleDevices
+	if e.VisibleDevices != "" {
+		kvs = append(kvs, api.KeyValue{})
+		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvVisibleDevices, e.VisibleDevices
+	}
 	if v, ok := LibraryPath(env, e.LibraryDirs); ok {
 		kvs = append(kvs, api.KeyValue{})
-		kvs[1].Key, kvs[1].Value = EnvLibraryPath, v
+		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvLibraryPath, v
 	}
 	for i := range kvs {
 		adj.Env = append(adj.Env, &kvs[i])
+	}
+	for _, kv := range e.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		adj.AddEnv(k, v)
+	}
+	for _, h := range e.Hooks {
+		hook := &api.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
+		if h.Timeout != nil {
+			hook.Timeout = api.Int(*h.Timeout)
+		}
+		hooks := &api.Hooks{}
+		switch h.Stage {
+		case "prestart":
+			hooks.Prestart = []*api.Hook{hook}
+		case "createRuntime":
+			hooks.CreateRuntime = []*api.Hook{hook}
+		case "createContainer":
+			hooks.CreateContainer = []*api.Hook{hook}
+		case "startContainer":
+			hooks.StartContainer = []*api.Hook{hook}
+		case "poststart":
+			hooks.Poststart = []*api.Hook{hook}
+		case "poststop":
+			hooks.Poststop = []*api.Hook{hook}
+		default:
+			continue
+		}
+		adj.AddHooks(hooks)
 	}
 	return adj
 }

@@ -46,6 +46,19 @@ type Config struct {
 	// CDISpecDirs are the runtime's CDI spec directories, read under
 	// hostRoot, for emit: cdi.
 	CDISpecDirs []string `json:"cdiSpecDirs,omitempty"`
+	// CDIImport, when set, makes the node's devices those of another
+	// vendor's CDI specs instead of NVIDIA GPUs found by discovery.
+	CDIImport *CDIImport `json:"cdiImport,omitempty"`
+}
+
+// CDIImport says which CDI devices to serve.
+type CDIImport struct {
+	// Kind is the vendor/class to serve ("amd.com/gpu").
+	Kind string `json:"kind"`
+	// SpecDirs are the CDI spec directories, read under hostRoot.
+	SpecDirs []string `json:"specDirs,omitempty"`
+	// AllowHooks lets devices whose specs carry OCI hooks be served.
+	AllowHooks bool `json:"allowHooks,omitempty"`
 }
 
 // Defaults for the keys of Config.
@@ -97,6 +110,9 @@ func (c *Config) setDefaults() {
 	if len(c.CDISpecDirs) == 0 {
 		c.CDISpecDirs = append([]string(nil), DefaultCDISpecDirs...)
 	}
+	if c.CDIImport != nil && len(c.CDIImport.SpecDirs) == 0 {
+		c.CDIImport.SpecDirs = append([]string(nil), DefaultCDISpecDirs...)
+	}
 }
 
 // Load reads the configuration file at path; see Parse.
@@ -137,7 +153,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "cdiImport"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -174,6 +190,20 @@ func (c Config) Validate() error {
 	for _, d := range c.CDISpecDirs {
 		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
 			return fmt.Errorf("key cdiSpecDirs: %q must be an absolute, clean path", d)
+		}
+	}
+	if ci := c.CDIImport; ci != nil {
+		vendor, class, ok := strings.Cut(ci.Kind, "/")
+		if !ok || vendor == "" || class == "" || !strings.Contains(vendor, ".") {
+			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu", ci.Kind)
+		}
+		if ci.Kind == "nvidia.com/gpu" {
+			return fmt.Errorf("key cdiImport.kind: nvidia.com/gpu is served by nri-gpu's own discovery; remove cdiImport")
+		}
+		for _, d := range ci.SpecDirs {
+			if !filepath.IsAbs(d) || filepath.Clean(d) != d {
+				return fmt.Errorf("key cdiImport.specDirs: %q must be an absolute, clean path", d)
+			}
 		}
 	}
 	if c.LibraryCache == "/" {

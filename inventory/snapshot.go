@@ -32,6 +32,42 @@ type GPU struct {
 	BusID string
 	Model string
 	Node  DeviceNode
+	// Name is the device's CDI name when it comes from another vendor's
+	// CDI spec (Snapshot.Vendor set); requests may name it.
+	Name string
+	// Edits are the device's own edits besides Node, for devices that
+	// come from a CDI spec; nil for NVIDIA GPUs found by discovery.
+	Edits *Edits
+}
+
+// Edits are container edits taken from a CDI spec: what a device brings
+// besides its main node. Paths of mounts are host paths as the runtime
+// sees them, checked to exist at discovery.
+type Edits struct {
+	Nodes  []DeviceNode
+	Mounts []Mount
+	// Env entries are KEY=VALUE; they set (replace) the variable.
+	Env   []string
+	Hooks []Hook
+}
+
+// Mount is a mount of a host path into a container.
+type Mount struct {
+	Source      string
+	Destination string
+	Type        string
+	Options     []string
+}
+
+// Hook is an OCI hook with an absolute path and an explicit environment.
+type Hook struct {
+	// Stage is the OCI hook stage: prestart, createRuntime,
+	// createContainer, startContainer, poststart, poststop.
+	Stage   string
+	Path    string
+	Args    []string
+	Env     []string
+	Timeout *int
 }
 
 // FileKind says what a driver file is, and so where it goes.
@@ -102,10 +138,26 @@ type Snapshot struct {
 	Files []DriverFile
 	// Warnings say what discovery found wrong or missing.
 	Warnings []string
+
+	// Vendor is the CDI kind ("amd.com/gpu") of a snapshot whose devices
+	// come from another vendor's CDI specs; empty for NVIDIA discovery.
+	// Such a snapshot has no driver files or control nodes; its devices'
+	// edits come from the specs, and Common holds the specs' own edits.
+	Vendor string
+	Common *Edits
 }
 
 // Empty reports whether the snapshot offers no GPU.
 func (s *Snapshot) Empty() bool { return len(s.GPUs) == 0 }
+
+// Usable reports whether requests can be served at all: an NVIDIA driver
+// with its control node, or another vendor's CDI devices.
+func (s *Snapshot) Usable() bool {
+	if s.Vendor != "" {
+		return true
+	}
+	return s.DriverVersion != "" && s.Control.Ctl != nil
+}
 
 // FilesFor returns the driver files that the given capabilities bring,
 // including those every injection gets, in the snapshot's order. 32-bit

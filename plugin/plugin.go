@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/cdisource"
 	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -103,8 +104,16 @@ func New(cfg config.Config, log *logrus.Logger) (*Plugin, error) {
 	return p, nil
 }
 
-// Discover runs inventory discovery for cfg.
+// Discover runs inventory discovery for cfg: NVIDIA discovery, or the
+// devices of another vendor's CDI specs with cdiImport.
 func Discover(cfg config.Config) (*inventory.Snapshot, error) {
+	if ci := cfg.CDIImport; ci != nil {
+		dirs := make([]string, 0, len(ci.SpecDirs))
+		for _, d := range ci.SpecDirs {
+			dirs = append(dirs, filepath.Join(cfg.HostRoot, d))
+		}
+		return cdisource.Discover(cdisource.Options{Kind: ci.Kind, SpecDirs: dirs, HostRoot: cfg.HostRoot, AllowHooks: ci.AllowHooks})
+	}
 	return inventory.Discover(inventory.Options{
 		HostRoot:        cfg.HostRoot,
 		DriverRoot:      cfg.DriverRoot,
@@ -126,6 +135,7 @@ func (p *Plugin) Reload(cfg config.Config) error {
 		p.log.Warnf("inventory: %s", w)
 	}
 	p.log.WithFields(logrus.Fields{
+		"vendor": snap.Vendor,
 		"driver": snap.DriverVersion,
 		"gpus":   len(snap.GPUs),
 		"files":  len(snap.Files),

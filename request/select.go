@@ -26,7 +26,10 @@ func Select(r Request, snap *inventory.Snapshot) (Selection, error) {
 	if r.Kind == Nothing {
 		return Selection{}, nil
 	}
-	if snap.DriverVersion == "" || snap.Control.Ctl == nil {
+	if snap.Vendor != "" && r.FromEnv {
+		return Selection{Note: r.Source + " is NVIDIA's; the node serves " + snap.Vendor + " devices: not injected"}, nil
+	}
+	if !snap.Usable() {
 		if r.FromEnv && (r.Kind == All || r.Kind == DriverOnly) {
 			return Selection{Note: r.Source + " asks for the GPU driver, but the node has none: not injected"}, nil
 		}
@@ -77,6 +80,9 @@ func containsGPU(gpus []inventory.GPU, index int) bool {
 // lookup finds the GPU a device ID names: a decimal index, a GPU UUID
 // (case-insensitive) or a PCI bus id with a 4- or 8-digit domain.
 func lookup(snap *inventory.Snapshot, id string) (inventory.GPU, *Error) {
+	if snap.Vendor != "" {
+		return lookupName(snap, id)
+	}
 	switch {
 	case isDigits(id):
 		if n, err := strconv.Atoi(id); err == nil && len(id) <= 6 {
@@ -108,6 +114,26 @@ func lookup(snap *inventory.Snapshot, id string) (inventory.GPU, *Error) {
 		return inventory.GPU{}, &Error{Msg: "unknown GPU " + quote(id) + " (no GPU of the node is at this PCI bus id; see nri-gpu inventory)"}
 	}
 	return inventory.GPU{}, &Error{Msg: "unknown device " + quote(id) + " (valid: an index " + snap.IndexRange() + ", a GPU-<uuid>, or a PCI bus id)"}
+}
+
+// lookupName finds a device of another vendor's CDI spec by its CDI name
+// (or, as for GPUs, by its index).
+func lookupName(snap *inventory.Snapshot, id string) (inventory.GPU, *Error) {
+	names := make([]string, 0, len(snap.GPUs))
+	for _, g := range snap.GPUs {
+		if g.Name == id {
+			return g, nil
+		}
+		names = append(names, g.Name)
+	}
+	if n, err := strconv.Atoi(id); err == nil && isDigits(id) {
+		for _, g := range snap.GPUs {
+			if g.Index == n {
+				return g, nil
+			}
+		}
+	}
+	return inventory.GPU{}, &Error{Msg: "unknown device " + quote(id) + " (" + snap.Vendor + " devices of the node: " + quote(strings.Join(names, ",")) + ")"}
 }
 
 // isMIGPair reports whether id is a "<gpu>:<mig>" index pair.

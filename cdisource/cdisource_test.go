@@ -1,0 +1,139 @@
+package cdisource_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nri-gpu/nri-gpu/cdisource"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+func vendorNode(t *testing.T, extra ...string) *simnode.VendorNode {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create device nodes (mknod); CI runs as root")
+	}
+	v, err := simnode.GenerateVendor(t.TempDir(), 2, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestDiscover(t *testing.T) {
+	v := vendorNode(t)
+	snap, err := cdisource.Discover(cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Warnings) > 0 {
+		t.Errorf("warnings: %q", snap.Warnings)
+	}
+	if snap.Vendor != "amd.com/gpu" || len(snap.GPUs) != 2 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	for i, g := range snap.GPUs {
+		if g.Name != fmt.Sprint(i) || g.Index != i || g.Node.Path != fmt.Sprintf("/dev/dri/renderD%d", 128+i) ||
+			g.Node.Major != simnode.DRIMajor || g.Node.Minor != int64(128+i) || g.Node.Mode != 0o666 {
+			t.Errorf("device %d = %+v", i, g)
+		}
+	}
+	c := snap.Common
+	if c == nil || len(c.Nodes) != 1 || c.Nodes[0].Path != "/dev/kfd" || c.Nodes[0].Major != simnode.KFDMajor ||
+		!slices.Equal(c.Env, []string{"HSA_SIM=1"}) || len(c.Mounts) != 1 || c.Mounts[0].Destination != "/opt/rocm/lib" {
+		t.Errorf("common edits %+v", c)
+	}
+}
+
+// TestDiscoverRefuses checks that devices whose nodes do not exist, whose
+// numbers disagree with the host, or that need hooks (when hooks are not
+// allowed) are left out with a warning; and that hooks, when allowed, get
+// an explicit environment.
+func TestDiscoverRefuses(t *testing.T) {
+	hook := `  - name: hooked
+    containerEdits:
+      deviceNodes:
+        - path: /dev/dri/renderD128
+          hostPath: %[1]s/dev/dri/renderD128
+      hooks:
+        - hookName: createContainer
+          path: /bin/true
+`
+	missing := `  - name: ghost
+    containerEdits:
+      deviceNodes:
+        - path: /dev/dri/renderD200
+          hostPath: /nonexistent/renderD200
+`
+	wrong := `  - name: liar
+    containerEdits:
+      deviceNodes:
+        - path: /dev/dri/renderD129
+          hostPath: %[1]s/dev/dri/renderD129
+          major: 226
+          minor: 7
+`
+	vendorNode(t) // skips when not root
+	dir := t.TempDir()
+	v2, err := simnode.GenerateVendor(filepath.Join(dir, "n"), 2, fmt.Sprintf(hook, filepath.Join(dir, "n")), missing, fmt.Sprintf(wrong, filepath.Join(dir, "n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v2.SpecPath)}, HostRoot: "/"}
+	snap, err := cdisource.Discover(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, g := range snap.GPUs {
+		names = append(names, g.Name)
+	}
+	if !slices.Equal(names, []string{"0", "1"}) {
+		t.Errorf("offered %q, want only 0 and 1", names)
+	}
+	for _, want := range []string{"hooked: not offered: needs OCI hook /bin/true", "ghost: not offered: device node /nonexistent/renderD200", "liar: not offered: device node", "the spec says 226:7"} {
+		if !slices.ContainsFunc(snap.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+			t.Errorf("no warning containing %q in %q", want, snap.Warnings)
+		}
+	}
+
+	opts.AllowHooks = true
+	snap, err = cdisource.Discover(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(snap.GPUs, func(g inventory.GPU) bool { return g.Name == "hooked" })
+	if i < 0 {
+		t.Fatalf("hooked device not offered with allowHooks: %q", snap.Warnings)
+	}
+	h := snap.GPUs[i].Edits.Hooks
+	if len(h) != 1 || h[0].Path != "/bin/true" || !slices.Equal(h[0].Env, cdisource.HookEnv) || h[0].Stage != "createContainer" {
+		t.Errorf("hook %+v: want an explicit environment", h)
+	}
+}
+
+func TestDiscoverBadSpecs(t *testing.T) {
+	v := vendorNode(t)
+	// A spec the CDI library refuses (bad device name), beside the good one.
+	bad := filepath.Join(filepath.Dir(v.SpecPath), "bad.yaml")
+	os.WriteFile(bad, []byte("cdiVersion: 0.6.0\nkind: amd.com/gpu\ndevices:\n  - name: \"bad name!\"\n    containerEdits:\n      env: [A=1]\n"), 0o644)
+	snap, err := cdisource.Discover(cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.GPUs) != 2 || !slices.ContainsFunc(snap.Warnings, func(w string) bool { return strings.Contains(w, "bad.yaml refused") }) {
+		t.Errorf("GPUs %d, warnings %q", len(snap.GPUs), snap.Warnings)
+	}
+	if _, err := cdisource.Discover(cdisource.Options{Kind: "amd", HostRoot: "/"}); err == nil {
+		t.Error("a bad kind was accepted")
+	}
+	empty, err := cdisource.Discover(cdisource.Options{Kind: "intel.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
+	if err != nil || len(empty.GPUs) != 0 || len(empty.Warnings) == 0 {
+		t.Errorf("another kind: %+v, %v", empty, err)
+	}
+}
