@@ -46,6 +46,10 @@ type Config struct {
 	// CDISpecDirs are the runtime's CDI spec directories, read under
 	// hostRoot, for emit: cdi.
 	CDISpecDirs []string `json:"cdiSpecDirs,omitempty"`
+	// Sharing is the node's policy for requests that do not say
+	// exclusive=: "shared" (GPUs may have several holders) or "exclusive"
+	// (a GPU has one holder).
+	Sharing string `json:"sharing,omitempty"`
 }
 
 // Defaults for the keys of Config.
@@ -57,6 +61,7 @@ const (
 	DefaultLibraryMode  = "auto"
 	DefaultLibraryCache = "/var/lib/nri-gpu"
 	DefaultEmit         = "edits"
+	DefaultSharing      = "shared"
 )
 
 // DefaultCDISpecDirs are the CDI spec directories runtimes read by default.
@@ -96,6 +101,9 @@ func (c *Config) setDefaults() {
 	}
 	if len(c.CDISpecDirs) == 0 {
 		c.CDISpecDirs = append([]string(nil), DefaultCDISpecDirs...)
+	}
+	if c.Sharing == "" {
+		c.Sharing = DefaultSharing
 	}
 }
 
@@ -137,7 +145,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "sharing"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -178,6 +186,9 @@ func (c Config) Validate() error {
 	}
 	if c.LibraryCache == "/" {
 		return fmt.Errorf("key libraryCache: must not be /")
+	}
+	if c.Sharing != "shared" && c.Sharing != "exclusive" {
+		return fmt.Errorf("key sharing: unknown policy %q (valid: shared, exclusive)", c.Sharing)
 	}
 	if c.LibraryDir == c.Library32Dir {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
