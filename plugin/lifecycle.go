@@ -89,6 +89,9 @@ func (p *Plugin) releasePod(pod *api.PodSandbox, why string) {
 
 // logTable logs the allocation table after a change.
 func (p *Plugin) logTable(change string) {
+	if !p.log.IsLevelEnabled(logrus.InfoLevel) {
+		return
+	}
 	p.log.WithField("table", alloc.Summary(p.table.State())).Info("allocation: " + change)
 }
 

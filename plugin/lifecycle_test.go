@@ -269,3 +269,37 @@ func TestSynchronizeRebuilds(t *testing.T) {
 		t.Error("not ready after Synchronize")
 	}
 }
+
+// BenchmarkCreateContainerContention measures the whole CreateContainer
+// handler for an exclusive count request of one GPU on 8 GPUs, followed by
+// the container's release, with 1, 8 and 64 goroutines doing the same at
+// once.
+func BenchmarkCreateContainerContention(b *testing.B) {
+	for _, n := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("concurrent=%d", n), func(b *testing.B) {
+			p := testPlugin(alloc.Exclusive, io.Discard)
+			p.log.SetLevel(logrus.WarnLevel)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := range n {
+				k := b.N / n
+				if w == 0 {
+					k += b.N % n
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pod, ctr := podCtr(fmt.Sprint(w), "1")
+					for range k {
+						if _, _, err := p.CreateContainer(ctx, pod, ctr); err == nil {
+							p.RemoveContainer(ctx, pod, ctr)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}

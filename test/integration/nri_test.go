@@ -563,6 +563,7 @@ func TestRunFailsOnBadConfig(t *testing.T) {
 		{"unknown key", "hostRoot: /\ndriverRoots: /x\n", `unknown field "driverRoots"`},
 		{"relative path", "hostRoot: host\n", `key hostRoot: "host" must be an absolute, clean path`},
 		{"missing root", "hostRoot: /does/not/exist\n", `opening hostRoot`},
+		{"bad sharing", "sharing: solo\n", `key sharing: unknown policy "solo" (valid: shared, exclusive)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(dir, tc.name+".yaml")
