@@ -212,7 +212,11 @@ func (t *Table) shortage(r Request, usableN int) string {
 	if r.Mode == Exclusive {
 		what = "free"
 	}
-	fmt.Fprintf(&b, "%s request for %d GPUs cannot be met: %d of the node's %d GPUs are %s", r.Mode, r.Count, usableN, len(t.gpus), what)
+	n := strconv.Itoa(r.Count) + " GPUs"
+	if r.Count == 1 {
+		n = "1 GPU"
+	}
+	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, len(t.gpus), what)
 	var held []string
 	for _, g := range t.gpus {
 		hs := t.byGPU[g]

@@ -66,7 +66,7 @@ func TestAllocate(t *testing.T) {
 		}},
 		{"node without GPUs", nil, []step{
 			{name: "a", mode: Shared, count: 1,
-				err: "nri-gpu: " + src + ": shared request for 1 GPUs cannot be met: 0 of the node's 0 GPUs are free or shared"},
+				err: "nri-gpu: " + src + ": shared request for 1 GPU cannot be met: 0 of the node's 0 GPUs are free or shared"},
 		}},
 		{"a failed repeat keeps the old holding", []int{0, 1}, []step{
 			{name: "a", mode: Exclusive, count: 1, want: []int{0}},
@@ -74,7 +74,7 @@ func TestAllocate(t *testing.T) {
 			{name: "a", mode: Exclusive, count: 2,
 				err: "nri-gpu: " + src + ": exclusive request for 2 GPUs cannot be met: 1 of the node's 2 GPUs are free; held: GPU 1: default/b/main (exclusive)"},
 			{name: "c", mode: Shared, count: 1,
-				err: "nri-gpu: " + src + ": shared request for 1 GPUs cannot be met: 0 of the node's 2 GPUs are free or shared; held: GPU 0: default/a/main (exclusive); GPU 1: default/b/main (exclusive)"},
+				err: "nri-gpu: " + src + ": shared request for 1 GPU cannot be met: 0 of the node's 2 GPUs are free or shared; held: GPU 0: default/a/main (exclusive); GPU 1: default/b/main (exclusive)"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

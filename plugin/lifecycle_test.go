@@ -67,7 +67,7 @@ func TestCreateContainerAllocates(t *testing.T) {
 		{"e", "device=1", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 1 is held exclusively by ns/a/main (exclusive)", ""},
 		{"f", "all", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 0 is held exclusively by ns/a/main (exclusive)", ""},
 		{"g", "", []string{"NVIDIA_VISIBLE_DEVICES=all"}, "nri-gpu: env NVIDIA_VISIBLE_DEVICES: GPU 0 is held exclusively by ns/a/main (exclusive)", ""},
-		{"h", "1,exclusive=true", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: exclusive request for 1 GPUs cannot be met: 0 of the node's 8 GPUs are free; held: " +
+		{"h", "1,exclusive=true", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: exclusive request for 1 GPU cannot be met: 0 of the node's 8 GPUs are free; held: " +
 			"GPU 0: ns/a/main (exclusive); GPU 1: ns/a/main (exclusive); GPU 2: ns/b/main (shared), ns/c/main (shared); GPU 3: ns/b/main (shared); " +
 			"GPU 4: ns/b/main (shared); GPU 5: ns/d/main (shared); GPU 6: ns/d/main (shared); GPU 7: ns/c/main (shared)", ""},
 		// The driver alone holds no GPU.

@@ -220,6 +220,7 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 		t.Fatalf("table %s\nwant %s", before, want)
 	}
 	out, code := status(t, socket)
+	t.Logf("nri-gpu status:\n%s", out)
 	for _, w := range []string{"Ready: yes", "Sharing policy: exclusive", n.GPUs[2].UUID, "default/pod-b/b (exclusive)"} {
 		if code != 0 || !strings.Contains(out, w) {
 			t.Errorf("nri-gpu status (exit %d) lacks %q:\n%s", code, w, out)

@@ -56,7 +56,7 @@ func TestAllocationAcrossRestarts(t *testing.T) {
 	full := func(when string) {
 		t.Helper()
 		_, err := w.run("c-"+when, map[string]string{"gpus.nri-gpu.dev/pod": "1"}, harness.ContainerSpec{})
-		if err == nil || !strings.Contains(err.Error(), "exclusive request for 1 GPUs cannot be met: 0 of the node's 4 GPUs are free; held: GPU 0: default/a/a (exclusive)") {
+		if err == nil || !strings.Contains(err.Error(), "exclusive request for 1 GPU cannot be met: 0 of the node's 4 GPUs are free; held: GPU 0: default/a/a (exclusive)") {
 			t.Errorf("%s: count request on a full node: %v", when, err)
 		}
 	}
