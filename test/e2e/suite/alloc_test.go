@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,4 +141,36 @@ func TestRequiredPluginE2E(t *testing.T) {
 	if got := gpuNodes(late); len(got) != 1 {
 		t.Errorf("with nri-gpu: GPU nodes %q\n%s", got, late.view())
 	}
+
+	// nri-gpu crashes. A container created then in a pod that already
+	// exists (a restart in place) is the first NRI request to reach the
+	// dead plugin: containerd 2.4 (NRI v0.12.3) lets it through, without
+	// GPUs (see the README). Every later creation is refused.
+	pod, err := w.cri.RunPod(w.ctx, "inplace", ann("inplace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.cri.StopPod(context.Background(), pod)
+		w.cri.RemovePod(context.Background(), pod)
+	})
+	w.plugin.stop()
+	slipped := 0
+	id, err := w.cri.Run(w.ctx, pod, harness.ContainerSpec{Name: "inplace", Image: harness.BusyboxImage, Command: []string{"sleep", "3600"}})
+	switch {
+	case err == nil:
+		slipped++
+		if got := gpuNodes(&ctr{w: w, id: id, name: "inplace"}); len(got) != 0 {
+			t.Fatalf("GPUs from a dead plugin: %q", got)
+		}
+	case !strings.Contains(err.Error(), `required plugin "nri-gpu" not present`):
+		t.Fatalf("first creation after nri-gpu died: %v", err)
+	}
+	for i := range 2 {
+		name := fmt.Sprint("after", i)
+		if _, err := w.run(name, ann(name), harness.ContainerSpec{}); err == nil || !strings.Contains(err.Error(), `required plugin "nri-gpu" not present`) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	t.Logf("creations let through after nri-gpu died: %d", slipped)
 }
