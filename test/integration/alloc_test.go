@@ -15,6 +15,7 @@ import (
 	"time"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/adaptation/builtin"
 	"github.com/containerd/nri/pkg/api"
 	nrigen "github.com/containerd/nri/pkg/runtime-tools/generate"
 	validator "github.com/containerd/nri/plugins/default-validator/builtin"
@@ -344,6 +345,40 @@ func TestParallelCreateOverNRI(t *testing.T) {
 		if n != 1 {
 			t.Errorf("GPU %s given %d times", gpu, n)
 		}
+	}
+}
+
+// TestFailedCreationReleases checks what happens when the runtime fails a
+// creation after nri-gpu booked GPUs for it: here a later plugin refuses
+// the container, and the runtime undoes the creation as containerd does
+// (StopContainer, RemoveContainer), which gives the GPUs back.
+func TestFailedCreationReleases(t *testing.T) {
+	needRoot(t)
+	dir := shortTempDir(t)
+	_, cfg := simNodeN(t, dir, 2, "sharing: exclusive\n")
+	refuse := &builtin.BuiltinPlugin{Base: "refuse", Index: "90", Handlers: builtin.BuiltinHandlers{
+		CreateContainer: func(_ context.Context, req *api.CreateContainerRequest) (*api.CreateContainerResponse, error) {
+			if req.GetPod().GetAnnotations()["refuse"] == "yes" {
+				return nil, fmt.Errorf("refused by a later plugin")
+			}
+			return &api.CreateContainerResponse{}, nil
+		},
+	}}
+	r := startRuntimeWith(t, dir, newStore(), nri.WithBuiltinPlugins(refuse))
+	defer r.stop()
+	socket := filepath.Join(dir, "status.sock")
+	startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--status-socket", socket)
+	r.waitSynced(20 * time.Second)
+
+	_, err := r.run(map[string]string{"gpus.nri-gpu.dev/pod": "2", "refuse": "yes"}, "doomed")
+	if err == nil || !strings.Contains(err.Error(), "refused by a later plugin") {
+		t.Fatalf("creation refused by a later plugin: %v", err)
+	}
+	if got := table(t, socket); got != "0=free 1=free" {
+		t.Errorf("after the undone creation: %s", got)
+	}
+	if _, err := r.run(map[string]string{"gpus.nri-gpu.dev/pod": "2"}, "next"); err != nil {
+		t.Errorf("the GPUs of the undone creation are still booked: %v", err)
 	}
 }
 
