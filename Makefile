@@ -43,7 +43,7 @@ demo: build
 	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu
 
 bench:
-	$(GO) test -run XXX -bench . -benchmem ./plugin/
+	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
 
 clean:
 	rm -rf bin

@@ -46,6 +46,10 @@ type Config struct {
 	// CDISpecDirs are the runtime's CDI spec directories, read under
 	// hostRoot, for emit: cdi.
 	CDISpecDirs []string `json:"cdiSpecDirs,omitempty"`
+	// Sharing is the node's policy for requests that do not say
+	// exclusive=: "shared" (GPUs may have several holders) or "exclusive"
+	// (a GPU has one holder).
+	Sharing string `json:"sharing,omitempty"`
 	// CDIImport, when set, makes the node's devices those of another
 	// vendor's CDI specs instead of NVIDIA GPUs found by discovery.
 	CDIImport *CDIImport `json:"cdiImport,omitempty"`
@@ -70,6 +74,7 @@ const (
 	DefaultLibraryMode  = "auto"
 	DefaultLibraryCache = "/var/lib/nri-gpu"
 	DefaultEmit         = "edits"
+	DefaultSharing      = "shared"
 )
 
 // DefaultCDISpecDirs are the CDI spec directories runtimes read by default.
@@ -113,6 +118,9 @@ func (c *Config) setDefaults() {
 	if c.CDIImport != nil && len(c.CDIImport.SpecDirs) == 0 {
 		c.CDIImport.SpecDirs = append([]string(nil), DefaultCDISpecDirs...)
 	}
+	if c.Sharing == "" {
+		c.Sharing = DefaultSharing
+	}
 }
 
 // Load reads the configuration file at path; see Parse.
@@ -153,7 +161,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "cdiImport"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "cdiImport", "sharing"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -208,6 +216,9 @@ func (c Config) Validate() error {
 	}
 	if c.LibraryCache == "/" {
 		return fmt.Errorf("key libraryCache: must not be /")
+	}
+	if c.Sharing != "shared" && c.Sharing != "exclusive" {
+		return fmt.Errorf("key sharing: unknown policy %q (valid: shared, exclusive)", c.Sharing)
 	}
 	if c.LibraryDir == c.Library32Dir {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)

@@ -16,12 +16,15 @@ func TestParse(t *testing.T) {
 	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
 		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
 		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu",
-		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}}
+		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared"}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 	if c, err := Parse(nil); err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("empty config: %+v, %v", c, err)
+	}
+	if c, err := Parse([]byte("sharing: exclusive\n")); err != nil || c.Sharing != "exclusive" {
+		t.Errorf("sharing: %+v, %v", c, err)
 	}
 }
 
@@ -40,6 +43,7 @@ func TestParseErrors(t *testing.T) {
 		{"cdiSpecDirs: [etc/cdi]\n", `key cdiSpecDirs: "etc/cdi" must be an absolute, clean path`},
 		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
 		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
+		{"sharing: Exclusive\n", `key sharing: unknown policy "Exclusive" (valid: shared, exclusive)`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

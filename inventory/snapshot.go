@@ -40,6 +40,15 @@ type GPU struct {
 	Edits *Edits
 }
 
+// ID names the GPU whatever the inventory's order: its UUID, or the CDI
+// name of another vendor's device.
+func (g GPU) ID() string {
+	if g.UUID != "" {
+		return g.UUID
+	}
+	return g.Name
+}
+
 // Edits are container edits taken from a CDI spec: what a device brings
 // besides its main node. Paths of mounts are host paths as the runtime
 // sees them, checked to exist at discovery.

@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/config"
 )
 
@@ -22,7 +23,7 @@ func TestEmitCDI(t *testing.T) {
 	p := &Plugin{log: logrus.New()}
 	answer := func(ann string) (*api.ContainerAdjustment, string) {
 		pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": ann}}
-		adj, res, err := Handle(st.prep, pod, &api.Container{Name: "c"})
+		adj, res, err := Handle(st.prep, tableFor(snap), alloc.Shared, pod, &api.Container{Id: "c", Name: "c"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,6 +40,13 @@ func TestEmitCDI(t *testing.T) {
 	}
 	if adj.CDIDevices[1].Name != "nvidia.com/gpu="+snap.GPUs[1].UUID || adj.Env[0].Value != snap.GPUs[0].UUID+","+snap.GPUs[1].UUID {
 		t.Errorf("adjustment %v", adj)
+	}
+	// A count request names the GPUs the allocator picked, and the
+	// booking's record goes with the CDI form.
+	adj, how = answer("2,exclusive=true")
+	if how != "cdi" || len(adj.CDIDevices) != 2 || adj.CDIDevices[0].Name != "nvidia.com/gpu="+snap.GPUs[0].UUID ||
+		adj.Annotations[alloc.Annotation] != `{"mode":"exclusive","gpus":["`+snap.GPUs[0].UUID+`","`+snap.GPUs[1].UUID+`"]}` {
+		t.Errorf("count request: %q, %v", how, adj)
 	}
 	adj, how = answer(`"device=0,2"`)
 	if !strings.Contains(how, "no CDI spec defines nvidia.com/gpu="+snap.GPUs[2].UUID) || len(adj.CDIDevices) != 0 || len(adj.Mounts) == 0 {

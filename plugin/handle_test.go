@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -52,10 +53,19 @@ func benchSnapshot() *inventory.Snapshot {
 	return s
 }
 
+// tableFor returns an empty allocation table for the GPUs of s.
+func tableFor(s *inventory.Snapshot) *alloc.Table {
+	var idx []int
+	for _, g := range s.GPUs {
+		idx = append(idx, g.Index)
+	}
+	return alloc.New(idx)
+}
+
 func TestHandle(t *testing.T) {
 	s := benchSnapshot()
 	pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.a": `"device=1,GPU-00000003-558d-fb20-8eca-25de8b98f5a7",capabilities=all`}}
-	adj, res, err := Handle(adjust.Prepare(s, layout), pod, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}})
+	adj, res, err := Handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +79,9 @@ func TestHandle(t *testing.T) {
 	for _, e := range adj.Env {
 		env[e.Key] = e.Value
 	}
+	if got, want := adj.Annotations[alloc.Annotation], `{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`; got != want {
+		t.Errorf("allocation annotation %s, want %s", got, want)
+	}
 	if env["NVIDIA_VISIBLE_DEVICES"] != "GPU-00000001-558d-fb20-8eca-25de8b98f5a7,GPU-00000003-558d-fb20-8eca-25de8b98f5a7" ||
 		env["LD_LIBRARY_PATH"] != "/opt/lib:/usr/local/nvidia/lib64" || len(env) != 2 {
 		t.Errorf("env = %v", env)
@@ -79,11 +92,11 @@ func TestHandle(t *testing.T) {
 
 	// A container of another name in the same pod is left alone; so is
 	// a failed request.
-	if adj, _, err := Handle(adjust.Prepare(s, layout), pod, &api.Container{Name: "b"}); adj != nil || err != nil {
+	if adj, _, err := Handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "b"}); adj != nil || err != nil {
 		t.Errorf("other container: %v, %v", adj, err)
 	}
 	bad := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "device=8"}}
-	if adj, _, err := Handle(adjust.Prepare(s, layout), bad, &api.Container{Name: "b"}); adj != nil || err == nil {
+	if adj, _, err := Handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, bad, &api.Container{Name: "b"}); adj != nil || err == nil {
 		t.Errorf("bad request: %v, %v", adj, err)
 	}
 }
@@ -97,9 +110,10 @@ func BenchmarkHandle(b *testing.B) {
 	}}
 	ctr := &api.Container{Name: "train", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}}
 	prep := adjust.Prepare(s, layout)
+	table := tableFor(s)
 	b.ReportAllocs()
 	for b.Loop() {
-		adj, _, err := Handle(prep, pod, ctr)
+		adj, _, err := Handle(prep, table, alloc.Shared, pod, ctr)
 		if err != nil || len(adj.Mounts) != 40 {
 			b.Fatal(err)
 		}
@@ -113,9 +127,10 @@ func BenchmarkHandleEnv(b *testing.B) {
 	pod := &api.PodSandbox{Name: "p", Namespace: "default"}
 	ctr := &api.Container{Name: "train", Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"}}
 	prep := adjust.Prepare(s, layout)
+	table := tableFor(s)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := Handle(prep, pod, ctr); err != nil {
+		if _, _, err := Handle(prep, table, alloc.Shared, pod, ctr); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -126,7 +141,7 @@ func BenchmarkHandleEnv(b *testing.B) {
 // package that could.
 func TestRequestPathImportsNoIO(t *testing.T) {
 	forbidden := []string{"os", "io/fs", "io/ioutil", "syscall", "net", "os/exec", "golang.org/x/sys/unix", "path/filepath"}
-	for _, dir := range []string{"../request", "../adjust"} {
+	for _, dir := range []string{"../request", "../alloc", "../adjust"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("no files in %s: %v", dir, err)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/cdisource"
 	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
@@ -36,6 +37,8 @@ type state struct {
 	// cdiNames maps GPU UUIDs to the CDI device names the runtime's
 	// specs define for them (emit: cdi).
 	cdiNames map[string]string
+	// sharing is cfg.Sharing parsed.
+	sharing alloc.Mode
 }
 
 // Plugin answers the runtime's CreateContainer requests with GPU
@@ -53,6 +56,8 @@ type Plugin struct {
 	// runtimeCDI is set when the connected runtime's NRI resolves CDI
 	// device references in adjustments.
 	runtimeCDI atomic.Bool
+	// table is who holds which GPUs; rebuilt on every Synchronize.
+	table *alloc.Table
 }
 
 // minCDINRIVersion is the first NRI version whose runtimes inject CDI
@@ -63,15 +68,6 @@ const minCDINRIVersion = "v0.10.0"
 // synchronized with it, with an inventory loaded: whether containers
 // created now get their GPUs.
 func (p *Plugin) Ready() bool { return p.synced.Load() && p.state.Load() != nil }
-
-// Synchronize handles the runtime's Synchronize request, sent once per
-// connection with the pods and containers that exist.
-func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs)}).Info("synchronized with the runtime")
-	p.synced.Store(true)
-	p.cleanLibraryCache(ctrs)
-	return nil, nil
-}
 
 // cleanLibraryCache removes the library directories of replaced driver
 // versions that none of the runtime's containers mounts.
@@ -97,7 +93,7 @@ func (p *Plugin) cleanLibraryCache(ctrs []*api.Container) {
 
 // New discovers the node with cfg and returns a plugin serving it.
 func New(cfg config.Config, log *logrus.Logger) (*Plugin, error) {
-	p := &Plugin{log: log}
+	p := &Plugin{log: log, table: alloc.New(nil)}
 	if err := p.Reload(cfg); err != nil {
 		return nil, err
 	}
@@ -154,7 +150,11 @@ func (p *Plugin) Reload(cfg config.Config) error {
 			p.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
 		}
 	}
-	st := &state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout)}
+	sharing, err := alloc.ParseMode(cfg.Sharing)
+	if err != nil {
+		return fmt.Errorf("config: key sharing: %w", err)
+	}
+	st := &state{cfg: cfg, snap: snap, sharing: sharing, prep: adjust.Prepare(snap, layout)}
 	if cfg.Emit == "cdi" {
 		var dirs []string
 		for _, d := range cfg.CDISpecDirs {
@@ -168,6 +168,11 @@ func (p *Plugin) Reload(cfg config.Config) error {
 		p.log.Infof("emit cdi: %d of %d GPUs defined as %s devices in %v", len(names), len(snap.GPUs), cdispec.Kind, cfg.CDISpecDirs)
 	}
 	p.state.Store(st)
+	idx := make([]int, len(snap.GPUs))
+	for i, g := range snap.GPUs {
+		idx[i] = g.Index
+	}
+	p.table.SetGPUs(idx)
 	return nil
 }
 
@@ -211,13 +216,13 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 			return 0, err
 		}
 	}
-	return api.MustParseEventMask("CreateContainer"), nil
+	return api.MustParseEventMask(events...), nil
 }
 
 // CreateContainer handles the runtime's CreateContainer request.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	st := p.state.Load()
-	adj, res, err := Handle(st.prep, pod, ctr)
+	adj, res, err := Handle(st.prep, p.table, st.sharing, pod, ctr)
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
@@ -240,7 +245,13 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		fields["capabilities"] = res.Selection.Caps.String()
 		fields["files"] = res.Edits.Files
 		fields["mounts"] = len(res.Edits.Mounts)
+		if res.Holding != nil {
+			fields["mode"] = res.Holding.Mode.String()
+		}
 		p.log.WithFields(fields).Info("injected")
+		if res.Holding != nil {
+			p.logTable("allocated to " + res.Holding.Holder.String())
+		}
 	}
 	return adj, nil, nil
 }
@@ -252,31 +263,46 @@ func (p *Plugin) emitCDI(st *state, res Result, edits *api.ContainerAdjustment) 
 	if !p.runtimeCDI.Load() {
 		return edits, "edits (the runtime's NRI does not inject CDI devices)"
 	}
-	if len(res.Selection.GPUs) == 0 {
+	if len(res.GPUs) == 0 {
 		return edits, "edits (no GPU to name)"
 	}
-	names := make([]string, 0, len(res.Selection.GPUs))
-	for _, g := range res.Selection.GPUs {
+	names := make([]string, 0, len(res.GPUs))
+	for _, g := range res.GPUs {
 		n, ok := st.cdiNames[g.UUID]
 		if !ok {
 			return edits, "edits (no CDI spec defines " + cdispec.Kind + "=" + g.UUID + ")"
 		}
 		names = append(names, n)
 	}
-	return adjust.CDIAdjustment(names, res.Edits.VisibleDevices), "cdi"
+	cdi := adjust.CDIAdjustment(names, res.Edits.VisibleDevices)
+	// The booking's record goes with either form.
+	if v, ok := edits.GetAnnotations()[alloc.Annotation]; ok {
+		cdi.AddAnnotation(alloc.Annotation, v)
+	}
+	return cdi, "cdi"
 }
 
 // Result tells what Handle decided, for logging.
 type Result struct {
 	Request   request.Request
 	Selection request.Selection
-	Edits     adjust.Edits
+	// GPUs are the GPUs the container gets: those named, or those the
+	// allocator picked for a count.
+	GPUs []inventory.GPU
+	// Holding is what the container now holds in the allocation table;
+	// nil when it holds no GPU.
+	Holding *alloc.Holding
+	Edits   adjust.Edits
 }
 
 // Handle is the request path: it parses the container's request, selects
-// from the prepared snapshot and builds the adjustment. It touches no file.
-// A nil adjustment with a nil error leaves the container untouched.
-func Handle(prep *adjust.Prepared, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+// from the prepared snapshot, books the GPUs in table (whose rules pick the
+// GPUs of a count request, and may refuse the request) and builds the
+// adjustment, which records the booking in the container's annotation
+// alloc.Annotation. sharing is the node's policy for requests that do not
+// say exclusive=. It touches no file. A nil adjustment with a nil error
+// leaves the container untouched.
+func Handle(prep *adjust.Prepared, table *alloc.Table, sharing alloc.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
 	snap := prep.Snapshot()
 	var res Result
 	var err error
@@ -288,8 +314,56 @@ func Handle(prep *adjust.Prepared, pod *api.PodSandbox, ctr *api.Container) (*ap
 	if err != nil || !res.Selection.Inject {
 		return nil, res, err
 	}
-	res.Edits = adjust.Build(prep, res.Selection.GPUs, res.Selection.Caps)
-	return res.Edits.Adjustment(ctr.GetEnv()), res, nil
+	gpus := res.Selection.GPUs
+	var rec alloc.Record
+	if res.Selection.Count > 0 || len(gpus) > 0 {
+		mode := sharing
+		if x := res.Request.Exclusive; x != nil {
+			mode = alloc.Shared
+			if *x {
+				mode = alloc.Exclusive
+			}
+		}
+		req := alloc.Request{Holder: HolderOf(pod, ctr), Mode: mode, Count: res.Selection.Count, Source: res.Request.Source}
+		for _, g := range gpus {
+			req.GPUs = append(req.GPUs, g.Index)
+		}
+		got, err := table.Allocate(req)
+		if err != nil {
+			return nil, res, err
+		}
+		if res.Selection.Count > 0 {
+			// Named GPUs keep the order the user gave; picked ones
+			// come in index order.
+			gpus = byIndex(snap, got)
+		}
+		res.Holding = &alloc.Holding{Holder: req.Holder, Mode: mode, GPUs: got}
+		rec.Mode = mode.String()
+		for _, g := range gpus {
+			rec.GPUs = append(rec.GPUs, g.ID())
+		}
+	}
+	res.GPUs = gpus
+	res.Edits = adjust.Build(prep, gpus, res.Selection.Caps)
+	adj := res.Edits.Adjustment(ctr.GetEnv())
+	if res.Holding != nil {
+		adj.AddAnnotation(alloc.Annotation, rec.Encode())
+	}
+	return adj, res, nil
+}
+
+// byIndex returns the snapshot's GPUs of the given indices, in that order.
+func byIndex(snap *inventory.Snapshot, idx []int) []inventory.GPU {
+	out := make([]inventory.GPU, 0, len(idx))
+	for _, i := range idx {
+		for _, g := range snap.GPUs {
+			if g.Index == i {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // RunOptions say how to reach the runtime.

@@ -56,6 +56,9 @@ type Request struct {
 	Caps inventory.Capabilities
 	// CapsSource names where Caps came from; empty for the default.
 	CapsSource string
+	// Exclusive is the annotation's exclusive= field: nil when absent
+	// (the node's sharing policy applies).
+	Exclusive *bool
 }
 
 // Error is a request that cannot be parsed or met. Its message names the
@@ -182,10 +185,10 @@ const maxAnnotation = 4096
 
 // parseAnnotation parses a value in the syntax of `docker run --gpus`:
 // comma-separated CSV fields, each "all", a count, or key=value with keys
-// count, device, capabilities and driver. A field holding commas
+// count, device, capabilities, driver and exclusive. A field holding commas
 // (device=0,2) is quoted, as Docker requires: "device=0,2".
 func parseAnnotation(src, val string, env []string) (Request, error) {
-	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia"`
+	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false"`
 	if len(val) > maxAnnotation {
 		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
 	}
@@ -259,6 +262,16 @@ func parseAnnotation(src, val string, env []string) (Request, error) {
 			if v != "nvidia" {
 				return Request{}, errorf(src, "unsupported driver %q (valid: nvidia)", v)
 			}
+		case "exclusive":
+			var b bool
+			switch v {
+			case "true":
+				b = true
+			case "false":
+			default:
+				return Request{}, errorf(src, "bad value %q for exclusive (valid: true, false)", v)
+			}
+			r.Exclusive = &b
 		default:
 			return Request{}, errorf(src, "unknown field %q (%s)", key, valid)
 		}

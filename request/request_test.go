@@ -62,6 +62,10 @@ func TestParse(t *testing.T) {
 			Request{Kind: Count, Count: 1, Source: "annotation " + ctrKey, Caps: def}},
 		{"annotation takes caps from env", ann(ctrKey, "1"), []string{"NVIDIA_DRIVER_CAPABILITIES=utility"},
 			Request{Kind: Count, Count: 1, Source: "annotation " + ctrKey, Caps: caps(inventory.Utility), CapsSource: "env NVIDIA_DRIVER_CAPABILITIES"}},
+		{"annotation exclusive", ann(ctrKey, "2,exclusive=true"), nil,
+			Request{Kind: Count, Count: 2, Source: "annotation " + ctrKey, Caps: def, Exclusive: ptr(true)}},
+		{"annotation shared device", ann(ctrKey, "exclusive=false,device=1"), nil,
+			Request{Kind: Devices, IDs: []string{"1"}, Source: "annotation " + ctrKey, Caps: def, Exclusive: ptr(false)}},
 		{"pod annotation", ann(podKey, "1"), nil,
 			Request{Kind: Count, Count: 1, Source: "annotation " + podKey, Caps: def}},
 		{"container annotation wins over pod", ann(podKey, "1", ctrKey, "2"), nil,
@@ -126,6 +130,12 @@ func TestParseErrors(t *testing.T) {
 			`unknown field "options"`},
 		{"bare word", `gpus`, nil,
 			`unexpected field "gpus"`},
+		{"bad exclusive", `all,exclusive=yes`, nil,
+			`nri-gpu: annotation gpus.nri-gpu.dev/container.train: bad value "yes" for exclusive (valid: true, false)`},
+		{"duplicate exclusive", `all,exclusive=true,exclusive=false`, nil,
+			`field "exclusive=false" conflicts with an earlier field`},
+		{"exclusive alone", `exclusive=true`, nil,
+			`"exclusive=true" requests no GPU`},
 		{"bad driver", `all,driver=amd`, nil,
 			`unsupported driver "amd" (valid: nvidia)`},
 		{"unsupported capability", `all,"capabilities=compute,teleport"`, nil,
@@ -204,8 +214,6 @@ func TestSelect(t *testing.T) {
 		want []int // nil: no injection
 	}{
 		{"all", "all", nil, []int{0, 1, 2, 3}},
-		{"count takes first in index order", "2", nil, []int{0, 1}},
-		{"count all", "count=4", nil, []int{0, 1, 2, 3}},
 		{"devices by index keep order", `"device=2,0"`, nil, []int{2, 0}},
 		{"devices deduplicated", `"device=1,1,GPU-00000001-1111-2222-3333-000000000001"`, nil, []int{1}},
 		{"uuid case-insensitive", "device=gpu-00000003-1111-2222-3333-000000000003", nil, []int{3}},
@@ -244,6 +252,23 @@ func TestSelect(t *testing.T) {
 		})
 	}
 }
+
+// TestSelectCount checks that a count request is passed on to the
+// allocator: no GPUs named, the count kept.
+func TestSelectCount(t *testing.T) {
+	for _, n := range []int{1, 4} {
+		r, err := Parse(map[string]string{ctrKey: fmt.Sprint(n)}, "train", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sel, err := Select(r, testSnapshot(4))
+		if err != nil || !sel.Inject || sel.Count != n || len(sel.GPUs) != 0 {
+			t.Errorf("count %d: %+v, %v", n, sel, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func TestSelectErrors(t *testing.T) {
 	snap := testSnapshot(4)

@@ -11,8 +11,13 @@ import (
 type Selection struct {
 	// Inject is false when the container is to be left untouched.
 	Inject bool
-	GPUs   []inventory.GPU
-	Caps   inventory.Capabilities
+	// GPUs are the GPUs asked for by name (or all of them); empty for a
+	// count request.
+	GPUs []inventory.GPU
+	// Count, when positive, asks for that many GPUs, to be picked by the
+	// allocator (which knows who holds what).
+	Count int
+	Caps  inventory.Capabilities
 	// Note explains a request that was dropped without error (an image's
 	// NVIDIA_VISIBLE_DEVICES=all on a node without GPUs); empty otherwise.
 	Note string
@@ -51,7 +56,7 @@ func Select(r Request, snap *inventory.Snapshot) (Selection, error) {
 		if r.Count > len(snap.GPUs) {
 			return Selection{}, errorf(r.Source, "count %d exceeds the node's %d GPUs (%s)", r.Count, len(snap.GPUs), snap.IndexRange())
 		}
-		sel.GPUs = snap.GPUs[:r.Count]
+		sel.Count = r.Count
 	case Devices:
 		gpus := make([]inventory.GPU, 0, len(r.IDs))
 		for _, id := range r.IDs {

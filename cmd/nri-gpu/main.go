@@ -1,8 +1,9 @@
 // Command nri-gpu is an NRI plugin that injects NVIDIA GPUs into containers.
 //
-//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL]
+//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH]
 //	nri-gpu inventory [--config FILE] [-o table|json]
 //	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
+//	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
 //	nri-gpu version
 package main
 
@@ -29,9 +30,10 @@ var Version = "dev"
 const usage = `nri-gpu: inject NVIDIA GPUs into containers through NRI.
 
 Usage:
-  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL]
+  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH]
   nri-gpu inventory [--config FILE] [-o table|json]
   nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
+  nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -60,6 +62,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = inventoryCmd(args[1:], stdout, stderr)
 	case "cdi":
 		err = cdiCmd(args[1:], stdout, stderr)
+	case "status":
+		err = statusCmd(args[1:], stdout, stderr)
+		if errors.Is(err, errNotReady) {
+			return 1
+		}
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
@@ -109,6 +116,7 @@ func runCmd(args []string, stderr io.Writer) error {
 	name := fs.String("name", "nri-gpu", "plugin name to register with")
 	idx := fs.String("idx", "10", "plugin index (two digits) to register with")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	statusSocket := fs.String("status-socket", plugin.DefaultStatusSocket, "unix socket serving nri-gpu status and readiness (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
@@ -148,6 +156,14 @@ func runCmd(args []string, stderr io.Writer) error {
 			}
 		}
 	}()
+
+	// Without its status socket the plugin still serves the runtime: GPUs
+	// matter more than their report (a readiness probe then fails).
+	if *statusSocket != "" {
+		if err := p.ServeStatus(ctx, *statusSocket); err != nil {
+			log.WithError(err).Error("not serving status")
+		}
+	}
 
 	log.Infof("nri-gpu %s starting", Version)
 	err = p.Run(ctx, plugin.RunOptions{

@@ -78,6 +78,9 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"run", "--log-level", "loud"}, 2, "--log-level"},
 		{[]string{"run", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"run", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"status", "-o", "yaml"}, 2, `unknown format "yaml" (valid: table, json)`},
+		{[]string{"status", "--status-socket", "/nonexistent/status.sock"}, 1, "cannot reach the plugin on /nonexistent/status.sock"},
+		{[]string{"status", "--ready", "--status-socket", "/nonexistent/status.sock"}, 1, "cannot reach the plugin"},
 	} {
 		out, err := exec.Command(binary, tc.args...).CombinedOutput()
 		code := 0

@@ -78,6 +78,9 @@ type runtimeSide struct {
 	nri    *nri.Adaptation
 	synced chan string // receives a value each time a plugin synchronizes
 	proxy  *proxy
+	// kept are the pods and containers the runtime has, passed to plugins
+	// when they synchronize.
+	kept *store
 }
 
 // proxy forwards unix socket connections from one path to another, and
@@ -129,34 +132,41 @@ func (p *proxy) close() {
 // startRuntime starts an adaptation on a short temporary socket path.
 func startRuntime(t *testing.T, dir string) *runtimeSide {
 	t.Helper()
-	r := &runtimeSide{t: t, dir: dir, socket: filepath.Join(dir, "nri.sock"), synced: make(chan string, 16)}
+	return startRuntimeWith(t, dir, newStore())
+}
+
+// startRuntimeWith starts an adaptation that has the pods and containers
+// of kept (those of a runtime that restarted, say), with options.
+func startRuntimeWith(t *testing.T, dir string, kept *store, opts ...nri.Option) *runtimeSide {
+	t.Helper()
+	r := &runtimeSide{t: t, dir: dir, socket: filepath.Join(dir, "nri.sock"), synced: make(chan string, 16), kept: kept}
 	for _, d := range []string{"plugins", "conf.d"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
-		_, err := cb(ctx, nil, nil)
+		pods, ctrs := r.kept.list()
+		_, err := cb(ctx, pods, ctrs)
 		r.synced <- "synced"
 		return err
 	}
 	updateFn := func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil }
-	a, err := nri.New("test-runtime", "0.0.1", syncFn, updateFn,
+	a, err := nri.New("test-runtime", "0.0.1", syncFn, updateFn, append([]nri.Option{
 		nri.WithPluginPath(filepath.Join(dir, "plugins")),
 		nri.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
 		nri.WithSocketPath(filepath.Join(dir, "runtime.sock")),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatalf("nri.New: %v", err)
 	}
 	if err := a.Start(); err != nil {
 		t.Fatalf("starting NRI: %v", err)
 	}
-	// Start synchronizes the (pre-registered) plugins once; what counts
-	// from now on are the connections of external plugins.
-	select {
-	case <-r.synced:
-	default:
+	// Start synchronizes the (pre-registered and built-in) plugins; what
+	// counts from now on are the connections of external plugins.
+	for len(r.synced) > 0 {
+		<-r.synced
 	}
 	r.nri = a
 	r.proxy = startProxy(t, r.socket, filepath.Join(dir, "runtime.sock"))
@@ -177,9 +187,18 @@ func (r *runtimeSide) waitSynced(timeout time.Duration) {
 	case <-time.After(timeout):
 		r.t.Fatal("the plugin did not connect and synchronize")
 	}
+	// The probe asks for the driver alone, so that it books no GPU and
+	// works whatever the allocation table holds.
+	r.waitAnswer(timeout, nil, "NVIDIA_VISIBLE_DEVICES=none")
+}
+
+// waitAnswer sends the probe request until the plugin answers it with
+// device nodes.
+func (r *runtimeSide) waitAnswer(timeout time.Duration, ann map[string]string, env ...string) {
+	r.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/pod": "1"}, "probe")
+		adj, err := r.create(ann, "probe", env...)
 		if err == nil && len(adj.GetLinux().GetDevices()) > 0 {
 			return
 		}
@@ -551,6 +570,7 @@ func TestRunFailsOnBadConfig(t *testing.T) {
 		{"unknown key", "hostRoot: /\ndriverRoots: /x\n", `unknown field "driverRoots"`},
 		{"relative path", "hostRoot: host\n", `key hostRoot: "host" must be an absolute, clean path`},
 		{"missing root", "hostRoot: /does/not/exist\n", `opening hostRoot`},
+		{"bad sharing", "sharing: solo\n", `key sharing: unknown policy "solo" (valid: shared, exclusive)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(dir, tc.name+".yaml")

@@ -27,7 +27,12 @@ func TestCDIImportOverNRI(t *testing.T) {
 	r := startRuntime(t, dir)
 	defer r.stop()
 	startPlugin(t, "run", "--config", cfg, "--socket", r.socket)
-	r.waitSynced(20 * time.Second)
+	select {
+	case <-r.synced:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the plugin did not connect")
+	}
+	r.waitAnswer(20*time.Second, map[string]string{"gpus.nri-gpu.dev/pod": "device=0"})
 
 	adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/container.rocm": "device=1"}, "rocm")
 	if err != nil {

@@ -104,12 +104,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// startPlugin starts nri-gpu against c's NRI socket and waits until
-// containerd lists it as connected (a GPU pod is served).
-func startPlugin(t *testing.T, c *harness.Containerd, n *node) *plugin {
+// startPlugin starts nri-gpu against c's NRI socket, with extra flags, and
+// waits until containerd lists it as connected (a GPU pod is served).
+func startPlugin(t *testing.T, c *harness.Containerd, n *node, extra ...string) *plugin {
 	t.Helper()
 	p := &plugin{log: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(nriGPU(t), "run", "--config", n.config, "--socket", c.NRISocket)
+	p.cmd = exec.Command(nriGPU(t), append([]string{"run", "--config", n.config, "--socket", c.NRISocket}, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,393 @@
+// Package alloc keeps the node's allocation table: which containers hold
+// which GPUs, shared or exclusively. It picks the GPUs of count requests,
+// refuses requests that would break an exclusive holding, releases a
+// container's GPUs when it goes away, and is rebuilt whole from what the
+// runtime reports on every (re)connection. It does no I/O: the plugin feeds
+// it events.
+package alloc
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Mode says how a container holds its GPUs.
+type Mode uint8
+
+// Modes of holding.
+const (
+	// Shared holders may hold a GPU together with other shared holders.
+	Shared Mode = iota
+	// Exclusive holders hold a GPU alone.
+	Exclusive
+)
+
+// String returns "shared" or "exclusive".
+func (m Mode) String() string {
+	if m == Exclusive {
+		return "exclusive"
+	}
+	return "shared"
+}
+
+// ParseMode parses "shared" or "exclusive".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "shared":
+		return Shared, nil
+	case "exclusive":
+		return Exclusive, nil
+	}
+	return 0, fmt.Errorf("unknown sharing mode %q (valid: shared, exclusive)", s)
+}
+
+// Holder names a container that holds GPUs.
+type Holder struct {
+	// ID is the runtime's container ID: the key of a holding.
+	ID        string `json:"id"`
+	PodID     string `json:"podId,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+}
+
+// String names the holder as namespace/pod/container, for messages.
+func (h Holder) String() string {
+	if h.Pod == "" && h.Container == "" {
+		return "container " + h.ID
+	}
+	return h.Namespace + "/" + h.Pod + "/" + h.Container
+}
+
+// Holding is what one container holds.
+type Holding struct {
+	Holder Holder
+	Mode   Mode
+	// GPUs are indices, ascending.
+	GPUs []int
+}
+
+// Request asks for the GPUs of one container.
+type Request struct {
+	Holder Holder
+	Mode   Mode
+	// Count, when positive, asks for that many GPUs picked by the table.
+	// Otherwise GPUs lists the indices wanted.
+	Count int
+	GPUs  []int
+	// Source names where the request came from, for messages
+	// ("annotation gpus.nri-gpu.dev/pod").
+	Source string
+}
+
+// Error is a request the table cannot meet. Its message says why, with who
+// holds what.
+type Error struct {
+	Source string
+	Msg    string
+}
+
+func (e *Error) Error() string { return "nri-gpu: " + e.Source + ": " + e.Msg }
+
+// Table is the allocation table of a node. Its methods are safe for
+// concurrent use; each is atomic, so concurrent requests never book the same
+// GPU twice against the rules.
+type Table struct {
+	mu sync.Mutex
+	// gpus are the indices of the node's GPUs, ascending.
+	gpus []int
+	// byGPU lists the holdings of each GPU, in the order they were made.
+	byGPU map[int][]*Holding
+	// byID finds a container's holding.
+	byID map[string]*Holding
+}
+
+// New returns an empty table for the GPUs of the given indices.
+func New(gpus []int) *Table {
+	t := &Table{}
+	t.SetGPUs(gpus)
+	t.reset()
+	return t
+}
+
+func (t *Table) reset() {
+	t.byGPU = map[int][]*Holding{}
+	t.byID = map[string]*Holding{}
+}
+
+// SetGPUs replaces the set of GPUs count requests pick from (after a new
+// inventory); holdings stay.
+func (t *Table) SetGPUs(gpus []int) {
+	g := slices.Clone(gpus)
+	slices.Sort(g)
+	g = slices.Compact(g)
+	t.mu.Lock()
+	t.gpus = g
+	t.mu.Unlock()
+}
+
+// Allocate books GPUs for r.Holder and returns their indices, ascending. A
+// count request takes GPUs that no holder has exclusively (free ones for an
+// exclusive request), the least shared first, ties by index. A request for
+// named GPUs fails when one of them is held exclusively by another
+// container, or, when the request is exclusive, held at all. A holder that
+// already holds GPUs (a repeated request for the same container ID) gives
+// them up first.
+func (t *Table) Allocate(r Request) ([]int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.byID[r.Holder.ID]
+	if old != nil {
+		t.remove(old)
+	}
+	gpus, err := t.pick(r)
+	if err != nil {
+		if old != nil {
+			t.add(old)
+		}
+		return nil, err
+	}
+	t.add(&Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus})
+	return slices.Clone(gpus), nil
+}
+
+// usable reports whether a request in mode m may use a GPU with holdings hs.
+func usable(m Mode, hs []*Holding) bool {
+	if m == Exclusive {
+		return len(hs) == 0
+	}
+	return !anyExclusive(hs)
+}
+
+func anyExclusive(hs []*Holding) bool {
+	for _, h := range hs {
+		if h.Mode == Exclusive {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Table) pick(r Request) ([]int, error) {
+	if r.Count <= 0 {
+		gpus := slices.Clone(r.GPUs)
+		slices.Sort(gpus)
+		gpus = slices.Compact(gpus)
+		for _, g := range gpus {
+			hs := t.byGPU[g]
+			if usable(r.Mode, hs) {
+				continue
+			}
+			if r.Mode == Exclusive {
+				return nil, &Error{r.Source, fmt.Sprintf("GPU %d cannot be held exclusively: it is held by %s", g, describe(hs))}
+			}
+			return nil, &Error{r.Source, fmt.Sprintf("GPU %d is held exclusively by %s", g, describe(hs))}
+		}
+		return gpus, nil
+	}
+	var cands []int
+	for _, g := range t.gpus {
+		if usable(r.Mode, t.byGPU[g]) {
+			cands = append(cands, g)
+		}
+	}
+	if len(cands) < r.Count {
+		return nil, &Error{r.Source, t.shortage(r, len(cands))}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return len(t.byGPU[cands[i]]) < len(t.byGPU[cands[j]]) })
+	gpus := cands[:r.Count:r.Count]
+	slices.Sort(gpus)
+	return gpus, nil
+}
+
+// shortage says why a count request cannot be met: how many GPUs it could
+// have, and who holds the others.
+func (t *Table) shortage(r Request, usableN int) string {
+	var b strings.Builder
+	what := "free or shared"
+	if r.Mode == Exclusive {
+		what = "free"
+	}
+	n := strconv.Itoa(r.Count) + " GPUs"
+	if r.Count == 1 {
+		n = "1 GPU"
+	}
+	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, len(t.gpus), what)
+	var held []string
+	for _, g := range t.gpus {
+		hs := t.byGPU[g]
+		if usable(r.Mode, hs) {
+			continue
+		}
+		held = append(held, fmt.Sprintf("GPU %d: %s", g, describe(hs)))
+	}
+	if len(held) > 0 {
+		b.WriteString("; held: ")
+		b.WriteString(strings.Join(held, "; "))
+	}
+	return b.String()
+}
+
+// describe lists the holders of a GPU: "default/train/main (exclusive)".
+func describe(hs []*Holding) string {
+	s := make([]string, len(hs))
+	for i, h := range hs {
+		s[i] = h.Holder.String() + " (" + h.Mode.String() + ")"
+	}
+	return strings.Join(s, ", ")
+}
+
+func (t *Table) add(h *Holding) {
+	t.byID[h.Holder.ID] = h
+	for _, g := range h.GPUs {
+		t.byGPU[g] = append(t.byGPU[g], h)
+	}
+}
+
+func (t *Table) remove(h *Holding) {
+	delete(t.byID, h.Holder.ID)
+	for _, g := range h.GPUs {
+		hs := slices.DeleteFunc(t.byGPU[g], func(x *Holding) bool { return x == h })
+		if len(hs) == 0 {
+			delete(t.byGPU, g)
+		} else {
+			t.byGPU[g] = hs
+		}
+	}
+}
+
+// Release gives up the GPUs of the container with the given ID and reports
+// whether it held any.
+func (t *Table) Release(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.byID[id]
+	if h == nil {
+		return false
+	}
+	t.remove(h)
+	return true
+}
+
+// ReleasePod gives up the GPUs of every container of the pod with the given
+// sandbox ID and returns how many containers held some.
+func (t *Table) ReleasePod(podID string) int {
+	if podID == "" {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, h := range t.byID {
+		if h.Holder.PodID == podID {
+			t.remove(h)
+			n++
+		}
+	}
+	return n
+}
+
+// Rebuild replaces every holding with the given ones (what the runtime's
+// containers hold), as they are: holdings that break the rules (two
+// exclusive holders of a GPU, made by someone else) are kept, since they
+// are the truth, and make the GPU unusable for new requests until released.
+func (t *Table) Rebuild(hs []Holding) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reset()
+	for i := range hs {
+		h := hs[i]
+		h.GPUs = slices.Clone(h.GPUs)
+		slices.Sort(h.GPUs)
+		h.GPUs = slices.Compact(h.GPUs)
+		if old := t.byID[h.Holder.ID]; old != nil {
+			t.remove(old)
+		}
+		t.add(&h)
+	}
+}
+
+// GPUState is one row of the table.
+type GPUState struct {
+	Index int `json:"index"`
+	// Mode is "free", "shared" or "exclusive".
+	Mode    string        `json:"mode"`
+	Holders []HolderState `json:"holders"`
+}
+
+// HolderState is a holder of a GPU and how it holds it.
+type HolderState struct {
+	Holder
+	Mode string `json:"mode"`
+}
+
+// State returns the table: one row per GPU of the node, ascending, then one
+// per GPU held but no longer in the inventory.
+func (t *Table) State() []GPUState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	idx := slices.Clone(t.gpus)
+	for g := range t.byGPU {
+		if !slices.Contains(t.gpus, g) {
+			idx = append(idx, g)
+		}
+	}
+	slices.Sort(idx)
+	rows := make([]GPUState, 0, len(idx))
+	for _, g := range idx {
+		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}}
+		hs := t.byGPU[g]
+		for _, h := range hs {
+			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String()})
+		}
+		switch {
+		case anyExclusive(hs):
+			row.Mode = "exclusive"
+		case len(hs) > 0:
+			row.Mode = "shared"
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// Holdings returns every holding, ordered by container ID.
+func (t *Table) Holdings() []Holding {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Holding, 0, len(t.byID))
+	for _, h := range t.byID {
+		out = append(out, Holding{Holder: h.Holder, Mode: h.Mode, GPUs: slices.Clone(h.GPUs)})
+	}
+	slices.SortFunc(out, func(a, b Holding) int { return strings.Compare(a.Holder.ID, b.Holder.ID) })
+	return out
+}
+
+// Summary is the table in one line, for the log:
+// "0=exclusive[default/a/main] 1=shared[default/b/x,default/c/y] 2=free".
+func Summary(rows []GPUState) string {
+	var b strings.Builder
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Itoa(r.Index))
+		b.WriteByte('=')
+		b.WriteString(r.Mode)
+		if len(r.Holders) > 0 {
+			b.WriteByte('[')
+			for j, h := range r.Holders {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(h.Holder.String())
+			}
+			b.WriteByte(']')
+		}
+	}
+	return b.String()
+}

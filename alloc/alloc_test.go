@@ -1,0 +1,302 @@
+package alloc
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func holder(name string) Holder {
+	return Holder{ID: "ctr-" + name, PodID: "pod-" + name, Namespace: "default", Pod: name, Container: "main"}
+}
+
+// step is one request made to a table, and what it must give.
+type step struct {
+	name  string
+	mode  Mode
+	count int
+	gpus  []int
+	want  []int
+	err   string // the whole message, when the request must fail
+}
+
+func TestAllocate(t *testing.T) {
+	const src = "annotation gpus.nri-gpu.dev/pod"
+	for _, tc := range []struct {
+		name  string
+		gpus  []int
+		steps []step
+	}{
+		{"count prefers free GPUs, ties by index", []int{0, 1, 2, 3}, []step{
+			{name: "a", mode: Shared, count: 2, want: []int{0, 1}},
+			{name: "b", mode: Shared, count: 1, want: []int{2}},
+			{name: "c", mode: Shared, count: 2, want: []int{0, 3}},
+			{name: "d", mode: Shared, count: 4, want: []int{0, 1, 2, 3}},
+		}},
+		{"count prefers the least shared", []int{0, 1, 2}, []step{
+			{name: "a", mode: Shared, gpus: []int{0, 1}, want: []int{0, 1}},
+			{name: "b", mode: Shared, gpus: []int{0, 2}, want: []int{0, 2}},
+			// holders: 0:2, 1:1, 2:1
+			{name: "c", mode: Shared, count: 1, want: []int{1}},
+			// holders: 0:2, 1:2, 2:1; of 0 and 1, the lower index
+			{name: "d", mode: Shared, count: 2, want: []int{0, 2}},
+		}},
+		{"exclusive count takes only free GPUs", []int{0, 1, 2, 3}, []step{
+			{name: "a", mode: Shared, count: 1, want: []int{0}},
+			{name: "b", mode: Exclusive, count: 2, want: []int{1, 2}},
+			{name: "c", mode: Exclusive, count: 2,
+				err: "nri-gpu: " + src + ": exclusive request for 2 GPUs cannot be met: 1 of the node's 4 GPUs are free; held: GPU 0: default/a/main (shared); GPU 1: default/b/main (exclusive); GPU 2: default/b/main (exclusive)"},
+			{name: "d", mode: Shared, count: 2, want: []int{0, 3}},
+			{name: "e", mode: Shared, count: 3,
+				err: "nri-gpu: " + src + ": shared request for 3 GPUs cannot be met: 2 of the node's 4 GPUs are free or shared; held: GPU 1: default/b/main (exclusive); GPU 2: default/b/main (exclusive)"},
+		}},
+		{"named GPUs against exclusive holders", []int{0, 1, 2, 3}, []step{
+			{name: "a", mode: Exclusive, gpus: []int{2}, want: []int{2}},
+			{name: "b", mode: Shared, gpus: []int{1, 2},
+				err: "nri-gpu: " + src + ": GPU 2 is held exclusively by default/a/main (exclusive)"},
+			{name: "c", mode: Shared, gpus: []int{1, 3, 1}, want: []int{1, 3}},
+			{name: "d", mode: Exclusive, gpus: []int{0, 3},
+				err: "nri-gpu: " + src + ": GPU 3 cannot be held exclusively: it is held by default/c/main (shared)"},
+			{name: "e", mode: Exclusive, gpus: []int{0}, want: []int{0}},
+			{name: "all", mode: Shared, gpus: []int{0, 1, 2, 3},
+				err: "nri-gpu: " + src + ": GPU 0 is held exclusively by default/e/main (exclusive)"},
+		}},
+		{"node without GPUs", nil, []step{
+			{name: "a", mode: Shared, count: 1,
+				err: "nri-gpu: " + src + ": shared request for 1 GPU cannot be met: 0 of the node's 0 GPUs are free or shared"},
+		}},
+		{"a failed repeat keeps the old holding", []int{0, 1}, []step{
+			{name: "a", mode: Exclusive, count: 1, want: []int{0}},
+			{name: "b", mode: Exclusive, count: 1, want: []int{1}},
+			{name: "a", mode: Exclusive, count: 2,
+				err: "nri-gpu: " + src + ": exclusive request for 2 GPUs cannot be met: 1 of the node's 2 GPUs are free; held: GPU 1: default/b/main (exclusive)"},
+			{name: "c", mode: Shared, count: 1,
+				err: "nri-gpu: " + src + ": shared request for 1 GPU cannot be met: 0 of the node's 2 GPUs are free or shared; held: GPU 0: default/a/main (exclusive); GPU 1: default/b/main (exclusive)"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl := New(tc.gpus)
+			for _, s := range tc.steps {
+				got, err := tbl.Allocate(Request{Holder: holder(s.name), Mode: s.mode, Count: s.count, GPUs: s.gpus, Source: src})
+				if s.err != "" {
+					if err == nil || err.Error() != s.err {
+						t.Fatalf("%s: got %v, %v\nwant error %s", s.name, got, err, s.err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", s.name, err)
+				}
+				if !cmp.Equal(got, s.want) {
+					t.Fatalf("%s: got GPUs %v, want %v", s.name, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestReleaseAndState(t *testing.T) {
+	tbl := New([]int{0, 1, 2})
+	mustAlloc := func(name string, m Mode, gpus ...int) {
+		t.Helper()
+		if _, err := tbl.Allocate(Request{Holder: holder(name), Mode: m, GPUs: gpus, Source: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustAlloc("a", Exclusive, 0)
+	mustAlloc("b", Shared, 1)
+	mustAlloc("c", Shared, 1, 2)
+	// A second container of pod c.
+	c2 := holder("c")
+	c2.ID, c2.Container = "ctr-c2", "side"
+	if _, err := tbl.Allocate(Request{Holder: c2, Mode: Shared, GPUs: []int{2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Summary(tbl.State()), "0=exclusive[default/a/main] 1=shared[default/b/main,default/c/main] 2=shared[default/c/main,default/c/side]"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	if !tbl.Release("ctr-a") || tbl.Release("ctr-a") {
+		t.Error("Release of a holder: want true then false")
+	}
+	if n := tbl.ReleasePod("pod-c"); n != 2 {
+		t.Errorf("ReleasePod released %d containers, want 2", n)
+	}
+	if n := tbl.ReleasePod(""); n != 0 {
+		t.Errorf("ReleasePod of no pod released %d", n)
+	}
+	want := []GPUState{
+		{Index: 0, Mode: "free", Holders: []HolderState{}},
+		{Index: 1, Mode: "shared", Holders: []HolderState{{Holder: holder("b"), Mode: "shared"}}},
+		{Index: 2, Mode: "free", Holders: []HolderState{}},
+	}
+	if diff := cmp.Diff(want, tbl.State()); diff != "" {
+		t.Errorf("state (-want +got):\n%s", diff)
+	}
+	// An exclusive request can now have GPU 0 and 2.
+	if got, err := tbl.Allocate(Request{Holder: holder("d"), Mode: Exclusive, Count: 2}); err != nil || !cmp.Equal(got, []int{0, 2}) {
+		t.Errorf("after release: %v, %v", got, err)
+	}
+}
+
+func TestRebuild(t *testing.T) {
+	tbl := New([]int{0, 1, 2, 3})
+	if _, err := tbl.Allocate(Request{Holder: holder("gone"), Mode: Exclusive, Count: 4}); err != nil {
+		t.Fatal(err)
+	}
+	// The runtime reports two containers; one is not the plugin's and
+	// breaks the rules together with another (both exclusive on GPU 1);
+	// one holds a GPU the inventory no longer has.
+	hs := []Holding{
+		{Holder: holder("a"), Mode: Exclusive, GPUs: []int{1, 1}},
+		{Holder: holder("b"), Mode: Exclusive, GPUs: []int{1}},
+		{Holder: holder("c"), Mode: Shared, GPUs: []int{3, 2}},
+		{Holder: holder("old"), Mode: Shared, GPUs: []int{7}},
+	}
+	tbl.Rebuild(hs)
+	if got, want := Summary(tbl.State()), "0=free 1=exclusive[default/a/main,default/b/main] 2=shared[default/c/main] 3=shared[default/c/main] 7=shared[default/old/main]"; got != want {
+		t.Errorf("after rebuild %q, want %q", got, want)
+	}
+	if hs[2].GPUs[0] != 3 {
+		t.Error("Rebuild modified its argument")
+	}
+	got := tbl.Holdings()
+	if len(got) != 4 || got[0].Holder.ID != "ctr-a" || !cmp.Equal(got[0].GPUs, []int{1}) || !cmp.Equal(got[2].GPUs, []int{2, 3}) {
+		t.Errorf("holdings %+v", got)
+	}
+	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: Shared, GPUs: []int{1}, Source: "s"}); err == nil ||
+		err.Error() != "nri-gpu: s: GPU 1 is held exclusively by default/a/main (exclusive), default/b/main (exclusive)" {
+		t.Errorf("GPU with two exclusive holders: %v", err)
+	}
+	if got, err := tbl.Allocate(Request{Holder: holder("y"), Mode: Exclusive, Count: 1}); err != nil || !cmp.Equal(got, []int{0}) {
+		t.Errorf("free GPU after rebuild: %v, %v", got, err)
+	}
+}
+
+func TestModeAndRecord(t *testing.T) {
+	for _, s := range []string{"shared", "exclusive"} {
+		m, err := ParseMode(s)
+		if err != nil || m.String() != s {
+			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
+		}
+	}
+	if _, err := ParseMode("Exclusive"); err == nil || err.Error() != `unknown sharing mode "Exclusive" (valid: shared, exclusive)` {
+		t.Errorf("ParseMode: %v", err)
+	}
+	r := Record{Mode: "exclusive", GPUs: []string{"GPU-a", "GPU-b"}}
+	enc := r.Encode()
+	if enc != `{"mode":"exclusive","gpus":["GPU-a","GPU-b"]}` {
+		t.Errorf("Encode = %s", enc)
+	}
+	got, m, err := DecodeRecord(enc)
+	if err != nil || m != Exclusive || !cmp.Equal(got, r) {
+		t.Errorf("DecodeRecord = %+v, %v, %v", got, m, err)
+	}
+	for in, want := range map[string]string{
+		`{"mode":"solo","gpus":[]}`: `annotation nri-gpu.dev/allocation: unknown sharing mode "solo" (valid: shared, exclusive)`,
+		`0,1`:                       `annotation nri-gpu.dev/allocation: "0,1": invalid character ',' after top-level value`,
+	} {
+		if _, _, err := DecodeRecord(in); err == nil || err.Error() != want {
+			t.Errorf("DecodeRecord(%s) = %v, want %s", in, err, want)
+		}
+	}
+	if s := (Holder{ID: "abc"}).String(); s != "container abc" {
+		t.Errorf("unnamed holder: %q", s)
+	}
+}
+
+// TestConcurrentExclusive fires 200 concurrent count requests at 8 GPUs in
+// exclusive mode, with releases mixed in: exactly 8 succeed while nothing
+// is released, and no GPU ever has two holders.
+func TestConcurrentExclusive(t *testing.T) {
+	tbl := New([]int{0, 1, 2, 3, 4, 5, 6, 7})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ok, failed int
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := tbl.Allocate(Request{Holder: holder(fmt.Sprint(i)), Mode: Exclusive, Count: 1, Source: "test"})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if !strings.Contains(err.Error(), "0 of the node's 8 GPUs are free") {
+					t.Errorf("unexpected error %v", err)
+				}
+				failed++
+			} else {
+				ok++
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 8 || failed != 192 {
+		t.Errorf("%d requests met, %d refused; want 8 and 192", ok, failed)
+	}
+	for _, r := range tbl.State() {
+		if len(r.Holders) != 1 || r.Mode != "exclusive" {
+			t.Errorf("GPU %d: %+v", r.Index, r)
+		}
+	}
+
+	// Requests and releases racing: at every moment each GPU has at most
+	// one holder.
+	tbl = New([]int{0, 1, 2, 3, 4, 5, 6, 7})
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := holder(fmt.Sprint(i))
+			if _, err := tbl.Allocate(Request{Holder: h, Mode: Exclusive, Count: 1 + i%2}); err == nil {
+				for _, r := range tbl.State() {
+					if len(r.Holders) > 1 {
+						t.Errorf("GPU %d has %d holders", r.Index, len(r.Holders))
+					}
+				}
+				tbl.Release(h.ID)
+			}
+		}()
+	}
+	wg.Wait()
+	if s := Summary(tbl.State()); s != "0=free 1=free 2=free 3=free 4=free 5=free 6=free 7=free" {
+		t.Errorf("after all releases: %s", s)
+	}
+}
+
+// BenchmarkAllocateContention measures an exclusive count request and its
+// release on 8 GPUs with 1, 8 and 64 goroutines doing the same at once.
+func BenchmarkAllocateContention(b *testing.B) {
+	for _, n := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("concurrent=%d", n), func(b *testing.B) {
+			tbl := New([]int{0, 1, 2, 3, 4, 5, 6, 7})
+			holders := make([]Holder, n)
+			for i := range holders {
+				holders[i] = holder(fmt.Sprint(i))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := b.N / n
+			for w := range n {
+				k := per
+				if w == 0 {
+					k += b.N % n
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := Request{Holder: holders[w], Mode: Exclusive, Count: 1}
+					for range k {
+						if _, err := tbl.Allocate(r); err == nil {
+							tbl.Release(r.Holder.ID)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nri-gpu/nri-gpu/plugin"
+)
+
+// errNotReady makes `nri-gpu status --ready` exit 1 once it has said why.
+var errNotReady = errors.New("not ready")
+
+// statusCmd asks the running plugin for its status over its unix socket.
+func statusCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("status-socket", plugin.DefaultStatusSocket, "the plugin's status socket")
+	ready := fs.Bool("ready", false, "only check readiness: exit 0 when the plugin is connected and synchronized, 1 otherwise")
+	format := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *format != "table" && *format != "json" {
+		return usageError{fmt.Errorf("-o: unknown format %q (valid: table, json)", *format)}
+	}
+	client := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", *socket)
+		}},
+	}
+	path := "/status"
+	if *ready {
+		path = "/ready"
+	}
+	resp, err := client.Get("http://nri-gpu" + path)
+	if err != nil {
+		return fmt.Errorf("cannot reach the plugin on %s (is nri-gpu run serving it? see --status-socket): %w", *socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("reading the status from %s: %w", *socket, err)
+	}
+	if *ready {
+		fmt.Fprint(stdout, string(body))
+		if resp.StatusCode != http.StatusOK {
+			return errNotReady
+		}
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status from %s: %s: %s", *socket, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if *format == "json" {
+		_, err := stdout.Write(body)
+		return err
+	}
+	var s plugin.Status
+	if err := json.Unmarshal(body, &s); err != nil {
+		return fmt.Errorf("bad status from %s: %w", *socket, err)
+	}
+	return writeStatus(stdout, s)
+}
+
+// writeStatus prints the allocation table.
+func writeStatus(w io.Writer, s plugin.Status) error {
+	if s.Ready {
+		fmt.Fprintf(w, "Ready: yes\n")
+	} else {
+		fmt.Fprintf(w, "Ready: no (%s)\n", s.Reason)
+	}
+	fmt.Fprintf(w, "Sharing policy: %s\n\n", s.Sharing)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tUUID\tMODE\tHOLDERS")
+	for _, g := range s.GPUs {
+		holders := "-"
+		if len(g.Holders) > 0 {
+			hs := make([]string, len(g.Holders))
+			for i, h := range g.Holders {
+				hs[i] = h.Holder.String() + " (" + h.Mode + ")"
+			}
+			holders = strings.Join(hs, ", ")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", g.Index, g.UUID, g.Mode, holders)
+	}
+	return tw.Flush()
+}
