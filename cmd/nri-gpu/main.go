@@ -4,6 +4,7 @@
 //	nri-gpu inventory [--config FILE] [-o table|json]
 //	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
 //	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
+//	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
 //	nri-gpu version
 package main
 
@@ -34,6 +35,7 @@ Usage:
   nri-gpu inventory [--config FILE] [-o table|json]
   nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
   nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
+  nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -67,6 +69,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, errNotReady) {
 			return 1
 		}
+	case "doctor":
+		err = doctorCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
