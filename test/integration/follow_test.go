@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -60,14 +61,32 @@ func metricValue(body, series string) string {
 	return ""
 }
 
-// libcudaSource returns the host path mounted as libcuda.so.1.
-func libcudaSource(adj *api.ContainerAdjustment) string {
+// libcuda returns where libcuda.so.1 appears in the container and the
+// host file it is, whether the libraries are mounted one by one or as a
+// prepared directory (libraryMode).
+func libcuda(adj *api.ContainerAdjustment) (dest, src string) {
 	for _, m := range adj.GetMounts() {
 		if strings.HasSuffix(m.Destination, "/libcuda.so.1") {
-			return m.Source
+			return m.Destination, m.Source
 		}
 	}
-	return ""
+	for _, m := range adj.GetMounts() {
+		p := filepath.Join(m.Source, "libcuda.so.1")
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Join(m.Destination, "libcuda.so.1"), p
+		}
+	}
+	return "", ""
+}
+
+// libcudaIs reports whether the container's libcuda.so.1 is the node's
+// libcuda of version (the same file, by inode: a prepared directory holds
+// hard links).
+func libcudaIs(adj *api.ContainerAdjustment, n *simnode.Node, version string) bool {
+	_, src := libcuda(adj)
+	a, err1 := os.Stat(src)
+	b, err2 := os.Stat(n.HostPath(n.LibDir + "/libcuda.so." + version))
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
 }
 
 // TestFollowTheNode runs the plugin with metrics on, upgrades the
@@ -99,22 +118,25 @@ func TestFollowTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if src := libcudaSource(adj); !strings.HasSuffix(src, ".so."+n.DriverVersion) {
+	if !libcudaIs(adj, n, n.DriverVersion) {
+		_, src := libcuda(adj)
 		t.Fatalf("before the upgrade libcuda.so.1 comes from %q", src)
 	}
 
+	old := n
 	t.Run("driver upgrade", func(t *testing.T) {
-		if _, err := simnode.Upgrade(n, "590.44.01", simnode.Options{}); err != nil {
+		var err error
+		if n, err = simnode.Upgrade(old, "590.44.01", simnode.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		waitUntil(t, "containers to get the new driver", func() bool {
 			adj, err := r.create(ann, "c")
-			return err == nil && strings.HasSuffix(libcudaSource(adj), ".so.590.44.01")
+			return err == nil && libcudaIs(adj, n, "590.44.01")
 		})
 		adj, _ := r.create(ann, "c")
 		spec := applyToSpec(t, adj)
 		for _, m := range spec.Mounts {
-			if strings.Contains(m.Source, n.DriverVersion) {
+			if strings.Contains(m.Source, old.DriverVersion) {
 				t.Errorf("mount of the old driver after the upgrade: %+v", m)
 			}
 			if strings.HasPrefix(m.Source, n.Root) {
@@ -137,8 +159,9 @@ func TestFollowTheNode(t *testing.T) {
 			return strings.Contains(p.log.String(), "broken driver") && strings.Contains(p.log.String(), "keeping the last good inventory")
 		})
 		adj, err := r.create(ann, "c")
-		if err != nil || !strings.HasSuffix(libcudaSource(adj), ".so.590.44.01") {
-			t.Fatalf("with a broken driver: %v, libcuda from %q", err, libcudaSource(adj))
+		if err != nil || !libcudaIs(adj, n, "590.44.01") {
+			_, src := libcuda(adj)
+			t.Fatalf("with a broken driver: %v, libcuda from %q", err, src)
 		}
 		os.WriteFile(n.HostPath("/proc/driver/nvidia/version"),
 			[]byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.44.01  Release Build  (dvs-builder@U16)  Thu Nov 20 2025\n"), 0o644)
@@ -151,13 +174,14 @@ func TestFollowTheNode(t *testing.T) {
 			return strings.Contains(p.log.String(), "invalid configuration rejected")
 		})
 		adj, err := r.create(ann, "c")
-		if err != nil || !strings.HasPrefix(libcudaDest(adj), "/usr/local/nvidia/lib64/") {
-			t.Fatalf("after an invalid configuration: %v, libcuda at %q", err, libcudaDest(adj))
+		if dest, _ := libcuda(adj); err != nil || dest != "/usr/local/nvidia/lib64/libcuda.so.1" {
+			t.Fatalf("after an invalid configuration: %v, libcuda at %q", err, dest)
 		}
 		os.WriteFile(cfg, []byte(base+"libraryDir: /opt/nvidia/lib64\n"), 0o644)
 		waitUntil(t, "the new configuration to apply", func() bool {
 			adj, err := r.create(ann, "c")
-			return err == nil && libcudaDest(adj) == "/opt/nvidia/lib64/libcuda.so.1"
+			dest, _ := libcuda(adj)
+			return err == nil && dest == "/opt/nvidia/lib64/libcuda.so.1"
 		})
 		// SIGHUP rereads it as well.
 		p.cmd.Process.Signal(syscall.SIGHUP)
@@ -196,14 +220,4 @@ func TestFollowTheNode(t *testing.T) {
 			}
 		}
 	})
-}
-
-// libcudaDest returns where libcuda.so.1 is mounted in the container.
-func libcudaDest(adj *api.ContainerAdjustment) string {
-	for _, m := range adj.GetMounts() {
-		if strings.HasSuffix(m.Destination, "/libcuda.so.1") {
-			return m.Destination
-		}
-	}
-	return ""
 }
