@@ -274,6 +274,10 @@ func TestEachFailure(t *testing.T) {
 		{"CDI spec", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.write(t, "/var/run/cdi/nvidia.yaml", "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n")
 		}, "other injectors", Fail, "nvidia.yaml defines nvidia.com/gpu devices"},
+		{"CDI spec with emit: cdi", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.Config.Emit = "cdi"
+			f.write(t, "/var/run/cdi/nri-gpu.yaml", "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n")
+		}, "other injectors", Pass, "are what nri-gpu names (emit: cdi)"},
 		{"CDI spec in the runtime's cdi_spec_dirs", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.write(t, "/etc/containerd/conf.d/60-cdi.toml", "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\n  cdi_spec_dirs = ['/srv/cdi']\n")
 			f.write(t, "/srv/cdi/gpu.json", `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[]}`)

@@ -17,6 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/metrics"
 )
 
@@ -282,7 +283,7 @@ func isNvidiaRuntime(name, binary string) bool {
 // nvidia.com devices.
 func checkOtherInjectors(o *Options, f *runtimeFacts, out *[]Result) {
 	const name = "other injectors"
-	var fails, warns []string
+	var fails, warns, cdiUsed []string
 	if f.ctd != nil {
 		cri := f.ctd.criRuntime()
 		def := getString(cri, "containerd", "default_runtime_name")
@@ -347,7 +348,12 @@ func checkOtherInjectors(o *Options, f *runtimeFacts, out *[]Result) {
 			if err := yaml.Unmarshal(data, &spec); err != nil {
 				continue
 			}
-			if strings.HasPrefix(spec.Kind, "nvidia.com/") {
+			switch {
+			case !strings.HasPrefix(spec.Kind, "nvidia.com/"):
+			case o.Config.Emit == "cdi" && spec.Kind == cdispec.Kind:
+				// nri-gpu itself names these devices (emit: cdi).
+				cdiUsed = append(cdiUsed, p)
+			default:
 				fails = append(fails, fmt.Sprintf("CDI spec %s defines %s devices: a pod that asks for them through CDI gets the driver twice, from a copy that goes stale at the next driver upgrade", p, spec.Kind))
 			}
 		}
@@ -355,9 +361,11 @@ func checkOtherInjectors(o *Options, f *runtimeFacts, out *[]Result) {
 	switch {
 	case len(fails) > 0:
 		add(out, Injection, name, Fail, firstLines(append(fails, warns...), 2),
-			"remove NVIDIA's runtime from the runtime's default (default_runtime_name = \"runc\"), its OCI hook, and the nvidia.com CDI specs (and what regenerates them: nvidia-ctk cdi generate, nvidia-cdi-refresh); nri-gpu replaces them")
+			"remove NVIDIA's runtime from the runtime's default (default_runtime_name = \"runc\"), its OCI hook, and the nvidia.com CDI specs (and what regenerates them: nvidia-ctk cdi generate, nvidia-cdi-refresh); nri-gpu replaces them (or, to keep a spec of nri-gpu cdi generate, set emit: cdi)")
 	case len(warns) > 0:
 		add(out, Injection, name, Warn, firstLines(warns, 2), "remove the runtime class, or keep GPU pods off it")
+	case len(cdiUsed) > 0:
+		add(out, Injection, name, Pass, "no NVIDIA runtime or OCI hook; the CDI specs "+strings.Join(cdiUsed, ", ")+" are what nri-gpu names (emit: cdi)", "")
 	default:
 		add(out, Injection, name, Pass, "no NVIDIA runtime, OCI hook or nvidia.com CDI spec", "")
 	}
