@@ -154,7 +154,7 @@ type helmValues struct {
 
 // renderHelm renders the chart's templates with its default values, with
 // the few template functions the chart uses implemented as Helm does.
-func renderHelm(t *testing.T) (objects, helmValues) {
+func renderHelm(t *testing.T, override func(values map[string]any)) (objects, helmValues) {
 	t.Helper()
 	dir := "helm/nri-gpu"
 	data, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
@@ -167,6 +167,9 @@ func renderHelm(t *testing.T) (objects, helmValues) {
 	}
 	var values map[string]any
 	yaml.Unmarshal(data, &values)
+	if override != nil {
+		override(values)
+	}
 	funcs := template.FuncMap{
 		"toYaml": func(v any) string {
 			b, err := yaml.Marshal(v)
@@ -233,7 +236,7 @@ func TestKubernetesManifests(t *testing.T) {
 // same objects as deploy/kubernetes, and the chart's metadata.
 func TestHelmChart(t *testing.T) {
 	plain, _ := loadKubernetes(t)
-	helm, values := renderHelm(t)
+	helm, values := renderHelm(t, nil)
 	if helm.namespace != nil {
 		t.Error("the chart creates its namespace; helm --create-namespace does")
 	}
@@ -381,8 +384,15 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		if !justified {
 			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
 		}
-		if !m.ReadOnly && v.HostPath.Path != "/var/run/nri" {
+		// Writable: the NRI socket's directory (connecting needs write
+		// access), and the driver root when library directories are
+		// prepared in it (hard links, within one mount).
+		writable := v.HostPath.Path == "/var/run/nri" || v.HostPath.Path == cfg.DriverRoot && cfg.LibraryMode != "files"
+		if !m.ReadOnly && !writable {
 			t.Errorf("host path %s is mounted writable", v.HostPath.Path)
+		}
+		if m.ReadOnly && v.HostPath.Path == cfg.DriverRoot && cfg.LibraryMode != "files" {
+			t.Errorf("driver root %s is read-only, but libraryMode %s prepares library directories in it", v.HostPath.Path, cfg.LibraryMode)
 		}
 	}
 	for host, want := range map[string]string{
@@ -411,6 +421,20 @@ func checkDaemonSet(t *testing.T, objs objects) {
 			if err != nil || q.Cmp(*lim.Memory()) >= 0 {
 				t.Errorf("GOMEMLIMIT %s must be below the memory limit %s", e.Value, lim.Memory())
 			}
+		}
+	}
+}
+
+// TestHelmReadOnlyDriverRoot renders the chart with libraryMode files: the
+// driver root is then mounted read-only.
+func TestHelmReadOnlyDriverRoot(t *testing.T) {
+	objs, _ := renderHelm(t, func(v map[string]any) {
+		v["config"].(map[string]any)["libraryMode"] = "files"
+	})
+	checkDaemonSet(t, objs)
+	for _, m := range objs.daemonSet.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.Name == "driver-root" && !m.ReadOnly {
+			t.Error("libraryMode files: the driver root is writable")
 		}
 	}
 }
