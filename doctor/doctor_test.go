@@ -299,6 +299,9 @@ func TestEachFailure(t *testing.T) {
 				tc.break_(t, f)
 			}
 			results := Run(f.o)
+			if len(results) < 9 { // two runtime config lines with both runtimes
+				t.Errorf("%d verdicts, want one per check (9 or more):\n%s", len(results), report(results))
+			}
 			expect(t, results, tc.check, tc.status, tc.want)
 			if tc.status == Fail && OK(results) {
 				t.Errorf("OK with a failed check:\n%s", report(results))

@@ -15,8 +15,13 @@ import (
 func checkKernel(o *Options, out *[]Result) (*inventory.Snapshot, bool) {
 	cfg := o.Config
 	snap, err := inventory.Discover(inventory.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount})
+	skipRest := func() {
+		add(out, Kernel, "majors", Skip, "no kernel driver", "fix the driver first")
+		add(out, Kernel, "device nodes", Skip, "no kernel driver", "fix the driver first")
+	}
 	if err != nil {
 		add(out, Kernel, "driver", Fail, err.Error(), "check hostRoot and driverRoot in the configuration (--config)")
+		skipRest()
 		return nil, false
 	}
 	if snap.DriverVersion == "" {
@@ -25,6 +30,7 @@ func checkKernel(o *Options, out *[]Result) (*inventory.Snapshot, bool) {
 			msg = snap.Warnings[0]
 		}
 		add(out, Kernel, "driver", Fail, msg, "load the driver (modprobe nvidia), or install it if the node has none")
+		skipRest()
 		return snap, false
 	}
 	add(out, Kernel, "driver", Pass, "NVIDIA kernel module "+snap.DriverVersion+" loaded", "")
