@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +15,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // Defaults of WatchOptions.
@@ -53,7 +56,7 @@ func (p *Plugin) Update(cfg config.Config, why string) (string, error) {
 		return RefreshRejected, fmt.Errorf("inventory: broken driver: %s", problem)
 	}
 	p.lastProblem = ""
-	if cur != nil && reflect.DeepEqual(cur.cfg, cfg) && reflect.DeepEqual(cur.snap, snap) {
+	if cur != nil && reflect.DeepEqual(cur.cfg, cfg) && reflect.DeepEqual(cur.snap, snap) && !cdiNamesChanged(cur, cfg, snap) {
 		log.Debug("inventory unchanged")
 		p.observer().Refresh(RefreshUnchanged)
 		return RefreshUnchanged, nil
@@ -75,6 +78,26 @@ func (p *Plugin) Update(cfg config.Config, why string) (string, error) {
 	}
 	p.observer().Refresh(RefreshChanged)
 	return RefreshChanged, nil
+}
+
+// cdiNamesChanged reports whether, with emit: cdi, the runtime's CDI specs
+// now define other GPUs than the current state names (a spec was
+// regenerated while the node itself stayed the same).
+func cdiNamesChanged(cur *state, cfg config.Config, snap *inventory.Snapshot) bool {
+	if cfg.Emit != "cdi" {
+		return false
+	}
+	names, _ := cdispec.Resolvable(snap, underRoot(cfg.HostRoot, cfg.CDISpecDirs))
+	return !maps.Equal(names, cur.cdiNames)
+}
+
+// underRoot returns dirs as read under root.
+func underRoot(root string, dirs []string) []string {
+	out := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		out = append(out, filepath.Join(root, d))
+	}
+	return out
 }
 
 // logProblem logs why an update was not applied: as a warning the first
@@ -226,8 +249,9 @@ func (w *Watcher) refresh(why string, force bool) {
 // rewatch watches the directories whose changes may change the
 // inventory: those of the driver's files found, the usual library and
 // binary directories, the driver root's /etc (ld.so.cache), the host's
-// /proc/driver/nvidia and /dev, and the configuration file's directory
-// (where a Kubernetes ConfigMap swaps a symbolic link). Directories that
+// /proc/driver/nvidia and /dev, the CDI spec directories (emit: cdi,
+// cdiImport), and the configuration file's directory (where a Kubernetes
+// ConfigMap swaps a symbolic link). Directories that
 // do not exist are skipped; the periodic rediscovery covers them.
 func (w *Watcher) rewatch() {
 	st := w.p.state.Load()
@@ -249,6 +273,12 @@ func (w *Watcher) rewatch() {
 		dirs = append(dirs, filepath.Join(cfg.DriverRootMount, d))
 	}
 	dirs = append(dirs, filepath.Join(cfg.HostRoot, "proc/driver/nvidia"), filepath.Join(cfg.HostRoot, "dev"))
+	if cfg.Emit == "cdi" {
+		dirs = append(dirs, underRoot(cfg.HostRoot, cfg.CDISpecDirs)...)
+	}
+	if cfg.CDIImport != nil {
+		dirs = append(dirs, underRoot(cfg.HostRoot, cfg.CDIImport.SpecDirs)...)
+	}
 	if w.o.ConfigPath != "" {
 		dirs = append(dirs, filepath.Dir(w.o.ConfigPath))
 	}

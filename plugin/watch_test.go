@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
@@ -229,4 +230,39 @@ func TestWatcher(t *testing.T) {
 	// Kick rereads the file even when it did not change.
 	w.Kick("SIGHUP")
 	waitFor(t, "the kick", func() bool { return strings.Contains(log.String(), "cause=SIGHUP") })
+}
+
+// TestWatcherCDISpecs: with emit: cdi, a CDI spec written after start is
+// picked up (the node itself is unchanged), so containers created later
+// get CDI references.
+func TestWatcherCDISpecs(t *testing.T) {
+	p, n, cfg, _, _ := newTestPlugin(t)
+	cfg.Emit = "cdi"
+	cfg.CDISpecDirs = []string{"/etc/cdi"}
+	if err := p.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.state.Load().cdiNames) != 0 {
+		t.Fatal("CDI names without a spec")
+	}
+	os.MkdirAll(filepath.Join(n.Root, "etc/cdi"), 0o755)
+	w, err := p.NewWatcher(WatchOptions{Interval: -1, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	spec, err := cdispec.Generate(p.Prepared(), inventory.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := cdispec.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(n.Root, "etc/cdi/nri-gpu.yaml"), string(data))
+	waitFor(t, "the CDI spec to be read", func() bool { return len(p.state.Load().cdiNames) == len(n.GPUs) })
 }
