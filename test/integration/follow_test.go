@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -220,4 +223,24 @@ func TestFollowTheNode(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRunBadMetricsAddr: a bad --metrics-addr is a usage error (exit 2)
+// naming the flag and what is wrong; an address in use stops the plugin.
+func TestRunBadMetricsAddr(t *testing.T) {
+	dir := shortTempDir(t)
+	out, err := exec.Command(binary, "run", "--socket", filepath.Join(dir, "none.sock"), "--metrics-addr", ":http").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `--metrics-addr: ":http": port "http" must be a number`) {
+		t.Errorf("--metrics-addr :http: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	out, err = exec.Command(binary, "run", "--socket", filepath.Join(dir, "none.sock"), "--metrics-addr", l.Addr().String()).CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "address already in use") {
+		t.Errorf("--metrics-addr in use: %v\n%s", err, out)
+	}
 }
