@@ -266,3 +266,40 @@ func TestWatcherCDISpecs(t *testing.T) {
 	mustWrite(t, filepath.Join(n.Root, "etc/cdi/nri-gpu.yaml"), string(data))
 	waitFor(t, "the CDI spec to be read", func() bool { return len(p.state.Load().cdiNames) == len(n.GPUs) })
 }
+
+// TestWatcherConfigMapUpdate updates the configuration the way the
+// kubelet updates a mounted ConfigMap: the file is a symbolic link through
+// ..data, and an update renames a new ..data link over the old one.
+func TestWatcherConfigMapUpdate(t *testing.T) {
+	p, _, cfg, _, _ := newTestPlugin(t)
+	dir := t.TempDir()
+	write := func(version, extra string) {
+		t.Helper()
+		d := filepath.Join(dir, "..2026_"+version)
+		os.MkdirAll(d, 0o755)
+		mustWrite(t, filepath.Join(d, "config.yaml"), fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n%s", cfg.HostRoot, cfg.DriverRoot, extra))
+		tmp := filepath.Join(dir, "..data_tmp")
+		os.Remove(tmp)
+		if err := os.Symlink(filepath.Base(d), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1", "")
+	if err := os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := p.NewWatcher(WatchOptions{ConfigPath: filepath.Join(dir, "config.yaml"), Interval: -1, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	write("2", "libraryDir: /opt/nvidia/lib64\n")
+	waitFor(t, "the ConfigMap update", func() bool { return p.Config().LibraryDir == "/opt/nvidia/lib64" })
+}
