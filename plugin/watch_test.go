@@ -303,3 +303,29 @@ func TestWatcherConfigMapUpdate(t *testing.T) {
 	write("2", "libraryDir: /opt/nvidia/lib64\n")
 	waitFor(t, "the ConfigMap update", func() bool { return p.Config().LibraryDir == "/opt/nvidia/lib64" })
 }
+
+// BenchmarkUpdateUnchanged measures a periodic rediscovery of an
+// unchanged 8-GPU node (discovery plus the comparison; nothing swapped).
+func BenchmarkUpdateUnchanged(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: the simulated node has real device nodes")
+	}
+	n, err := simnode.Generate(b.TempDir(), simnode.Options{NumGPUs: 8, DeviceNodes: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount = n.Root, n.Root, n.Root
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	p, err := New(cfg, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if r, err := p.Update(cfg, "bench"); r != RefreshUnchanged || err != nil {
+			b.Fatal(r, err)
+		}
+	}
+}
