@@ -72,14 +72,14 @@ func checkRuntimeConfig(o *Options, f *runtimeFacts, out *[]Result) {
 		switch {
 		case set && disable:
 			add(out, Injection, "runtime config", Fail, "containerd: NRI is disabled (disable = true) in "+files,
-				"set disable = false under "+nriTable+" (deploy/containerd/nri.toml) and restart containerd")
+				"set disable = false under "+nriTable+" (deploy/containerd/10-nri.toml, imported from config.toml) and restart containerd")
 		case set:
 			add(out, Injection, "runtime config", Pass, "containerd: NRI enabled (disable = false) in "+files, "")
 		case ctd.Version >= 3:
 			add(out, Injection, "runtime config", Pass, "containerd: NRI on by default (config version 3: containerd 2.x) in "+files, "")
 		default:
 			add(out, Injection, "runtime config", Warn, "containerd: "+files+" does not set "+nriTable+" disable: NRI is on by default in containerd 2.x but off in 1.7",
-				"set disable = false under "+nriTable+" (deploy/containerd/nri.toml) and restart containerd")
+				"set disable = false under "+nriTable+" (deploy/containerd/10-nri.toml, imported from config.toml) and restart containerd")
 		}
 		if p := getString(nri, "socket_path"); p != "" {
 			f.Socket = o.host(p)
@@ -125,7 +125,7 @@ func checkRuntimeConfig(o *Options, f *runtimeFacts, out *[]Result) {
 	if !found {
 		add(out, Injection, "runtime config", Warn,
 			fmt.Sprintf("no containerd (%s) or CRI-O (%s) configuration: the runtime runs on its defaults (NRI on in containerd 2.x only)", o.ContainerdConfig, o.CRIOConfig),
-			"point --containerd-config or --crio-config at the runtime's configuration, or add deploy/containerd/nri.toml")
+			"point --containerd-config or --crio-config at the runtime's configuration, or add deploy/containerd/10-nri.toml")
 	}
 }
 
@@ -387,7 +387,7 @@ func checkRequiredPlugins(o *Options, f *runtimeFacts, out *[]Result) {
 	}
 	v, _ := getTable(f.ctd.nri(), "default_validator")
 	enabled, _ := getBool(v, "enable")
-	fix := `containerd 2.2 or later: set enable = true under [plugins."io.containerd.nri.v1.nri".default_validator] (deploy/containerd/validator.toml) and annotate GPU pods with required-plugins.noderesource.dev/container.<name>: '["` + o.Name + `"]'`
+	fix := `containerd 2.2 or later: set enable = true under [plugins."io.containerd.nri.v1.nri".default_validator] (deploy/containerd/20-nri-validator.toml) and annotate GPU pods with required-plugins.noderesource.dev/container.<name>: '["` + o.Name + `"]'`
 	switch {
 	case !enabled:
 		add(out, Injection, name, Warn, "NRI default validator off: a GPU pod created while nri-gpu is down starts without GPUs", fix)
