@@ -74,8 +74,8 @@ func New(version string) *Metrics {
 			Help: "Driver files (libraries, binaries, firmware) the current inventory snapshot offers.",
 		}),
 		allocs: &allocCollector{desc: prometheus.NewDesc("nri_gpu_gpu_allocations",
-			"Containers currently holding each GPU, as the allocator reports it (absent without an allocator).",
-			[]string{"uuid"}, nil)},
+			"Containers currently holding each GPU in the allocation table.",
+			[]string{"index", "uuid"}, nil)},
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nri_gpu_build_info",
@@ -119,16 +119,22 @@ func (m *Metrics) Inventory(snap *inventory.Snapshot) {
 	m.invFiles.Set(float64(len(snap.Files)))
 }
 
+// Allocation is one GPU's count of holders in the allocation table.
+type Allocation struct {
+	Index   int
+	UUID    string
+	Holders int
+}
+
 // SetAllocations makes f the source of nri_gpu_gpu_allocations: at each
-// scrape it is called and returns, per GPU UUID, the number of containers
-// holding that GPU. It is the hook for an allocator; without one the
+// scrape it is called and returns the holders of each GPU. Without it the
 // metric is absent. f must be safe for concurrent use.
-func (m *Metrics) SetAllocations(f func() map[string]int) { m.allocs.f.Store(&f) }
+func (m *Metrics) SetAllocations(f func() []Allocation) { m.allocs.f.Store(&f) }
 
 // allocCollector reports allocations per GPU from a callback.
 type allocCollector struct {
 	desc *prometheus.Desc
-	f    atomic.Pointer[func() map[string]int]
+	f    atomic.Pointer[func() []Allocation]
 }
 
 func (c *allocCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -138,7 +144,7 @@ func (c *allocCollector) Collect(ch chan<- prometheus.Metric) {
 	if f == nil {
 		return
 	}
-	for uuid, n := range (*f)() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), uuid)
+	for _, a := range (*f)() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(a.Holders), strconv.Itoa(a.Index), a.UUID)
 	}
 }

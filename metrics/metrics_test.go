@@ -66,7 +66,9 @@ func TestScrape(t *testing.T) {
 	m.Refresh("rejected")
 	m.Connected()
 	m.Connected()
-	m.SetAllocations(func() map[string]int { return map[string]int{"GPU-a": 2} })
+	m.SetAllocations(func() []Allocation {
+		return []Allocation{{Index: 0, UUID: "GPU-a", Holders: 2}, {Index: 1, UUID: "GPU-b"}}
+	})
 
 	code, body := get(t, srv.URL+"/metrics")
 	if code != 200 {
@@ -88,7 +90,8 @@ func TestScrape(t *testing.T) {
 		`nri_gpu_driver_info{version="580.126.09"} 1`,
 		`nri_gpu_inventory_gpus 4`,
 		`nri_gpu_inventory_driver_files 25`,
-		`nri_gpu_gpu_allocations{uuid="GPU-a"} 2`,
+		`nri_gpu_gpu_allocations{index="0",uuid="GPU-a"} 2`,
+		`nri_gpu_gpu_allocations{index="1",uuid="GPU-b"} 0`,
 		`nri_gpu_build_info{version="v1.2.3"} 1`,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/request"
 )
@@ -89,8 +90,12 @@ func (nopObserver) Connected()                                             {}
 func (p *Plugin) observeRequest(res Result, adj bool, err error, took time.Duration) {
 	src := res.Request.Source
 	var rerr *request.Error
-	if errors.As(err, &rerr) {
+	var aerr *alloc.Error
+	switch {
+	case errors.As(err, &rerr):
 		src = rerr.Source
+	case errors.As(err, &aerr):
+		src = aerr.Source
 	}
 	outcome := OutcomeUntouched
 	switch {
@@ -101,7 +106,7 @@ func (p *Plugin) observeRequest(res Result, adj bool, err error, took time.Durat
 	}
 	var gpus []inventory.GPU
 	if adj {
-		gpus = res.Selection.GPUs
+		gpus = res.GPUs
 	}
 	p.observer().Request(sourceLabel(src), outcome, gpus, took)
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -36,12 +37,12 @@ func (r *requestRecorder) Connected()                    {}
 func TestObserveRequests(t *testing.T) {
 	log := logrus.New()
 	log.SetLevel(logrus.PanicLevel)
-	p := &Plugin{log: log}
 	snap := benchSnapshot()
+	p := &Plugin{log: log, table: tableFor(snap)}
 	p.state.Store(&state{cfg: config.Default(), snap: snap, prep: adjust.Prepare(snap, layout)})
 	rec := &requestRecorder{}
 	p.SetObserver(rec)
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		ann  map[string]string
 		env  []string
 		want string
@@ -52,8 +53,10 @@ func TestObserveRequests(t *testing.T) {
 		{nil, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=warp"}, "env/refused"},
 		{nil, []string{"NVIDIA_VISIBLE_DEVICES=void"}, "none/untouched"},
 		{nil, nil, "none/untouched"},
+		{map[string]string{"gpus.nri-gpu.dev/pod": "8,exclusive=true"}, nil, "pod-annotation/refused"}, // GPUs held: the table refuses
 	} {
-		p.CreateContainer(context.Background(), &api.PodSandbox{Annotations: tc.ann}, &api.Container{Name: "c", Env: tc.env})
+		id := fmt.Sprint("ctr-", i)
+		p.CreateContainer(context.Background(), &api.PodSandbox{Id: "pod-" + id, Annotations: tc.ann}, &api.Container{Id: id, PodSandboxId: "pod-" + id, Name: "c", Env: tc.env})
 		if got := rec.seen[len(rec.seen)-1]; got != tc.want {
 			t.Errorf("%v %v: observed %s, want %s", tc.ann, tc.env, got, tc.want)
 		}

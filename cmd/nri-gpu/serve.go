@@ -23,6 +23,13 @@ func startMetrics(ctx context.Context, addr string, p *plugin.Plugin, log *logru
 	}
 	m := metrics.New(Version)
 	p.SetObserver(m)
+	m.SetAllocations(func() []metrics.Allocation {
+		var out []metrics.Allocation
+		for _, a := range p.Allocations() {
+			out = append(out, metrics.Allocation{Index: a.Index, UUID: a.UUID, Holders: a.Holders})
+		}
+		return out
+	})
 	bound, errc, err := metrics.Serve(ctx, laddr, metrics.Handler(m, p.NotReady))
 	if err != nil {
 		return fmt.Errorf("--metrics-addr: %w", err)

@@ -217,6 +217,7 @@ func TestFollowTheNode(t *testing.T) {
 			`nri_gpu_inventory_refreshes_total{result="rejected"}`,
 			`nri_gpu_requests_total{outcome="injected",source="container-annotation"}`,
 			`nri_gpu_request_duration_seconds_count`,
+			`nri_gpu_gpu_allocations{index="0",uuid="` + n.GPUs[0].UUID + `"}`,
 		} {
 			if v := metricValue(body, series); v == "" || v == "0" {
 				t.Errorf("%s = %q, want > 0", series, v)
