@@ -371,6 +371,12 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		}
 	}
 
+	// The status socket's directory (nri-gpu's default --status-socket
+	// /run/nri-gpu/status.sock) is writable in a read-only root.
+	if m, ok := mounts["/run/nri-gpu"]; !ok || volumes[m.Name].EmptyDir == nil || m.ReadOnly {
+		t.Error("no writable emptyDir at /run/nri-gpu for the status socket")
+	}
+
 	// Host mounts: the ones hostRoot and driverRoot need, read-only but
 	// the NRI socket's directory, and nothing else.
 	hostMounts := map[string]string{} // host path -> mount path

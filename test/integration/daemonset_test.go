@@ -36,6 +36,7 @@ type podSpec struct {
 					ConfigMap *struct {
 						Name string `json:"name"`
 					} `json:"configMap"`
+					EmptyDir *struct{} `json:"emptyDir"`
 				} `json:"volumes"`
 			} `json:"spec"`
 		} `json:"template"`
@@ -94,7 +95,10 @@ func TestDaemonSetLayout(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir}
 	var script []string
-	script = append(script, "set -e", "mount --make-rprivate /")
+	// readOnlyRootFilesystem: the root is a read-only bind of itself, with
+	// the volumes mounted on it (their mount points made beforehand).
+	script = append(script, "set -e", "mount --make-rprivate /",
+		fmt.Sprintf("mount --bind %q %q", root, root), fmt.Sprintf("mount -o remount,bind,ro %q", root))
 	volumes := map[string]int{}
 	for i, v := range pod.Volumes {
 		volumes[v.Name] = i
@@ -108,6 +112,9 @@ func TestDaemonSetLayout(t *testing.T) {
 				os.MkdirAll(target, 0o755)
 				os.WriteFile(filepath.Join(target, k), []byte(val), 0o644)
 			}
+		case v.EmptyDir != nil:
+			os.MkdirAll(target, 0o755)
+			script = append(script, fmt.Sprintf("mount -t tmpfs tmpfs %q", target))
 		case v.HostPath != nil:
 			src, ok := hostSource[v.HostPath.Path]
 			if !ok {
@@ -154,8 +161,10 @@ func TestDaemonSetLayout(t *testing.T) {
 			t.Errorf("mount source %s is not a host path of the node: %v", m.Source, err)
 		}
 	}
+	if !strings.Contains(p.log.String(), "serving status on /run/nri-gpu/status.sock") {
+		t.Errorf("no status socket in the DaemonSet layout:\n%s", p.log.String())
+	}
 	if !strings.Contains(p.log.String(), "library directories ready in /var/lib/nri-gpu") {
 		t.Errorf("no library directories in the DaemonSet layout:\n%s", p.log.String())
 	}
-	t.Logf("plugin log:\n%s", p.log.String())
 }
