@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/plugin"
 )
 
 // Status is a check's outcome.
@@ -74,6 +75,9 @@ type Options struct {
 	// HealthURL is nri-gpu's metrics listener ("http://127.0.0.1:9400");
 	// empty: found from a running nri-gpu's --metrics-addr.
 	HealthURL string
+	// StatusSocket is nri-gpu's status socket; empty:
+	// <hostRoot>/run/nri-gpu/status.sock.
+	StatusSocket string
 	// Name and Index are the plugin's registered name and index.
 	Name, Index string
 	// Self is this process's pid, ignored when looking for a running
@@ -90,6 +94,9 @@ func (o *Options) defaults() {
 	}
 	if o.CRIOConfig == "" {
 		o.CRIOConfig = o.host("/etc/crio/crio.conf")
+	}
+	if o.StatusSocket == "" {
+		o.StatusSocket = o.host(plugin.DefaultStatusSocket)
 	}
 	if o.Name == "" {
 		o.Name = "nri-gpu"

@@ -2,7 +2,9 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/plugin"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -245,6 +250,30 @@ func TestEachFailure(t *testing.T) {
 		{"nri-gpu not ready", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.ready = http.StatusServiceUnavailable
 		}, "registration", Fail, "not ready: not connected to the runtime"},
+		{"status socket: not ready", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			log := logrus.New()
+			log.SetOutput(io.Discard)
+			p, err := plugin.New(f.o.Config, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			if err := p.ServeStatus(ctx, f.n.HostPath(plugin.DefaultStatusSocket)); err != nil {
+				t.Fatal(err)
+			}
+		}, "registration", Fail, "not ready: not connected to the runtime"},
+		{"status socket: stale", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			f.write(t, "/run/nri-gpu/.keep", "")
+			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.n.HostPath(plugin.DefaultStatusSocket), Net: "unix"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.SetUnlinkOnClose(false)
+			l.Close()
+		}, "registration", Fail, "connection refused"},
 		{"nri-gpu not running", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.o.HealthURL = ""
 		}, "registration", Fail, "nri-gpu is not running and not pre-registered"},

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -213,8 +214,22 @@ func healthURL(addr string) string {
 
 // readyz asks nri-gpu's /readyz.
 func readyz(url string) (bool, string) {
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(strings.TrimRight(url, "/") + "/readyz")
+	return ask(http.Client{Timeout: 3 * time.Second}, strings.TrimRight(url, "/")+"/readyz")
+}
+
+// statusReady asks nri-gpu's status socket for its readiness (GET /ready).
+func statusReady(socket string) (bool, string) {
+	c := http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+	return ask(c, "http://nri-gpu/ready")
+}
+
+// ask GETs url: whether it answered 200, and its first line or the error.
+func ask(c http.Client, url string) (bool, string) {
+	resp, err := c.Get(url)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -224,9 +239,9 @@ func readyz(url string) (bool, string) {
 }
 
 // checkRegistered checks that nri-gpu is registered with the runtime.
-// The definite answer is nri-gpu's own /readyz (connected and
-// synchronized), asked at --health-url or at the --metrics-addr of a
-// running nri-gpu. Without a listener, a pre-registered binary (the
+// The definite answer is nri-gpu's own readiness (connected and
+// synchronized), asked at --health-url, on its status socket, or at the
+// --metrics-addr of a running nri-gpu. Without a listener, a pre-registered binary (the
 // runtime starts it and hands it its connection) passes, and a running
 // process is a warning: alive, but its connection cannot be seen from
 // outside.
@@ -238,6 +253,15 @@ func checkRegistered(o *Options, f *runtimeFacts, out *[]Result) {
 			add(out, Injection, name, Pass, fmt.Sprintf("nri-gpu reports itself connected and synchronized (%s/readyz)", o.HealthURL), "")
 		} else {
 			add(out, Injection, name, Fail, fmt.Sprintf("%s/readyz: %s", o.HealthURL, msg), "see nri-gpu's log; "+fixDeploy)
+		}
+		return
+	}
+	if _, err := os.Stat(o.StatusSocket); err == nil {
+		if ok, msg := statusReady(o.StatusSocket); ok {
+			add(out, Injection, name, Pass, fmt.Sprintf("nri-gpu reports itself connected and synchronized (status socket %s)", o.StatusSocket), "")
+		} else {
+			add(out, Injection, name, Fail, fmt.Sprintf("status socket %s: %s", o.StatusSocket, msg),
+				"see nri-gpu's log: it keeps reconnecting until the runtime's NRI socket accepts it; a stale socket means nri-gpu is not running: "+fixDeploy)
 		}
 		return
 	}

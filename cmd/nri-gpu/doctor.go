@@ -24,6 +24,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Socket, "socket", "", "the NRI socket (default: from the runtime's configuration, else <hostRoot>/var/run/nri/nri.sock)")
 	cdi := fs.String("cdi-dirs", "", "comma-separated CDI spec directories (default: the runtime's cdi_spec_dirs, else /etc/cdi,/var/run/cdi under hostRoot)")
 	fs.StringVar(&o.HealthURL, "health-url", "", "nri-gpu's metrics listener, e.g. http://127.0.0.1:9400 (default: from a running nri-gpu's --metrics-addr)")
+	fs.StringVar(&o.StatusSocket, "status-socket", "", "nri-gpu's status socket (default <hostRoot>/run/nri-gpu/status.sock)")
 	fs.StringVar(&o.Name, "name", "nri-gpu", "the plugin's registered name")
 	fs.StringVar(&o.Index, "idx", "10", "the plugin's index")
 	if err := fs.Parse(args); err != nil {

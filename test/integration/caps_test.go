@@ -3,6 +3,7 @@ package integration
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestRunsWithoutCapabilities(t *testing.T) {
 	r := startRuntime(t, dir)
 	defer r.stop()
 	p := startCommand(t, setpriv, "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--",
-		binary, "run", "--config", cfg, "--socket", r.socket)
+		binary, "run", "--config", cfg, "--socket", r.socket, "--status-socket", filepath.Join(dir, "status.sock"))
 	r.waitSynced(20 * time.Second)
 
 	status, _ := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
@@ -36,6 +37,9 @@ func TestRunsWithoutCapabilities(t *testing.T) {
 	adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/pod": "all"}, "nocaps")
 	if err != nil || len(adj.GetLinux().GetDevices()) != len(n.GPUs)+3 {
 		t.Fatalf("without capabilities: %v, %v", adj, err)
+	}
+	if !strings.Contains(p.log.String(), "serving status on") {
+		t.Errorf("no status socket without capabilities:\n%s", p.log.String())
 	}
 	if _, src := libcuda(adj); !strings.Contains(p.log.String(), "library directories ready") || src == "" {
 		t.Errorf("library directories not prepared without capabilities (libcuda from %q):\n%s", src, p.log.String())

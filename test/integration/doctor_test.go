@@ -14,8 +14,9 @@ import (
 )
 
 // TestDoctorCommand runs `nri-gpu doctor` on a simulated node against a
-// real runtime side and a real nri-gpu: exit 0 when all passes, exit 1
-// with the failed check named once nri-gpu stops.
+// real runtime side and a real nri-gpu, asked on its status socket: exit 0
+// when all passes, exit 1 with the failed check named once nri-gpu stops
+// (its socket left behind, refusing connections).
 func TestDoctorCommand(t *testing.T) {
 	needRoot(t)
 	dir := shortTempDir(t)
@@ -36,12 +37,12 @@ func TestDoctorCommand(t *testing.T) {
 
 	r := startRuntime(t, dir)
 	defer r.stop()
-	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--metrics-addr", "127.0.0.1:0")
-	url := metricsURL(t, p)
+	status := filepath.Join(dir, "status.sock")
+	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--status-socket", status)
 	r.waitSynced(20 * time.Second)
 
 	doctor := func() (string, int) {
-		out, err := exec.Command(binary, "doctor", "--config", cfg, "--socket", r.socket, "--health-url", url).CombinedOutput()
+		out, err := exec.Command(binary, "doctor", "--config", cfg, "--socket", r.socket, "--status-socket", status).CombinedOutput()
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -59,7 +60,7 @@ func TestDoctorCommand(t *testing.T) {
 	}
 	for _, want := range []string{
 		"PASS  kernel      driver            NVIDIA kernel module 580.126.09 loaded",
-		"PASS  injection   registration      nri-gpu reports itself connected and synchronized",
+		"PASS  injection   registration      nri-gpu reports itself connected and synchronized (status socket " + status + ")",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -71,7 +72,7 @@ func TestDoctorCommand(t *testing.T) {
 	p.done <- nil
 	out, code = doctor()
 	t.Logf("nri-gpu doctor, exit %d:\n%s", code, out)
-	if code != 1 || !strings.Contains(out, "FAIL  injection   registration") || !strings.Contains(out, "fix: ") {
+	if code != 1 || !strings.Contains(out, "FAIL  injection   registration      status socket "+status) || !strings.Contains(out, "fix: ") {
 		t.Fatalf("doctor with nri-gpu stopped: exit %d\n%s", code, out)
 	}
 }

@@ -102,7 +102,7 @@ func TestFollowTheNode(t *testing.T) {
 	n, cfg := simNode(t, dir, simnode.LayoutRHEL)
 	r := startRuntime(t, dir)
 	defer r.stop()
-	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--log-level", "debug",
+	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--log-level", "debug", "--status-socket", "",
 		"--metrics-addr", "127.0.0.1:0")
 	url := metricsURL(t, p)
 	if code, body := httpGet(t, url+"/readyz"); code != http.StatusServiceUnavailable && code != http.StatusOK {
@@ -230,7 +230,7 @@ func TestFollowTheNode(t *testing.T) {
 // naming the flag and what is wrong; an address in use stops the plugin.
 func TestRunBadMetricsAddr(t *testing.T) {
 	dir := shortTempDir(t)
-	out, err := exec.Command(binary, "run", "--socket", filepath.Join(dir, "none.sock"), "--metrics-addr", ":http").CombinedOutput()
+	out, err := exec.Command(binary, "run", "--socket", filepath.Join(dir, "none.sock"), "--status-socket", "", "--metrics-addr", ":http").CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `--metrics-addr: ":http": port "http" must be a number`) {
 		t.Errorf("--metrics-addr :http: %v\n%s", err, out)
@@ -240,7 +240,7 @@ func TestRunBadMetricsAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	out, err = exec.Command(binary, "run", "--socket", filepath.Join(dir, "none.sock"), "--metrics-addr", l.Addr().String()).CombinedOutput()
+	out, err = exec.Command(binary, "run", "--socket", filepath.Join(dir, "none.sock"), "--status-socket", "", "--metrics-addr", l.Addr().String()).CombinedOutput()
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "address already in use") {
 		t.Errorf("--metrics-addr in use: %v\n%s", err, out)
 	}

@@ -30,7 +30,7 @@ func TestMeasureRSS(t *testing.T) {
 	os.WriteFile(cfg, []byte(fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n", n.Root, n.Root)), 0o644)
 	r := startRuntime(t, dir)
 	defer r.stop()
-	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--metrics-addr", "127.0.0.1:0")
+	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--status-socket", "", "--metrics-addr", "127.0.0.1:0")
 	url := metricsURL(t, p)
 	r.waitSynced(20 * time.Second)
 	status := func() (rss, hwm string) {
