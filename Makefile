@@ -3,10 +3,20 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.Version=$(VERSION)
 PKGS    := ./...
-# Modules with their own go.mod, checked like the product module.
-SUBMODULES := test/e2e
+# Modules with their own go.mod, checked like the product module: the e2e
+# suite and deploy/ (the manifests' test, which needs k8s.io/api).
+SUBMODULES := test/e2e deploy
 
-.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean
+# make install: where things go. DESTDIR stages into a directory (packages,
+# tests); PREFIX is where the binary lives on the node.
+DESTDIR        ?=
+PREFIX         ?= /usr/local
+NRI_PLUGIN_DIR ?= /opt/nri/plugins
+NRI_CONF_DIR   ?= /etc/nri/conf.d
+SYSTEMD_DIR    ?= /etc/systemd/system
+CONFIG_DIR     ?= /etc/nri-gpu
+
+.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd
 
 all: build
 
@@ -22,10 +32,11 @@ test: lint unit
 lint:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@for m in $(SUBMODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; (cd $$m && $(GO) vet ./...) || exit 1; done
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+	cd deploy && $(GO) test -count=1 ./...
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
@@ -44,6 +55,28 @@ demo: build
 
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
+
+# The pre-registered plugin: the runtime starts it itself and hands it
+# its configuration (see README, "Without Kubernetes"). Also installs the
+# command for nri-gpu inventory and nri-gpu doctor. An existing
+# configuration file is kept.
+install: build
+	install -D -m 0755 bin/nri-gpu $(DESTDIR)$(PREFIX)/bin/nri-gpu
+	install -D -m 0755 bin/nri-gpu $(DESTDIR)$(NRI_PLUGIN_DIR)/10-nri-gpu
+	@if [ -e $(DESTDIR)$(NRI_CONF_DIR)/10-nri-gpu.conf ]; then \
+		echo "keeping $(DESTDIR)$(NRI_CONF_DIR)/10-nri-gpu.conf"; \
+	else install -D -m 0644 deploy/nri/10-nri-gpu.conf $(DESTDIR)$(NRI_CONF_DIR)/10-nri-gpu.conf; fi
+
+# nri-gpu as a systemd service instead (not together with install: two
+# plugins of one name cannot both register).
+install-systemd: build
+	install -D -m 0755 bin/nri-gpu $(DESTDIR)$(PREFIX)/bin/nri-gpu
+	install -d $(DESTDIR)$(SYSTEMD_DIR)
+	sed 's|/usr/local/bin/nri-gpu|$(PREFIX)/bin/nri-gpu|' deploy/systemd/nri-gpu.service > $(DESTDIR)$(SYSTEMD_DIR)/nri-gpu.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_DIR)/nri-gpu.service
+	@if [ -e $(DESTDIR)$(CONFIG_DIR)/config.yaml ]; then \
+		echo "keeping $(DESTDIR)$(CONFIG_DIR)/config.yaml"; \
+	else install -D -m 0644 deploy/systemd/config.yaml $(DESTDIR)$(CONFIG_DIR)/config.yaml; fi
 
 clean:
 	rm -rf bin

@@ -46,6 +46,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.logTable("rebuilt from the runtime's containers")
 	p.synced.Store(true)
 	p.cleanLibraryCache(ctrs)
+	p.observer().Connected()
 	return nil, nil
 }
 

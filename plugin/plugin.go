@@ -58,6 +58,11 @@ type Plugin struct {
 	runtimeCDI atomic.Bool
 	// table is who holds which GPUs; rebuilt on every Synchronize.
 	table *alloc.Table
+	// obs is told what the plugin does (metrics); set before Run.
+	obs Observer
+	// lastProblem is the last reason an Update was refused, logged once;
+	// guarded by refreshMu.
+	lastProblem string
 }
 
 // minCDINRIVersion is the first NRI version whose runtimes inject CDI
@@ -127,6 +132,13 @@ func (p *Plugin) Reload(cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("inventory: %w", err)
 	}
+	return p.install(cfg, snap)
+}
+
+// install logs snap, prepares it for requests (library directories, CDI
+// names) and makes it current with cfg. The caller holds refreshMu. On
+// error nothing changes.
+func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 	for _, w := range snap.Warnings {
 		p.log.Warnf("inventory: %s", w)
 	}
@@ -173,6 +185,7 @@ func (p *Plugin) Reload(cfg config.Config) error {
 		idx[i] = g.Index
 	}
 	p.table.SetGPUs(idx)
+	p.observer().Inventory(snap)
 	return nil
 }
 
@@ -221,8 +234,10 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 
 // CreateContainer handles the runtime's CreateContainer request.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	start := time.Now()
 	st := p.state.Load()
 	adj, res, err := Handle(st.prep, p.table, st.sharing, pod, ctr)
+	p.observeRequest(res, adj != nil, err, time.Since(start))
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),

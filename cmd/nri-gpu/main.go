@@ -1,9 +1,10 @@
 // Command nri-gpu is an NRI plugin that injects NVIDIA GPUs into containers.
 //
-//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH]
+//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH] [--metrics-addr [HOST]:PORT] [--watch-interval D]
 //	nri-gpu inventory [--config FILE] [-o table|json]
 //	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
 //	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
+//	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
 //	nri-gpu version
 package main
 
@@ -30,10 +31,11 @@ var Version = "dev"
 const usage = `nri-gpu: inject NVIDIA GPUs into containers through NRI.
 
 Usage:
-  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH]
+  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH] [--metrics-addr [HOST]:PORT] [--watch-interval D]
   nri-gpu inventory [--config FILE] [-o table|json]
   nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
   nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
+  nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -67,6 +69,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, errNotReady) {
 			return 1
 		}
+	case "doctor":
+		err = doctorCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
@@ -117,6 +121,8 @@ func runCmd(args []string, stderr io.Writer) error {
 	idx := fs.String("idx", "10", "plugin index (two digits) to register with")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	statusSocket := fs.String("status-socket", plugin.DefaultStatusSocket, "unix socket serving nri-gpu status and readiness (empty: none)")
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on [HOST]:PORT (HOST defaults to 127.0.0.1); off when empty")
+	watchInterval := fs.Duration("watch-interval", plugin.DefaultWatchInterval, "rediscover the node this often besides on file events; 0: only on file events")
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
@@ -143,6 +149,13 @@ func runCmd(args []string, stderr io.Writer) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
+	if err := startMetrics(ctx, *metricsAddr, p, log); err != nil {
+		return err
+	}
+	w, err := startWatcher(ctx, p, *cfgPath, *watchInterval)
+	if err != nil {
+		return err
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -152,7 +165,7 @@ func runCmd(args []string, stderr io.Writer) error {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(p, *cfgPath, log)
+				w.Kick("SIGHUP")
 			}
 		}
 	}()
@@ -176,25 +189,6 @@ func runCmd(args []string, stderr io.Writer) error {
 		log.Info("stopped")
 	}
 	return err
-}
-
-// reload rereads the configuration file (when there is one) and
-// rediscovers the node; on failure the current state stays.
-func reload(p *plugin.Plugin, cfgPath string, log *logrus.Logger) {
-	cfg := p.Config()
-	if cfgPath != "" {
-		c, err := config.Load(cfgPath)
-		if err != nil {
-			log.WithError(err).Error("SIGHUP: keeping the current configuration")
-			return
-		}
-		cfg = c
-	}
-	if err := p.Reload(cfg); err != nil {
-		log.WithError(err).Error("SIGHUP: keeping the current inventory")
-		return
-	}
-	log.Info("SIGHUP: configuration and inventory reloaded")
 }
 
 func inventoryCmd(args []string, stdout, stderr io.Writer) error {

@@ -244,8 +244,15 @@ func (s *syncBuffer) String() string {
 
 func startPlugin(t *testing.T, args ...string) *pluginProc {
 	t.Helper()
+	return startCommand(t, binary, args...)
+}
+
+// startCommand starts the plugin through another program (such as
+// setpriv) that execs it.
+func startCommand(t *testing.T, path string, args ...string) *pluginProc {
+	t.Helper()
 	p := &pluginProc{log: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(path, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

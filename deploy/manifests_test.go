@@ -1,0 +1,446 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"text/template"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nri-gpu/nri-gpu/config"
+)
+
+// objects are the decoded manifests of one deployment method.
+type objects struct {
+	namespace      *corev1.Namespace
+	serviceAccount *corev1.ServiceAccount
+	configMap      *corev1.ConfigMap
+	daemonSet      *appsv1.DaemonSet
+}
+
+// splitDocs splits a multi-document YAML stream.
+func splitDocs(data []byte) [][]byte {
+	var out [][]byte
+	for _, d := range bytes.Split(data, []byte("\n---")) {
+		if len(bytes.TrimSpace(stripComments(d))) > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func stripComments(d []byte) []byte {
+	var out [][]byte
+	for _, l := range bytes.Split(d, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
+			out = append(out, l)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
+// decode strict-decodes one document into its k8s.io/api type: unknown or
+// duplicate fields are errors.
+func decode(t *testing.T, name string, doc []byte, objs *objects) {
+	t.Helper()
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var into any
+	switch meta.APIVersion + " " + meta.Kind {
+	case "v1 Namespace":
+		objs.namespace = &corev1.Namespace{}
+		into = objs.namespace
+	case "v1 ServiceAccount":
+		objs.serviceAccount = &corev1.ServiceAccount{}
+		into = objs.serviceAccount
+	case "v1 ConfigMap":
+		objs.configMap = &corev1.ConfigMap{}
+		into = objs.configMap
+	case "apps/v1 DaemonSet":
+		objs.daemonSet = &appsv1.DaemonSet{}
+		into = objs.daemonSet
+	default:
+		t.Fatalf("%s: unexpected object %s %s", name, meta.APIVersion, meta.Kind)
+	}
+	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		t.Fatalf("%s: strict decoding %s: %v", name, meta.Kind, err)
+	}
+}
+
+// kustomization is the part of a kustomization.yaml the manifests use;
+// decoded strictly, so a field kustomize would read and this test would
+// not is an error.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewTag  string `json:"newTag"`
+		NewName string `json:"newName,omitempty"`
+	} `json:"images"`
+}
+
+func loadKubernetes(t *testing.T) (objects, kustomization) {
+	t.Helper()
+	var k kustomization
+	data, err := os.ReadFile("kubernetes/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	files, _ := filepath.Glob("kubernetes/*.yaml")
+	var listed []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			listed = append(listed, filepath.Base(f))
+		}
+	}
+	if !cmp.Equal(sorted(k.Resources), sorted(listed)) {
+		t.Errorf("kustomization resources %v, manifests in the directory %v", k.Resources, listed)
+	}
+	var objs objects
+	for _, r := range k.Resources {
+		data, err := os.ReadFile(filepath.Join("kubernetes", r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range splitDocs(data) {
+			decode(t, r, doc, &objs)
+		}
+	}
+	return objs, k
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// helmValues are the chart's values, decoded strictly.
+type helmValues struct {
+	Image struct {
+		Repository string `json:"repository"`
+		Tag        string `json:"tag"`
+		PullPolicy string `json:"pullPolicy"`
+	} `json:"image"`
+	Config             map[string]string           `json:"config"`
+	DriverRootHostPath string                      `json:"driverRootHostPath"`
+	MetricsPort        int                         `json:"metricsPort"`
+	NodeSelector       map[string]string           `json:"nodeSelector"`
+	Tolerations        []corev1.Toleration         `json:"tolerations"`
+	PriorityClassName  string                      `json:"priorityClassName"`
+	Resources          corev1.ResourceRequirements `json:"resources"`
+	GoMemLimit         string                      `json:"goMemLimit"`
+}
+
+// renderHelm renders the chart's templates with its default values, with
+// the few template functions the chart uses implemented as Helm does.
+func renderHelm(t *testing.T, override func(values map[string]any)) (objects, helmValues) {
+	t.Helper()
+	dir := "helm/nri-gpu"
+	data, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var typed helmValues
+	if err := yaml.UnmarshalStrict(data, &typed); err != nil {
+		t.Fatalf("values.yaml: %v", err)
+	}
+	var values map[string]any
+	yaml.Unmarshal(data, &values)
+	if override != nil {
+		override(values)
+	}
+	funcs := template.FuncMap{
+		"toYaml": func(v any) string {
+			b, err := yaml.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimSuffix(string(b), "\n")
+		},
+		"nindent": func(n int, s string) string {
+			pad := strings.Repeat(" ", n)
+			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
+		},
+		"quote": func(s string) string { return fmt.Sprintf("%q", s) },
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "templates", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no templates")
+	}
+	var objs objects
+	for _, f := range files {
+		tmpl, err := template.New(filepath.Base(f)).Funcs(funcs).Option("missingkey=error").ParseFiles(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := tmpl.Execute(&out, map[string]any{
+			"Values":  values,
+			"Release": map[string]any{"Namespace": "nri-gpu", "Name": "nri-gpu"},
+		}); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, doc := range splitDocs(out.Bytes()) {
+			decode(t, f, doc, &objs)
+		}
+	}
+	return objs, typed
+}
+
+// TestKubernetesManifests checks the invariants of deploy/kubernetes.
+func TestKubernetesManifests(t *testing.T) {
+	objs, k := loadKubernetes(t)
+	if objs.namespace == nil || objs.serviceAccount == nil || objs.configMap == nil || objs.daemonSet == nil {
+		t.Fatalf("missing objects: %+v", objs)
+	}
+	ns := objs.namespace.Name
+	for what, got := range map[string]string{
+		"kustomization": k.Namespace, "ServiceAccount": objs.serviceAccount.Namespace,
+		"ConfigMap": objs.configMap.Namespace, "DaemonSet": objs.daemonSet.Namespace,
+	} {
+		if got != ns {
+			t.Errorf("%s namespace %q, want %q", what, got, ns)
+		}
+	}
+	checkDaemonSet(t, objs)
+
+	img := objs.daemonSet.Spec.Template.Spec.Containers[0].Image
+	repo, tag, _ := strings.Cut(img, ":")
+	if len(k.Images) != 1 || k.Images[0].Name != repo || k.Images[0].NewTag != tag {
+		t.Errorf("kustomization images %+v do not match the DaemonSet's image %s", k.Images, img)
+	}
+}
+
+// TestHelmChart checks that the chart with its default values renders the
+// same objects as deploy/kubernetes, and the chart's metadata.
+func TestHelmChart(t *testing.T) {
+	plain, _ := loadKubernetes(t)
+	helm, values := renderHelm(t, nil)
+	if helm.namespace != nil {
+		t.Error("the chart creates its namespace; helm --create-namespace does")
+	}
+	for name, pair := range map[string][2]any{
+		"ServiceAccount": {plain.serviceAccount, helm.serviceAccount},
+		"ConfigMap":      {plain.configMap, helm.configMap},
+		"DaemonSet":      {plain.daemonSet, helm.daemonSet},
+	} {
+		if d := cmp.Diff(pair[0], pair[1]); d != "" {
+			t.Errorf("%s: chart differs from deploy/kubernetes (-plain +chart):\n%s", name, d)
+		}
+	}
+	checkDaemonSet(t, helm)
+
+	var chart struct {
+		APIVersion  string `json:"apiVersion"`
+		Name        string `json:"name"`
+		Description string `json:"description"`
+		Type        string `json:"type"`
+		Version     string `json:"version"`
+		AppVersion  string `json:"appVersion"`
+	}
+	data, err := os.ReadFile("helm/nri-gpu/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, &chart); err != nil {
+		t.Fatalf("Chart.yaml: %v", err)
+	}
+	if chart.APIVersion != "v2" || chart.Name != "nri-gpu" || chart.AppVersion != values.Image.Tag {
+		t.Errorf("Chart.yaml %+v: appVersion must be the image tag %q", chart, values.Image.Tag)
+	}
+}
+
+// hostPathsJustified are the host paths the pod may mount, each for the
+// reason given in daemonset.yaml; the driver root is added from the
+// configuration.
+var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true}
+
+// checkDaemonSet checks the DaemonSet's invariants against the ConfigMap
+// and the plugin's own configuration parser.
+func checkDaemonSet(t *testing.T, objs objects) {
+	t.Helper()
+	ds := objs.daemonSet
+	spec := ds.Spec.Template.Spec
+	if !cmp.Equal(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+		t.Errorf("selector %v does not match the pod labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+	}
+	if spec.ServiceAccountName != objs.serviceAccount.Name {
+		t.Errorf("serviceAccountName %q, account %q", spec.ServiceAccountName, objs.serviceAccount.Name)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the service account token is mounted; nri-gpu does not use the API")
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName %q", spec.PriorityClassName)
+	}
+	if len(spec.NodeSelector) == 0 || len(spec.Tolerations) == 0 {
+		t.Error("no node selector or no tolerations")
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Error("host network, PID or IPC namespace: not needed")
+	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		t.Fatalf("%d containers, %d init containers", len(spec.Containers), len(spec.InitContainers))
+	}
+	c := spec.Containers[0]
+
+	// Privileges: none beyond uid 0.
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("no securityContext")
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Error("privileged: true (not justified: nri-gpu needs no capability)")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("allowPrivilegeEscalation is not false")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("the root file system is writable")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+		t.Errorf("capabilities %+v: want all dropped, none added", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("seccomp profile is not RuntimeDefault")
+	}
+
+	// Arguments, configuration and ports.
+	var cfgArg, metricsArg string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--config="); ok {
+			cfgArg = v
+		}
+		if v, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			metricsArg = v
+		}
+	}
+	if len(c.Args) == 0 || c.Args[0] != "run" || cfgArg == "" || metricsArg == "" {
+		t.Fatalf("args %q: want run --config=... --metrics-addr=...", c.Args)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	cfgMount, ok := mounts[filepath.Dir(cfgArg)]
+	if !ok || volumes[cfgMount.Name].ConfigMap == nil || volumes[cfgMount.Name].ConfigMap.Name != objs.configMap.Name {
+		t.Fatalf("--config=%s is not in a mount of ConfigMap %s", cfgArg, objs.configMap.Name)
+	}
+	cfgText, ok := objs.configMap.Data[filepath.Base(cfgArg)]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s", objs.configMap.Name, filepath.Base(cfgArg))
+	}
+	cfg, err := config.Parse([]byte(cfgText))
+	if err != nil {
+		t.Fatalf("ConfigMap %s: nri-gpu rejects its configuration: %v", objs.configMap.Name, err)
+	}
+	var metricsPort *corev1.ContainerPort
+	for i := range c.Ports {
+		if c.Ports[i].Name == "metrics" {
+			metricsPort = &c.Ports[i]
+		}
+	}
+	if metricsPort == nil || !strings.HasSuffix(metricsArg, fmt.Sprintf(":%d", metricsPort.ContainerPort)) {
+		t.Errorf("--metrics-addr=%s does not listen on the metrics port %+v", metricsArg, metricsPort)
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		want := map[string]string{"readiness": "/readyz", "liveness": "/healthz"}[name]
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s probe %+v: want GET %s on port metrics", name, p, want)
+		}
+	}
+
+	// The status socket's directory (nri-gpu's default --status-socket
+	// /run/nri-gpu/status.sock) is writable in a read-only root.
+	if m, ok := mounts["/run/nri-gpu"]; !ok || volumes[m.Name].EmptyDir == nil || m.ReadOnly {
+		t.Error("no writable emptyDir at /run/nri-gpu for the status socket")
+	}
+
+	// Host mounts: the ones hostRoot and driverRoot need, read-only but
+	// the NRI socket's directory, and nothing else.
+	hostMounts := map[string]string{} // host path -> mount path
+	for _, m := range c.VolumeMounts {
+		v := volumes[m.Name]
+		if v.HostPath == nil {
+			continue
+		}
+		hostMounts[v.HostPath.Path] = m.MountPath
+		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot
+		if !justified {
+			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
+		}
+		// Writable: the NRI socket's directory (connecting needs write
+		// access), and the driver root when library directories are
+		// prepared in it (hard links, within one mount).
+		writable := v.HostPath.Path == "/var/run/nri" || v.HostPath.Path == cfg.DriverRoot && cfg.LibraryMode != "files"
+		if !m.ReadOnly && !writable {
+			t.Errorf("host path %s is mounted writable", v.HostPath.Path)
+		}
+		if m.ReadOnly && v.HostPath.Path == cfg.DriverRoot && cfg.LibraryMode != "files" {
+			t.Errorf("driver root %s is read-only, but libraryMode %s prepares library directories in it", v.HostPath.Path, cfg.LibraryMode)
+		}
+	}
+	for host, want := range map[string]string{
+		"/proc":        filepath.Join(cfg.HostRoot, "proc"),
+		"/dev":         filepath.Join(cfg.HostRoot, "dev"),
+		cfg.DriverRoot: cfg.DriverRootMount,
+		"/var/run/nri": "/var/run/nri", // the default --socket /var/run/nri/nri.sock
+	} {
+		if hostMounts[host] != want {
+			t.Errorf("host %s is mounted at %q; the configuration reads it at %q", host, hostMounts[host], want)
+		}
+	}
+
+	// Resources from the measured footprint.
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	if req.Cpu().IsZero() || req.Memory().IsZero() || lim.Memory().IsZero() {
+		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", c.Resources)
+	}
+	if lim.Memory().Cmp(*req.Memory()) < 0 {
+		t.Error("memory limit below the request")
+	}
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			v := strings.TrimSuffix(e.Value, "B") // Go writes MiB, Kubernetes Mi
+			q, err := resource.ParseQuantity(v)
+			if err != nil || q.Cmp(*lim.Memory()) >= 0 {
+				t.Errorf("GOMEMLIMIT %s must be below the memory limit %s", e.Value, lim.Memory())
+			}
+		}
+	}
+}
+
+// TestHelmReadOnlyDriverRoot renders the chart with libraryMode files: the
+// driver root is then mounted read-only.
+func TestHelmReadOnlyDriverRoot(t *testing.T) {
+	objs, _ := renderHelm(t, func(v map[string]any) {
+		v["config"].(map[string]any)["libraryMode"] = "files"
+	})
+	checkDaemonSet(t, objs)
+	for _, m := range objs.daemonSet.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.Name == "driver-root" && !m.ReadOnly {
+			t.Error("libraryMode files: the driver root is writable")
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// fixture is a simulated node that passes every check: a 2-GPU driver,
+// containerd's config.toml importing deploy/containerd's drop-ins (2.x
+// defaults and the default validator), a listening NRI socket, and an
+// nri-gpu that reports itself ready.
+type fixture struct {
+	n      *simnode.Node
+	o      Options
+	sock   *net.UnixListener
+	ready  int // status /readyz answers
+	health *httptest.Server
+}
+
+// deployDir is the repository's deploy/ directory.
+func deployDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "deploy")
+}
+
+func newFixture(t *testing.T, opts simnode.Options) *fixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the simulated node has real device nodes (mknod); CI runs as root")
+	}
+	dir, err := os.MkdirTemp("", "nri-doc-") // short: the socket path must fit
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	opts.DeviceNodes = true
+	if opts.NumGPUs == 0 {
+		opts.NumGPUs = 2
+	}
+	n, err := simnode.Generate(filepath.Join(dir, "n"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{n: n, ready: http.StatusOK}
+	f.write(t, "/etc/containerd/config.toml", "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n")
+	for _, name := range []string{"10-nri-v3.toml", "20-nri-validator.toml"} {
+		data, err := os.ReadFile(filepath.Join(deployDir(), "containerd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.write(t, "/etc/containerd/conf.d/"+name, string(data))
+	}
+	sockPath := n.HostPath("/var/run/nri/nri.sock")
+	os.MkdirAll(filepath.Dir(sockPath), 0o700)
+	f.sock, err = net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := f.sock.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { f.sock.Close() })
+	f.health = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(f.ready)
+		fmt.Fprintln(w, map[bool]string{true: "ready", false: "not ready: not connected to the runtime, or not synchronized yet"}[f.ready == 200])
+	}))
+	t.Cleanup(f.health.Close)
+	cfg := config.Default()
+	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount = n.Root, n.Root, n.Root
+	f.o = Options{Config: cfg, HealthURL: f.health.URL, Self: os.Getpid()}
+	return f
+}
+
+func (f *fixture) write(t *testing.T, p, data string) {
+	t.Helper()
+	full := f.n.HostPath(p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) remove(t *testing.T, p string) {
+	t.Helper()
+	if err := os.RemoveAll(f.n.HostPath(p)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func report(results []Result) string {
+	var b bytes.Buffer
+	Print(&b, results)
+	return b.String()
+}
+
+// expect checks that the check named name has status s and a verdict
+// containing want.
+func expect(t *testing.T, results []Result, name string, s Status, want string) {
+	t.Helper()
+	for _, r := range results {
+		if r.Name == name {
+			if r.Status != s || !strings.Contains(r.Verdict, want) {
+				t.Errorf("%s: %s %q; want %s containing %q\n%s", name, r.Status, r.Verdict, s, want, report(results))
+			}
+			if s != Pass && s != Skip && r.Fix == "" {
+				t.Errorf("%s: %s without a fix", name, r.Status)
+			}
+			return
+		}
+	}
+	t.Errorf("no check %q in\n%s", name, report(results))
+}
+
+func TestHealthyNode(t *testing.T) {
+	f := newFixture(t, simnode.Options{})
+	results := Run(f.o)
+	for _, r := range results {
+		if r.Status != Pass {
+			t.Errorf("%s/%s: %s %s", r.Layer, r.Name, r.Status, r.Verdict)
+		}
+	}
+	var layers []string
+	for _, r := range results {
+		if len(layers) == 0 || layers[len(layers)-1] != r.Layer {
+			layers = append(layers, r.Layer)
+		}
+	}
+	if strings.Join(layers, ",") != "kernel,user space,injection" {
+		t.Errorf("layers in order %v", layers)
+	}
+	if !OK(results) || !strings.Contains(report(results), "all checks passed") {
+		t.Errorf("not OK:\n%s", report(results))
+	}
+	expect(t, results, "driver", Pass, "NVIDIA kernel module 580.126.09 loaded")
+	expect(t, results, "majors", Pass, "nvidia 195, nvidia-uvm 510")
+	expect(t, results, "device nodes", Pass, "2 GPUs")
+	expect(t, results, "libraries", Pass, "driver libraries of 580.126.09")
+	expect(t, results, "runtime config", Pass, "containerd: NRI enabled (disable = false)")
+	expect(t, results, "NRI socket", Pass, "accepts connections")
+	expect(t, results, "registration", Pass, "reports itself connected and synchronized")
+	expect(t, results, "other injectors", Pass, "no NVIDIA runtime")
+	expect(t, results, "required plugins", Pass, "default validator on")
+}
+
+// TestEachFailure breaks one thing at a time and checks the verdict that
+// names it, and that the report fails (or warns) for it.
+func TestEachFailure(t *testing.T) {
+	nvidiaRuntime := func(def string) string {
+		return `version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = '` + def + `'
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+  runtime_type = 'io.containerd.runc.v2'
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+  BinaryName = '/usr/bin/nvidia-container-runtime'
+`
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   simnode.Options
+		break_ func(t *testing.T, f *fixture)
+		check  string
+		status Status
+		want   string
+	}{
+		{"driver not loaded", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, "/proc/driver/nvidia/version")
+			f.remove(t, "/sys/module/nvidia/version")
+		}, "driver", Fail, "no NVIDIA kernel driver loaded"},
+		{"nvidia-uvm not loaded", simnode.Options{}, func(t *testing.T, f *fixture) {
+			data, _ := os.ReadFile(f.n.HostPath("/proc/devices"))
+			f.write(t, "/proc/devices", strings.Replace(string(data), "510 nvidia-uvm\n", "", 1))
+		}, "majors", Fail, "nvidia-uvm is not loaded"},
+		{"device node missing", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, fmt.Sprintf("/dev/nvidia%d", f.n.GPUs[1].Minor))
+		}, "device nodes", Fail, "1 GPUs usable, but GPU 0000:38:00.0 (index 1): device node /dev/nvidia1 is missing"},
+		{"no GPU usable", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, "/dev/nvidia0")
+			f.remove(t, "/dev/nvidia1")
+		}, "device nodes", Fail, "no usable GPU"},
+		{"no libraries", simnode.Options{NoDriver: true}, nil, "libraries", Fail, "no driver library was found"},
+		{"libraries of another version", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.44.01  Release Build  (dvs-builder@U16)  Thu Nov 20 2025\n")
+		}, "libraries", Fail, "do not carry the kernel module's version 590.44.01"},
+		{"NRI disabled", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/conf.d/90-off.toml", "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n")
+		}, "runtime config", Fail, "NRI is disabled (disable = true)"},
+		{"containerd 1.7 config without NRI", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/config.toml", "version = 2\n")
+		}, "runtime config", Warn, "NRI is on by default in containerd 2.x but off in 1.7"},
+		{"containerd 1.7 with the drop-in", simnode.Options{}, func(t *testing.T, f *fixture) {
+			data, _ := os.ReadFile(filepath.Join(deployDir(), "containerd", "10-nri.toml"))
+			f.write(t, "/etc/containerd/config.toml", "version = 2\nimports = [\"conf.d/1.7/*.toml\"]\n")
+			f.write(t, "/etc/containerd/conf.d/1.7/10-nri.toml", string(data))
+		}, "runtime config", Pass, "NRI enabled (disable = false)"},
+		{"broken TOML", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/config.toml", "version = 3\n[plugins\n")
+		}, "runtime config", Fail, "config.toml:2:"},
+		{"CRI-O with NRI off", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, "/etc/containerd")
+			f.write(t, "/etc/crio/crio.conf", "[crio.nri]\nenable_nri = false\n")
+		}, "runtime config", Fail, "CRI-O: NRI is disabled"},
+		{"CRI-O with the drop-in", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, "/etc/containerd")
+			f.write(t, "/etc/crio/crio.conf", "[crio.nri]\nenable_nri = false\n")
+			data, _ := os.ReadFile(filepath.Join(deployDir(), "crio", "10-nri.conf"))
+			f.write(t, "/etc/crio/crio.conf.d/10-nri.conf", string(data))
+		}, "runtime config", Pass, "CRI-O: NRI enabled (enable_nri = true)"},
+		{"no runtime config", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, "/etc/containerd")
+		}, "runtime config", Warn, "no containerd"},
+		{"no socket", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.sock.Close()
+		}, "NRI socket", Fail, "no such file or directory: NRI is off or the runtime is not running"},
+		{"stale socket", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.sock.SetUnlinkOnClose(false)
+			f.sock.Close()
+		}, "NRI socket", Fail, "refuses connections"},
+		{"socket path from the runtime's config", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/conf.d/90-sock.toml", "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  socket_path = '/run/other/nri.sock'\n")
+		}, "NRI socket", Fail, "/run/other/nri.sock"},
+		{"nri-gpu not ready", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.ready = http.StatusServiceUnavailable
+		}, "registration", Fail, "not ready: not connected to the runtime"},
+		{"status socket: not ready", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			log := logrus.New()
+			log.SetOutput(io.Discard)
+			p, err := plugin.New(f.o.Config, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			if err := p.ServeStatus(ctx, f.n.HostPath(plugin.DefaultStatusSocket)); err != nil {
+				t.Fatal(err)
+			}
+		}, "registration", Fail, "not ready: not connected to the runtime"},
+		{"status socket: stale", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			f.write(t, "/run/nri-gpu/.keep", "")
+			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.n.HostPath(plugin.DefaultStatusSocket), Net: "unix"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.SetUnlinkOnClose(false)
+			l.Close()
+		}, "registration", Fail, "connection refused"},
+		{"nri-gpu not running", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+		}, "registration", Fail, "nri-gpu is not running and not pre-registered"},
+		{"nri-gpu pre-registered, not running", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			f.write(t, "/opt/nri/plugins/10-nri-gpu", "#!/bin/sh\n")
+			os.Chmod(f.n.HostPath("/opt/nri/plugins/10-nri-gpu"), 0o755)
+		}, "registration", Warn, "no process of it runs"},
+		{"nri-gpu running with --metrics-addr", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			f.write(t, "/proc/4242/comm", "nri-gpu\n")
+			f.write(t, "/proc/4242/cmdline", "/usr/local/bin/nri-gpu\x00run\x00--metrics-addr\x00"+strings.TrimPrefix(f.health.URL, "http://")+"\x00")
+			f.write(t, "/proc/4243/comm", "nri-gpu\n") // a doctor run: ignored
+			f.write(t, "/proc/4243/cmdline", "nri-gpu\x00doctor\x00")
+		}, "registration", Pass, "nri-gpu (pid 4242) reports itself connected"},
+		{"nri-gpu running without --metrics-addr", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.HealthURL = ""
+			f.write(t, "/proc/4242/comm", "nri-gpu\n")
+			f.write(t, "/proc/4242/cmdline", "nri-gpu\x00run\x00")
+		}, "registration", Warn, "whether it is connected cannot be seen"},
+		{"nvidia default runtime", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/conf.d/50-nvidia.toml", nvidiaRuntime("nvidia"))
+		}, "other injectors", Fail, `containerd's default runtime "nvidia" is NVIDIA's`},
+		{"nvidia runtime class", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/conf.d/50-nvidia.toml", nvidiaRuntime("runc"))
+		}, "other injectors", Warn, `containerd runtime "nvidia" is NVIDIA's: pods of its runtime class`},
+		{"CDI spec", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/var/run/cdi/nvidia.yaml", "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n")
+		}, "other injectors", Fail, "nvidia.yaml defines nvidia.com/gpu devices"},
+		{"CDI spec with emit: cdi", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.o.Config.Emit = "cdi"
+			f.write(t, "/var/run/cdi/nri-gpu.yaml", "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n")
+		}, "other injectors", Pass, "are what nri-gpu names (emit: cdi)"},
+		{"CDI spec in the runtime's cdi_spec_dirs", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/conf.d/60-cdi.toml", "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\n  cdi_spec_dirs = ['/srv/cdi']\n")
+			f.write(t, "/srv/cdi/gpu.json", `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[]}`)
+		}, "other injectors", Fail, "gpu.json defines nvidia.com/gpu devices"},
+		{"CRI-O OCI hook", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/crio/crio.conf.d/10-nri.conf", "[crio.nri]\nenable_nri = true\n")
+			f.write(t, "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", `{"version":"1.0.0","hook":{"path":"/usr/bin/nvidia-container-toolkit","args":["nvidia-container-toolkit","prestart"]},"when":{"always":true},"stages":["prestart"]}`)
+		}, "other injectors", Fail, "OCI hook"},
+		{"default validator off", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.remove(t, "/etc/containerd/conf.d/20-nri-validator.toml")
+		}, "required plugins", Warn, "default validator off"},
+		{"nri-gpu required globally", simnode.Options{}, func(t *testing.T, f *fixture) {
+			f.write(t, "/etc/containerd/conf.d/30-req.toml", "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\n  enable = true\n  required_plugins = ['nri-gpu']\n")
+		}, "required plugins", Pass, "requires nri-gpu for every container"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts)
+			if tc.break_ != nil {
+				tc.break_(t, f)
+			}
+			results := Run(f.o)
+			if len(results) < 9 { // two runtime config lines with both runtimes
+				t.Errorf("%d verdicts, want one per check (9 or more):\n%s", len(results), report(results))
+			}
+			expect(t, results, tc.check, tc.status, tc.want)
+			if tc.status == Fail && OK(results) {
+				t.Errorf("OK with a failed check:\n%s", report(results))
+			}
+			if tc.status != Fail && !OK(results) {
+				t.Errorf("not OK:\n%s", report(results))
+			}
+		})
+	}
+}

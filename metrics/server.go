@@ -1,0 +1,84 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultHost is where the listener binds when --metrics-addr names only
+// a port: the loopback interface, so that metrics are not exposed to the
+// network unless asked for.
+const DefaultHost = "127.0.0.1"
+
+// NormalizeAddr turns a --metrics-addr value into a listen address: a
+// bare port ("9400") or a port without host (":9400") listens on
+// DefaultHost; "0.0.0.0:9400" or "[::]:9400" listen on every interface.
+// Port 0 picks a free port (the log says which).
+func NormalizeAddr(addr string) (string, error) {
+	if _, err := strconv.ParseUint(addr, 10, 16); err == nil {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("%q is not HOST:PORT or PORT: %v", addr, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Errorf("%q: port %q must be a number from 0 to 65535 (0: any free port)", addr, port)
+	}
+	if host == "" {
+		host = DefaultHost
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// Handler serves /metrics (Prometheus text format), /healthz (200 while
+// the process serves HTTP) and /readyz (200 when notReady returns nil,
+// else 503 with its reason).
+func Handler(m *Metrics, notReady func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := notReady(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// Serve listens on addr and serves h until ctx is cancelled. It returns
+// once listening (an address in use is an error then), with the bound
+// address; errors after that are sent on the returned channel.
+func Serve(ctx context.Context, addr string, h http.Handler) (net.Addr, <-chan error, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		err := srv.Serve(l)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	return l.Addr(), errc, nil
+}

@@ -1,0 +1,85 @@
+package suite
+
+import (
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// TestOperations runs nri-gpu with its metrics listener under a real
+// containerd with NRI's default validator: nri-gpu doctor passes every
+// check against containerd's own config and socket; a driver upgrade is
+// followed without any signal (containers started after it get the new
+// driver, running ones keep theirs); the connection to containerd is
+// never dropped.
+func TestOperations(t *testing.T) {
+	c := harness.StartForTest(t, harness.ContainerdOptions{DefaultValidator: true})
+	n := newNode(t, simnode.LayoutRHEL, "")
+	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
+	w.plugin = startPlugin(t, c, n, "--metrics-addr", "127.0.0.1:0")
+	m := regexp.MustCompile(`on (http://[0-9.:]+)`).FindStringSubmatch(w.plugin.log.String())
+	if m == nil {
+		t.Fatalf("no metrics listener in the log:\n%s", w.plugin.log.String())
+	}
+	url := m[1]
+
+	t.Run("doctor", func(t *testing.T) {
+		cmd := exec.Command(nriGPU(t), "doctor", "--config", n.config, "--containerd-config", c.ConfigPath,
+			"--socket", c.NRISocket, "--cdi-dirs", c.CDISpecDir, "--health-url", url)
+		out, err := cmd.CombinedOutput()
+		t.Logf("nri-gpu doctor:\n%s", out)
+		if err != nil || strings.Count(string(out), "PASS") != 9 {
+			t.Errorf("doctor against containerd %s: %v", harness.VersionFromEnv(), err)
+		}
+	})
+
+	t.Run("driver upgrade without a signal", func(t *testing.T) {
+		ann := map[string]string{"gpus.nri-gpu.dev/pod": "1", "required-plugins.noderesource.dev/pod": `["nri-gpu"]`}
+		before := w.mustRun("before", ann, harness.ContainerSpec{Image: harness.GlibcImage})
+		if _, err := simnode.Upgrade(n.Node, "590.44.01", simnode.Options{DeviceNodes: true}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(w.plugin.log.String(), "to=590.44.01") {
+			if time.Now().After(deadline) {
+				t.Fatalf("the upgrade was not followed:\n%s", w.plugin.log.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		after := w.mustRun("after", ann, harness.ContainerSpec{Image: harness.GlibcImage})
+		if out, code := after.sh("gpucheck nvml"); code != 0 || !strings.Contains(out, "driver=590.44.01") {
+			t.Errorf("new container: %q\n%s", out, after.view())
+		}
+		if out, code := before.sh("gpucheck nvml"); code != 0 || !strings.Contains(out, "driver=580.126.09") {
+			t.Errorf("running container lost its driver: %q\n%s", out, before.view())
+		}
+	})
+
+	t.Run("one connection throughout", func(t *testing.T) {
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{
+			"nri_gpu_runtime_connections_total 1\n",
+			`nri_gpu_driver_info{version="590.44.01"} 1`,
+			`nri_gpu_inventory_refreshes_total{result="changed"}`,
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		if strings.Contains(w.plugin.log.String(), "reconnecting") {
+			t.Error("the plugin reconnected")
+		}
+	})
+}

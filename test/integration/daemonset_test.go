@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// podSpec is the part of the DaemonSet the emulation reads.
+type podSpec struct {
+	Spec struct {
+		Template struct {
+			Spec struct {
+				Containers []struct {
+					Args         []string `json:"args"`
+					VolumeMounts []struct {
+						Name      string `json:"name"`
+						MountPath string `json:"mountPath"`
+						ReadOnly  bool   `json:"readOnly"`
+					} `json:"volumeMounts"`
+				} `json:"containers"`
+				Volumes []struct {
+					Name     string `json:"name"`
+					HostPath *struct {
+						Path string `json:"path"`
+					} `json:"hostPath"`
+					ConfigMap *struct {
+						Name string `json:"name"`
+					} `json:"configMap"`
+					EmptyDir *struct{} `json:"emptyDir"`
+				} `json:"volumes"`
+			} `json:"spec"`
+		} `json:"template"`
+	} `json:"spec"`
+}
+
+// TestDaemonSetLayout runs nri-gpu as deploy/kubernetes's DaemonSet runs
+// it: in a root of its own (chroot, private mount namespace) holding
+// exactly the DaemonSet's volume mounts, read-only where it says so, with
+// the host paths mapped to a simulated node (/ -> the node, /proc and
+// /dev -> the node's, /var/run/nri -> the test runtime's socket
+// directory), the ConfigMap's configuration at its mount path, and the
+// container's arguments (the metrics port aside). The plugin must
+// connect, report ready and inject from the node.
+func TestDaemonSetLayout(t *testing.T) {
+	needRoot(t)
+	for _, tool := range []string{"unshare", "mount", "chroot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Join(filepath.Dir(file), "..", "..")
+	var ds podSpec
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	for path, into := range map[string]any{"deploy/kubernetes/daemonset.yaml": &ds, "deploy/kubernetes/configmap.yaml": &cm} {
+		data, err := os.ReadFile(filepath.Join(repo, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(data, into); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	pod := ds.Spec.Template.Spec
+	ctr := pod.Containers[0]
+
+	dir := shortTempDir(t)
+	n, err := simnode.Generate(filepath.Join(dir, "node"), simnode.Options{NumGPUs: 2, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startRuntime(t, dir)
+	defer r.stop()
+
+	// A static binary: the root holds nothing else.
+	bin := filepath.Join(dir, "nri-gpu-static")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/nri-gpu")
+	build.Dir, build.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+
+	root := filepath.Join(dir, "root")
+	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir}
+	var script []string
+	// readOnlyRootFilesystem: the root is a read-only bind of itself, with
+	// the volumes mounted on it (their mount points made beforehand).
+	script = append(script, "set -e", "mount --make-rprivate /",
+		fmt.Sprintf("mount --bind %q %q", root, root), fmt.Sprintf("mount -o remount,bind,ro %q", root))
+	volumes := map[string]int{}
+	for i, v := range pod.Volumes {
+		volumes[v.Name] = i
+	}
+	for _, m := range ctr.VolumeMounts {
+		v := pod.Volumes[volumes[m.Name]]
+		target := filepath.Join(root, m.MountPath)
+		switch {
+		case v.ConfigMap != nil:
+			for k, val := range cm.Data {
+				os.MkdirAll(target, 0o755)
+				os.WriteFile(filepath.Join(target, k), []byte(val), 0o644)
+			}
+		case v.EmptyDir != nil:
+			os.MkdirAll(target, 0o755)
+			script = append(script, fmt.Sprintf("mount -t tmpfs tmpfs %q", target))
+		case v.HostPath != nil:
+			src, ok := hostSource[v.HostPath.Path]
+			if !ok {
+				t.Fatalf("host path %s has no stand-in", v.HostPath.Path)
+			}
+			os.MkdirAll(target, 0o755)
+			script = append(script, fmt.Sprintf("mount --rbind %q %q", src, target))
+			if m.ReadOnly {
+				script = append(script, fmt.Sprintf("mount -o remount,bind,ro %q", target))
+			}
+		}
+	}
+	os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
+	os.MkdirAll(filepath.Join(root, "proc"), 0o755)
+	data, _ := os.ReadFile(bin)
+	os.WriteFile(filepath.Join(root, "usr/bin/nri-gpu"), data, 0o755)
+	script = append(script, fmt.Sprintf("mount -t proc proc %q", filepath.Join(root, "proc")))
+
+	args := []string{}
+	for _, a := range ctr.Args {
+		if strings.HasPrefix(a, "--metrics-addr=") {
+			a = "--metrics-addr=127.0.0.1:0"
+		}
+		args = append(args, fmt.Sprintf("%q", a))
+	}
+	// The runtime side listens on dir/nri.sock; the pod's socket path is
+	// /var/run/nri/nri.sock, which the /var/run/nri mount maps to dir.
+	script = append(script, fmt.Sprintf("exec chroot %q /usr/bin/nri-gpu %s", root, strings.Join(args, " ")))
+	p := startCommand(t, "unshare", "-m", "sh", "-c", strings.Join(script, "\n"))
+	url := metricsURL(t, p)
+	r.waitSynced(20 * time.Second)
+	if code, body := httpGet(t, url+"/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+
+	adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/pod": "all"}, "ds")
+	if err != nil || len(adj.GetLinux().GetDevices()) != len(n.GPUs)+3 {
+		t.Fatalf("CreateContainer: %v, %v", adj, err)
+	}
+	// Mount sources are host paths (driverRoot /), and exist on the
+	// "host" (the node).
+	for _, m := range adj.GetMounts() {
+		if _, err := os.Stat(n.HostPath(m.Source)); err != nil {
+			t.Errorf("mount source %s is not a host path of the node: %v", m.Source, err)
+		}
+	}
+	if !strings.Contains(p.log.String(), "serving status on /run/nri-gpu/status.sock") {
+		t.Errorf("no status socket in the DaemonSet layout:\n%s", p.log.String())
+	}
+	if !strings.Contains(p.log.String(), "library directories ready in /var/lib/nri-gpu") {
+		t.Errorf("no library directories in the DaemonSet layout:\n%s", p.log.String())
+	}
+}
