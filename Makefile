@@ -16,7 +16,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd
+.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short
 
 all: build
 
@@ -24,8 +24,9 @@ build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nri-gpu ./cmd/nri-gpu
 
 # Every test: formatting, vet, unit and protocol tests under the race
-# detector, and the end-to-end suite against a real containerd when root.
-test: lint unit
+# detector, a short fuzzing round, and the end-to-end suite against a real
+# containerd when root.
+test: lint unit fuzz-short
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) e2e; \
 	else echo "make test: not root: skipping the end-to-end suite (make e2e needs root; CI runs it)"; fi
 
@@ -52,6 +53,25 @@ e2e-tools:
 # One command to a working demo on a machine without a GPU (root).
 demo: build
 	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu
+
+# Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzRequirement \
+	inventory:FuzzParseLDCache inventory:FuzzParseELF inventory:FuzzParseGPUInformation \
+	inventory:FuzzParseProcDevices inventory:FuzzParseDriverVersion config:FuzzParse
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -parallel 2 ./$$pkg >/tmp/nri-gpu-fuzz.$$$$ 2>&1 \
+			|| { cat /tmp/nri-gpu-fuzz.$$$$; rm -f /tmp/nri-gpu-fuzz.$$$$; exit 1; }; \
+		rm -f /tmp/nri-gpu-fuzz.$$$$; \
+	done
+
+# The short round of `make test` (CI): every target for a few seconds.
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=2s
 
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
