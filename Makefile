@@ -73,6 +73,12 @@ fuzz:
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=2s
 
+# Soak: 100 000 CreateContainer requests through the real protocol to
+# the built (non-race) plugin, 16 concurrent clients; needs root.
+SOAK_N ?= 100000
+soak: build
+	NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_SOAK_N=$(SOAK_N) $(GO) test -count=1 -timeout 30m -run '^TestSoak$$' -v ./test/integration | grep -v 'level='
+
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
 
