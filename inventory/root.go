@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
 )
 
 // maxSymlinks bounds the symbolic links followed while resolving one path,
@@ -82,6 +83,13 @@ func splitPath(p string) []string {
 	return out
 }
 
+// openNoBlock opens name under root for reading without blocking: a FIFO
+// planted where a driver or procfs file is expected would otherwise block
+// discovery forever in open(2). Callers check the file's type.
+func openNoBlock(root *os.Root, name string) (*os.File, error) {
+	return root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
 // elfInfo is what discovery needs to know of a shared library.
 type elfInfo struct {
 	SONAME string
@@ -91,7 +99,7 @@ type elfInfo struct {
 // readELF reads the SONAME and class of the regular file at rel (relative
 // to root and already resolved).
 func readELF(root *os.Root, rel string) (elfInfo, error) {
-	f, err := root.Open(rel)
+	f, err := openNoBlock(root, rel)
 	if err != nil {
 		return elfInfo{}, err
 	}
