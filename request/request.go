@@ -112,8 +112,10 @@ func getenv(env []string, key string) (string, bool) {
 func parseEnv(env []string) (Request, error) {
 	const src = "env " + EnvVisibleDevices
 	val, _ := getenv(env, EnvVisibleDevices)
-	var ids []string
-	for _, id := range strings.Split(val, ",") {
+	ids := make([]string, 0, strings.Count(val, ",")+1)
+	for more := true; more; {
+		var id string
+		id, val, more = strings.Cut(val, ",")
 		if id = strings.TrimSpace(id); id != "" {
 			ids = append(ids, id)
 		}
@@ -127,7 +129,7 @@ func parseEnv(env []string) (Request, error) {
 // request exactly as the NVIDIA toolkit reads NVIDIA_VISIBLE_DEVICES: an
 // empty list is nothing; the special values win over device IDs, in the
 // order void (nothing), none (the driver without a GPU), all; otherwise
-// the IDs, duplicates dropped, in their order.
+// the IDs, duplicates dropped, in their order. It reuses ids.
 func visibleDevices(src string, ids []string, env []string) (Request, error) {
 	r := Request{Source: src}
 	switch {
@@ -139,6 +141,7 @@ func visibleDevices(src string, ids []string, env []string) (Request, error) {
 		r.Kind = All
 	default:
 		r.Kind = Devices
+		r.IDs = ids[:0]
 		for _, id := range ids {
 			if !slices.Contains(r.IDs, id) {
 				r.IDs = append(r.IDs, id)
