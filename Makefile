@@ -59,7 +59,8 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := \
 	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzRequirement \
 	inventory:FuzzParseLDCache inventory:FuzzParseELF inventory:FuzzParseGPUInformation \
-	inventory:FuzzParseProcDevices inventory:FuzzParseDriverVersion config:FuzzParse
+	inventory:FuzzParseProcDevices inventory:FuzzParseDriverVersion config:FuzzParse \
+	plugin:FuzzHandle
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
