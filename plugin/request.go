@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -108,7 +109,11 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 		addControlNodes(&res.Edits, snap.Control)
 		res.Edits.VisibleDevices = "void"
 	}
-	if have := dropExisting(&res.Edits, ctr); have != "" {
+	if have, gpus := dropExisting(&res.Edits, snap, ctr); have != "" {
+		what := "the missing control nodes and driver files"
+		if gpus == 0 {
+			what = "the missing device nodes and driver files"
+		}
 		if len(res.Edits.Devices) == 0 && len(res.Edits.Mounts) == 0 {
 			if res.Holding != nil {
 				table.Release(res.Holding.Holder.ID)
@@ -117,7 +122,7 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 			res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s and every driver file: nothing injected", r.Source, have)
 			return nil, res, nil
 		}
-		res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s: injected only the missing %d device nodes and %d driver files", r.Source, have, len(res.Edits.Devices), len(res.Edits.Mounts))
+		res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s: injected only %s (%d device nodes, %d mounts)", r.Source, have, what, len(res.Edits.Devices), len(res.Edits.Mounts))
 	}
 	adj := res.Edits.Adjustment(ctr.GetEnv())
 	if res.Holding != nil {
@@ -151,17 +156,35 @@ func mounts(ctr *api.Container) []request.Mount {
 }
 
 // runtimeCDIDevices returns the NVIDIA CDI devices the runtime injects
-// into the container itself (from its CRI request or CDI annotations).
+// into the container itself: those NRI lists (containerd 2.4), and those
+// named by the container's cdi.k8s.io/ annotations, the form in which the
+// CRI plugin passes a container's CDI devices (older runtimes do not list
+// them in NRI).
 func runtimeCDIDevices(ctr *api.Container) []string {
 	var out []string
-	for _, d := range ctr.GetCDIDevices() {
-		name := d.GetName()
-		if strings.HasPrefix(name, request.CDIKindGPU+"=") || strings.HasPrefix(name, request.CDIKindManagement+"=") {
+	add := func(name string) {
+		name = strings.TrimSpace(name)
+		if (strings.HasPrefix(name, request.CDIKindGPU+"=") || strings.HasPrefix(name, request.CDIKindManagement+"=")) && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}
+	for _, d := range ctr.GetCDIDevices() {
+		add(d.GetName())
+	}
+	for key, val := range ctr.GetAnnotations() {
+		if strings.HasPrefix(key, cdiAnnotationPrefix) && len(val) <= 4096 {
+			for _, name := range strings.Split(val, ",") {
+				add(name)
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
+
+// cdiAnnotationPrefix is the CDI project's annotation prefix for device
+// requests on a container.
+const cdiAnnotationPrefix = "cdi.k8s.io/"
 
 // addControlNodes adds every control node of the node that the edits lack.
 func addControlNodes(e *adjust.Edits, c inventory.ControlNodes) {
@@ -179,11 +202,16 @@ func addControlNodes(e *adjust.Edits, c inventory.ControlNodes) {
 	}
 }
 
-// dropExisting removes from the edits the device nodes (by path or by
-// number) and mount destinations the container already has, and says
-// which NVIDIA device nodes it had ("/dev/nvidia0, /dev/nvidiactl"); empty
-// when it had none.
-func dropExisting(e *adjust.Edits, ctr *api.Container) string {
+// dropExisting adjusts the edits to a container that already has NVIDIA
+// device nodes from the runtime (a device plugin's --device, a runtime
+// class, CDI resolved before NRI). When it has GPU nodes of the inventory,
+// the runtime decided its GPUs: no GPU node is added (an image's
+// NVIDIA_VISIBLE_DEVICES=all must not widen them) and
+// NVIDIA_VISIBLE_DEVICES names the GPUs it has. Device nodes (by path or
+// number) and mount destinations it already has are dropped. It says which
+// nodes it had ("/dev/nvidia0, /dev/nvidiactl"; empty when none) and how
+// many were GPUs.
+func dropExisting(e *adjust.Edits, snap *inventory.Snapshot, ctr *api.Container) (string, int) {
 	have := ctr.GetLinux().GetDevices()
 	var nv []string
 	for _, d := range have {
@@ -192,19 +220,34 @@ func dropExisting(e *adjust.Edits, ctr *api.Container) string {
 		}
 	}
 	if len(nv) == 0 {
-		return ""
+		return "", 0
+	}
+	present := func(n inventory.DeviceNode) bool {
+		for _, d := range have {
+			if d.GetPath() == n.Path || d.GetType() == "c" && d.GetMajor() == n.Major && d.GetMinor() == n.Minor {
+				return true
+			}
+		}
+		return false
+	}
+	var uuids []string
+	isGPU := map[string]bool{}
+	for _, g := range snap.GPUs {
+		isGPU[g.Node.Path] = true
+		if present(g.Node) {
+			uuids = append(uuids, g.UUID)
+		}
 	}
 	devs := e.Devices[:0:0]
 	for _, n := range e.Devices {
-		dup := false
-		for _, d := range have {
-			dup = dup || d.GetPath() == n.Path || d.GetType() == "c" && d.GetMajor() == n.Major && d.GetMinor() == n.Minor
-		}
-		if !dup {
+		if !present(n) && !(len(uuids) > 0 && isGPU[n.Path]) {
 			devs = append(devs, n)
 		}
 	}
 	e.Devices = devs
+	if len(uuids) > 0 && e.VisibleDevices != "void" {
+		e.VisibleDevices = strings.Join(uuids, ",")
+	}
 	ms := e.Mounts[:0:0]
 	for _, m := range e.Mounts {
 		dup := false
@@ -219,5 +262,5 @@ func dropExisting(e *adjust.Edits, ctr *api.Container) string {
 	// directory of them, so the count is a lower bound then.
 	e.Files = max(0, e.Files-(len(e.Mounts)-len(ms)))
 	e.Mounts = ms
-	return strings.Join(nv, ", ")
+	return strings.Join(nv, ", "), len(uuids)
 }

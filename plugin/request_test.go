@@ -135,7 +135,7 @@ func TestHandleWithPolicy(t *testing.T) {
 		if got := strings.Join(devicePaths(adj), " "); got != "/dev/nvidia-uvm /dev/nvidia-uvm-tools" {
 			t.Errorf("devices %q", got)
 		}
-		if len(adj.GetMounts()) == 0 || !strings.Contains(res.Selection.Note, "/dev/nvidia0, /dev/nvidiactl: injected only the missing 2 device nodes") {
+		if len(adj.GetMounts()) == 0 || !strings.Contains(res.Selection.Note, "/dev/nvidia0, /dev/nvidiactl: injected only the missing control nodes and driver files (2 device nodes, ") {
 			t.Errorf("%d mounts, note %q", len(adj.GetMounts()), res.Selection.Note)
 		}
 		// With every device node and driver file already there: nothing.
@@ -145,6 +145,23 @@ func TestHandleWithPolicy(t *testing.T) {
 		adj, res, err = HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if adj != nil || err != nil || !strings.Contains(res.Selection.Note, "nothing injected") {
 			t.Errorf("%v, %v, %q", adj, err, res.Selection.Note)
+		}
+	})
+	t.Run("GPUs from the runtime are not widened", func(t *testing.T) {
+		// A device plugin gave GPU 2; the image asks for all through its
+		// environment: the container keeps exactly GPU 2.
+		ctr := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
+			{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2},
+		}}}
+		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(devicePaths(adj), " "); got != "/dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools" {
+			t.Errorf("devices %q, want the control nodes only", got)
+		}
+		if got := envOf(adj)["NVIDIA_VISIBLE_DEVICES"]; got != "GPU-00000002-558d-fb20-8eca-25de8b98f5a7" {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want GPU 2's UUID", got)
 		}
 	})
 	t.Run("unmet requirement fails and changes nothing", func(t *testing.T) {
