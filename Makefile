@@ -62,12 +62,18 @@ FUZZ_TARGETS := \
 	inventory:FuzzParseProcDevices inventory:FuzzParseDriverVersion config:FuzzParse \
 	plugin:FuzzHandle
 
+# A run that fails with a bare "context deadline exceeded" and writes no
+# failing input is Go's fuzz-coordinator race at the end of -fuzztime
+# (golang/go#75804, fixed in Go 1.27), not a finding: it is reported and
+# not counted as a failure.
 fuzz:
-	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; out=/tmp/nri-gpu-fuzz.$$$$; \
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -parallel 2 ./$$pkg >/tmp/nri-gpu-fuzz.$$$$ 2>&1 \
-			|| { cat /tmp/nri-gpu-fuzz.$$$$; rm -f /tmp/nri-gpu-fuzz.$$$$; exit 1; }; \
-		rm -f /tmp/nri-gpu-fuzz.$$$$; \
+		if ! $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -parallel 2 ./$$pkg >$$out 2>&1; then \
+			if grep -q 'context deadline exceeded' $$out && ! grep -q 'Failing input written' $$out; then \
+				echo "  (Go fuzz coordinator deadline race, golang/go#75804: no failing input; ignored)"; \
+			else cat $$out; rm -f $$out; exit 1; fi; \
+		fi; rm -f $$out; \
 	done
 
 # The short round of `make test` (CI): every target for a few seconds.
