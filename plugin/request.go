@@ -60,8 +60,14 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 		return nil, res, err
 	}
 	gpus := res.Selection.GPUs
+	// A container that already has GPU nodes from the runtime keeps
+	// exactly those GPUs: nri-gpu books and adds none.
+	existing := runtimeGPUs(snap, ctr)
 	var rec alloc.Record
-	if res.Selection.Count > 0 || len(gpus) > 0 {
+	switch {
+	case len(existing) > 0:
+		gpus = existing
+	case res.Selection.Count > 0 || len(gpus) > 0:
 		mode := sharing
 		if x := r.Exclusive; x != nil {
 			mode = alloc.Shared
@@ -109,9 +115,9 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 		addControlNodes(&res.Edits, snap.Control)
 		res.Edits.VisibleDevices = "void"
 	}
-	if have, gpus := dropExisting(&res.Edits, snap, ctr); have != "" {
+	if have, n := dropExisting(&res.Edits, snap, ctr); have != "" {
 		what := "the missing control nodes and driver files"
-		if gpus == 0 {
+		if n == 0 {
 			what = "the missing device nodes and driver files"
 		}
 		if len(res.Edits.Devices) == 0 && len(res.Edits.Mounts) == 0 {
@@ -140,6 +146,32 @@ func checkRequirements(snap *inventory.Snapshot, ctr *api.Container, gpus []inve
 	}
 	cuda, _ := inventory.CUDAVersion(snap.DriverVersion)
 	return request.CheckRequirements(ctr.GetEnv(), request.NodeFacts{CUDA: cuda, Driver: snap.DriverVersion}, gpus)
+}
+
+// runtimeGPUs returns the GPUs of the inventory whose device nodes the
+// container already has from the runtime, in index order.
+func runtimeGPUs(snap *inventory.Snapshot, ctr *api.Container) []inventory.GPU {
+	have := ctr.GetLinux().GetDevices()
+	if len(have) == 0 {
+		return nil
+	}
+	var out []inventory.GPU
+	for _, g := range snap.GPUs {
+		if hasNode(have, g.Node) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// hasNode reports whether the devices hold n, by path or by number.
+func hasNode(have []*api.LinuxDevice, n inventory.DeviceNode) bool {
+	for _, d := range have {
+		if d.GetPath() == n.Path || d.GetType() == "c" && d.GetMajor() == n.Major && d.GetMinor() == n.Minor {
+			return true
+		}
+	}
+	return false
 }
 
 // mounts returns the container's mounts as the request package sees them.
@@ -222,14 +254,7 @@ func dropExisting(e *adjust.Edits, snap *inventory.Snapshot, ctr *api.Container)
 	if len(nv) == 0 {
 		return "", 0
 	}
-	present := func(n inventory.DeviceNode) bool {
-		for _, d := range have {
-			if d.GetPath() == n.Path || d.GetType() == "c" && d.GetMajor() == n.Major && d.GetMinor() == n.Minor {
-				return true
-			}
-		}
-		return false
-	}
+	present := func(n inventory.DeviceNode) bool { return hasNode(have, n) }
 	var uuids []string
 	isGPU := map[string]bool{}
 	for _, g := range snap.GPUs {

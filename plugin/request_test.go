@@ -164,6 +164,26 @@ func TestHandleWithPolicy(t *testing.T) {
 			t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want GPU 2's UUID", got)
 		}
 	})
+	t.Run("failed or runtime-given requests leave no booking", func(t *testing.T) {
+		table := tableFor(prep.Snapshot())
+		// A count request is booked before its GPUs' arch can be
+		// checked; the unmet requirement releases the booking.
+		ctr := &api.Container{Id: "ctr-1", Name: "c", Env: []string{"NVIDIA_REQUIRE_ARCH=arch>=99.0"}}
+		if adj, _, err := HandleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "2"), ctr); adj != nil || err == nil {
+			t.Errorf("unmet arch: %v, %v", adj, err)
+		}
+		// GPUs from the runtime are not booked by nri-gpu.
+		ctr = &api.Container{Id: "ctr-2", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
+			{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2},
+		}}}
+		adj, res, err := HandleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		if err != nil || adj == nil || res.Holding != nil {
+			t.Errorf("runtime-given GPU: %v, %v, holding %v", adj, err, res.Holding)
+		}
+		if h := table.Holdings(); len(h) != 0 {
+			t.Errorf("bookings left: %+v", h)
+		}
+	})
 	t.Run("unmet requirement fails and changes nothing", func(t *testing.T) {
 		ctr := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=13.5"}}
 		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
