@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
+
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -18,7 +21,7 @@ import (
 type soakCase struct {
 	ann  map[string]string
 	env  []string
-	want string // NVIDIA_VISIBLE_DEVICES of the answer; "" for untouched; "error" for a refusal
+	want string // NVIDIA_VISIBLE_DEVICES of the answer; "" for untouched; "error" for a refusal; "one" for any one GPU
 }
 
 // rssKiB returns the resident set size of process pid.
@@ -40,7 +43,7 @@ func rssKiB(t *testing.T, pid int) int {
 
 // TestSoak sends many CreateContainer requests through the real protocol
 // to the built plugin, from 16 goroutines: a mix of valid, invalid and
-// request-free containers. Every answer is checked; the plugin's RSS is
+// request-free containers, each a new container removed after its answer. Every answer is checked; the plugin's RSS is
 // sampled after a warm-up and at the end. NRI_GPU_SOAK_N sets the number
 // of requests (default 5000; `make soak` sends 100 000). The runtime side
 // (pkg/adaptation) serializes CreateContainer calls to plugins with a
@@ -72,7 +75,8 @@ func TestSoak(t *testing.T) {
 		return strings.Join(u, ",")
 	}
 	cases := []soakCase{
-		{map[string]string{"gpus.nri-gpu.dev/container.c": "1"}, nil, uuids(0)},
+		// A count: the allocator picks the least shared GPU.
+		{map[string]string{"gpus.nri-gpu.dev/container.c": "1"}, nil, "one"},
 		{map[string]string{"gpus.nri-gpu.dev/container.c": `"device=1,3"`}, nil, uuids(1, 3)},
 		{map[string]string{"gpus.nri-gpu.dev/pod": "all,capabilities=all"}, nil, uuids(0, 1, 2, 3)},
 		{map[string]string{"nvidia.cdi.k8s.io/container.c": "nvidia.com/gpu=2"}, nil, uuids(2)},
@@ -88,6 +92,7 @@ func TestSoak(t *testing.T) {
 		{map[string]string{"unrelated": "x"}, []string{"HOME=/root"}, ""},
 	}
 
+	nodeUUIDs := strings.Split(uuids(0, 1, 2, 3), ",")
 	var next, wrong, refused, invalid atomic.Int64
 	lat := make([][]time.Duration, workers)
 	run := func(count int64) {
@@ -106,9 +111,18 @@ func TestSoak(t *testing.T) {
 					if c.want == "error" {
 						invalid.Add(1)
 					}
+					// Each request is a new container of a new pod,
+					// removed after its answer as containerd does when a
+					// container ends (or its creation failed), so that
+					// the plugin's allocation table sees the churn of a
+					// real node.
+					pod := &api.PodSandbox{Id: fmt.Sprintf("pod-%d", i), Name: fmt.Sprintf("pod-%d", i), Namespace: "default", Uid: fmt.Sprintf("uid-%d", i), Annotations: c.ann}
+					ctr := &api.Container{Id: fmt.Sprintf("ctr-%d", i), PodSandboxId: pod.Id, Name: "c", Env: append([]string{"PATH=/usr/bin:/bin"}, c.env...)}
 					t0 := time.Now()
-					adj, err := r.create(c.ann, "c", c.env...)
+					rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: ctr})
 					lat[w] = append(lat[w], time.Since(t0))
+					adj := rpl.GetAdjust()
+					r.nri.RemoveContainer(context.Background(), &api.RemoveContainerRequest{Pod: pod, Container: ctr})
 					got := ""
 					for _, e := range adj.GetEnv() {
 						if e.Key == "NVIDIA_VISIBLE_DEVICES" {
@@ -122,6 +136,7 @@ func TestSoak(t *testing.T) {
 							wrong.Add(1)
 							t.Errorf("request %d (%v %v): %v", i, c.ann, c.env, err)
 						}
+					case c.want == "one" && slices.Contains(nodeUUIDs, got) && len(adj.GetLinux().GetDevices()) >= 2:
 					case c.want == "error" || got != c.want ||
 						c.want == "" && (len(adj.GetMounts()) > 0 || len(adj.GetLinux().GetDevices()) > 0) ||
 						c.want != "" && len(adj.GetLinux().GetDevices()) < strings.Count(c.want, ",")+2:
