@@ -67,6 +67,10 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 	switch {
 	case len(existing) > 0:
 		gpus = existing
+	case r.Management:
+		// Management tools (monitoring, node agents) see every GPU
+		// without holding any: they neither wait for nor block the
+		// workloads' bookings.
 	case res.Selection.Count > 0 || len(gpus) > 0:
 		mode := sharing
 		if x := r.Exclusive; x != nil {

@@ -103,6 +103,18 @@ func TestHandleWithPolicy(t *testing.T) {
 		if envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != "void" {
 			t.Errorf("management env = %v", envOf(adj))
 		}
+		// It books nothing: an exclusive holder of every GPU does not
+		// stop it, and it holds nothing afterwards.
+		table := tableFor(prep.Snapshot())
+		if _, _, err := HandleWithPolicy(prep, table, alloc.Exclusive, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "all"), &api.Container{Id: "train", Name: "c"}); err != nil {
+			t.Fatal(err)
+		}
+		if adj, res, err := HandleWithPolicy(prep, table, alloc.Exclusive, secure, p, &api.Container{Id: "dcgm", Name: "dcgm"}); err != nil || adj == nil || res.Holding != nil {
+			t.Errorf("management next to an exclusive holder: %v, %v, %v", adj, err, res.Holding)
+		}
+		if h := table.Holdings(); len(h) != 1 {
+			t.Errorf("holdings %+v, want only the workload's", h)
+		}
 		p.Namespace = "ml"
 		if adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "dcgm"}); adj != nil || err == nil || !strings.Contains(err.Error(), "policy.managementNamespaces: [gpu-operator]") {
 			t.Errorf("ml: %v, %v", adj, err)
