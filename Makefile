@@ -16,7 +16,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short
+.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
