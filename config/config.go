@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nri-gpu/nri-gpu/policy"
 )
 
 // Config is the plugin's configuration (YAML). Every key is documented in
@@ -53,6 +55,8 @@ type Config struct {
 	// CDIImport, when set, makes the node's devices those of another
 	// vendor's CDI specs instead of NVIDIA GPUs found by discovery.
 	CDIImport *CDIImport `json:"cdiImport,omitempty"`
+	// Policy says which namespaces may use which request source.
+	Policy policy.Policy `json:"policy,omitempty"`
 }
 
 // CDIImport says which CDI devices to serve.
@@ -121,6 +125,7 @@ func (c *Config) setDefaults() {
 	if c.Sharing == "" {
 		c.Sharing = DefaultSharing
 	}
+	c.Policy.SetDefaults()
 }
 
 // Load reads the configuration file at path; see Parse.
@@ -153,6 +158,9 @@ func Parse(data []byte) (Config, error) {
 			return Config{}, fmt.Errorf("unknown field %q (valid keys: %s)", k, strings.Join(keys, ", "))
 		}
 	}
+	if err := checkPolicyKeys(raw["policy"]); err != nil {
+		return Config{}, err
+	}
 	c.setDefaults()
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -161,7 +169,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "cdiImport", "sharing"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -223,7 +231,7 @@ func (c Config) Validate() error {
 	if c.LibraryDir == c.Library32Dir {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
 	}
-	return nil
+	return c.Policy.Validate()
 }
 
 // cleanYAMLError strips the library's prefix from strict-decoding errors
@@ -233,4 +241,19 @@ func cleanYAMLError(err error) string {
 	s = strings.TrimPrefix(s, "error unmarshaling JSON: while decoding JSON: ")
 	s = strings.TrimPrefix(s, "json: ")
 	return s
+}
+
+// checkPolicyKeys checks that the policy block's keys are spelled exactly
+// (JSON decoding would accept any case).
+func checkPolicyKeys(v any) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil // absent, or not a mapping: decoding already said so
+	}
+	for k := range m {
+		if !slices.Contains(policy.Keys, k) {
+			return fmt.Errorf("key policy: unknown field %q (valid keys: %s)", k, strings.Join(policy.Keys, ", "))
+		}
+	}
+	return nil
 }

@@ -6,6 +6,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nri-gpu/nri-gpu/policy"
 )
 
 func TestParse(t *testing.T) {
@@ -16,7 +20,8 @@ func TestParse(t *testing.T) {
 	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
 		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
 		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu",
-		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared"}
+		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
+		Policy: policy.Policy{VisibleDevices: "allow"}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -44,6 +49,13 @@ func TestParseErrors(t *testing.T) {
 		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
 		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
 		{"sharing: Exclusive\n", `key sharing: unknown policy "Exclusive" (valid: shared, exclusive)`},
+		{"policy:\n  visibleDevices: maybe\n", `key policy.visibleDevices: "maybe" is not a valid mode (valid: allow, deny, namespaces)`},
+		{"policy:\n  visibleDevices: namespaces\n", `key policy.envNamespaces: must list at least one namespace`},
+		{"policy:\n  envNamespaces: [ml]\n", `key policy.envNamespaces: only used with policy.visibleDevices: namespaces`},
+		{"policy:\n  cdiNamespaces: [Bad_NS]\n", `key policy.cdiNamespaces: "Bad_NS" is not a Kubernetes namespace name`},
+		{"policy:\n  annotationnamespaces: [a]\n", `key policy: unknown field "annotationnamespaces"`},
+		{"policy:\n  visibleDevice: deny\n", `unknown field "visibleDevice"`},
+		{"policy: deny\n", `policy`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -60,5 +72,24 @@ func TestLoad(t *testing.T) {
 	os.WriteFile(p, []byte("bogus: 1\n"), 0o644)
 	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "bogus") {
 		t.Errorf("bad file: %v", err)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	c, err := Parse([]byte(`
+policy:
+  annotationNamespaces: [ml, research]
+  cdiNamespaces: [ml]
+  managementNamespaces: [gpu-operator]
+  visibleDevices: namespaces
+  envNamespaces: [legacy]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := policy.Policy{AnnotationNamespaces: []string{"ml", "research"}, CDINamespaces: []string{"ml"},
+		ManagementNamespaces: []string{"gpu-operator"}, VisibleDevices: "namespaces", EnvNamespaces: []string{"legacy"}}
+	if diff := cmp.Diff(want, c.Policy); diff != "" {
+		t.Errorf("policy (-want +got):\n%s", diff)
 	}
 }

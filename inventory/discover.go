@@ -139,7 +139,7 @@ func (d *discovery) kernel() {
 // position in bus order among the GPUs that are not excluded; a GPU that
 // cannot be used keeps its index so that the others keep theirs.
 func (d *discovery) gpus(nvMajor int64) {
-	dir, err := d.host.Open("proc/driver/nvidia/gpus")
+	dir, err := openNoBlock(d.host, "proc/driver/nvidia/gpus")
 	if err != nil {
 		d.warnf("listing GPUs: %v: the node offers no GPU", err)
 		return
@@ -267,6 +267,9 @@ func (d *discovery) driverFiles() {
 		rel := path.Join(dir, "nvidia", d.snap.DriverVersion)
 		resolved, err := resolveInRoot(d.drv, rel)
 		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				d.warnf("skipping /%s: %v", rel, err)
+			}
 			continue
 		}
 		if fi, err := d.drv.Stat(resolved); err == nil && fi.IsDir() {
@@ -366,6 +369,9 @@ func (d *discovery) binary(name string, c Capability) (DriverFile, bool) {
 	for _, dir := range binaryDirs {
 		rel, err := resolveInRoot(d.drv, path.Join(dir, name))
 		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				d.warnf("skipping /%s: %v", path.Join(dir, name), err)
+			}
 			continue
 		}
 		fi, err := d.drv.Stat(rel)
@@ -386,7 +392,7 @@ func (d *discovery) readDir(dir string) []string {
 		d.dirCache = map[string][]string{}
 	}
 	var names []string
-	if f, err := d.drv.Open(dir); err == nil {
+	if f, err := openNoBlock(d.drv, dir); err == nil {
 		names, _ = f.Readdirnames(-1)
 		f.Close()
 	}
@@ -407,11 +413,16 @@ func readSmall(root *os.Root, rel string) ([]byte, error) {
 // readLimited reads at most max bytes of a file under root; a longer file
 // is an error rather than silently cut.
 func readLimited(root *os.Root, rel string, max int64) ([]byte, error) {
-	f, err := root.Open(rel)
+	f, err := openNoBlock(root, rel)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", rel, fi.Mode().Type())
+	}
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, err

@@ -38,7 +38,7 @@ func New(version string) *Metrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nri_gpu_requests_total",
-			Help: "CreateContainer requests, by request source (container-annotation, pod-annotation, env, none) and outcome (injected, untouched, refused).",
+			Help: "CreateContainer requests, by request source (container-annotation, pod-annotation, cdi-annotation, device-list, env, none) and outcome (injected, untouched, refused).",
 		}, []string{"source", "outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nri_gpu_request_duration_seconds",

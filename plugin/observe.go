@@ -34,6 +34,8 @@ type Observer interface {
 const (
 	SourceContainerAnnotation = "container-annotation"
 	SourcePodAnnotation       = "pod-annotation"
+	SourceCDIAnnotation       = "cdi-annotation"
+	SourceDeviceList          = "device-list"
 	SourceEnv                 = "env"
 	SourceNone                = "none"
 )
@@ -115,6 +117,10 @@ func (p *Plugin) observeRequest(res Result, adj bool, err error, took time.Durat
 // gpus.nri-gpu.dev/container.train") to one of the Source constants.
 func sourceLabel(src string) string {
 	switch {
+	case strings.HasPrefix(src, "annotation "+request.AnnotationCDIContainerPrefix), src == "annotation "+request.AnnotationCDIPod:
+		return SourceCDIAnnotation
+	case strings.HasPrefix(src, "mounts "):
+		return SourceDeviceList
 	case strings.HasPrefix(src, "annotation "+request.AnnotationContainerPrefix):
 		return SourceContainerAnnotation
 	case strings.HasPrefix(src, "annotation "):

@@ -54,6 +54,8 @@ func TestObserveRequests(t *testing.T) {
 		{nil, []string{"NVIDIA_VISIBLE_DEVICES=void"}, "none/untouched"},
 		{nil, nil, "none/untouched"},
 		{map[string]string{"gpus.nri-gpu.dev/pod": "8,exclusive=true"}, nil, "pod-annotation/refused"}, // GPUs held: the table refuses
+		{map[string]string{"nvidia.cdi.k8s.io/container.c": "nvidia.com/gpu=amd"}, nil, "cdi-annotation/refused"},
+		{map[string]string{"nvidia.cdi.k8s.io/pod": "vendor.example/x=0"}, nil, "cdi-annotation/refused"},
 	} {
 		id := fmt.Sprint("ctr-", i)
 		p.CreateContainer(context.Background(), &api.PodSandbox{Id: "pod-" + id, Annotations: tc.ann}, &api.Container{Id: id, PodSandboxId: "pod-" + id, Name: "c", Env: tc.env})
@@ -63,5 +65,26 @@ func TestObserveRequests(t *testing.T) {
 	}
 	if rec.gpus != 3 {
 		t.Errorf("observed %d GPUs injected, want 3", rec.gpus)
+	}
+}
+
+// TestObserveIgnoredEnv checks that an NVIDIA_VISIBLE_DEVICES the policy
+// ignores (answered with the variable set to void) counts as untouched.
+func TestObserveIgnoredEnv(t *testing.T) {
+	log := logrus.New()
+	log.SetLevel(logrus.PanicLevel)
+	snap := benchSnapshot()
+	cfg := config.Default()
+	cfg.Policy.VisibleDevices = "deny"
+	p := &Plugin{log: log, table: tableFor(snap)}
+	p.state.Store(&state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout)})
+	rec := &requestRecorder{}
+	p.SetObserver(rec)
+	adj, _, err := p.CreateContainer(context.Background(), &api.PodSandbox{Id: "pod"}, &api.Container{Id: "ctr", PodSandboxId: "pod", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
+	if err != nil || len(adj.GetEnv()) != 1 || adj.GetEnv()[0].Value != "void" {
+		t.Fatalf("%v, %v", adj, err)
+	}
+	if got := rec.seen[len(rec.seen)-1]; got != "env/untouched" {
+		t.Errorf("observed %s, want env/untouched", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/libcache"
+	"github.com/nri-gpu/nri-gpu/policy"
 	"github.com/nri-gpu/nri-gpu/request"
 )
 
@@ -236,8 +237,10 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	st := p.state.Load()
-	adj, res, err := Handle(st.prep, p.table, st.sharing, pod, ctr)
-	p.observeRequest(res, adj != nil, err, time.Since(start))
+	adj, res, err := HandleWithPolicy(st.prep, p.table, st.sharing, st.cfg.Policy, pod, ctr)
+	// An ignored NVIDIA_VISIBLE_DEVICES answers with an adjustment (the
+	// variable set to void) but injects nothing.
+	p.observeRequest(res, adj != nil && (len(res.Edits.Devices) > 0 || len(res.Edits.Mounts) > 0), err, time.Since(start))
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
@@ -250,7 +253,9 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	case res.Selection.Note != "":
 		p.log.WithFields(fields).Info(res.Selection.Note)
 	case adj != nil:
-		if st.cfg.Emit == "cdi" {
+		// Management containers get control nodes that no GPU's CDI
+		// device carries: always edits.
+		if st.cfg.Emit == "cdi" && !res.Request.Management {
 			var how string
 			adj, how = p.emitCDI(st, res, adj)
 			fields["emit"] = how
@@ -310,61 +315,11 @@ type Result struct {
 	Edits   adjust.Edits
 }
 
-// Handle is the request path: it parses the container's request, selects
-// from the prepared snapshot, books the GPUs in table (whose rules pick the
-// GPUs of a count request, and may refuse the request) and builds the
-// adjustment, which records the booking in the container's annotation
-// alloc.Annotation. sharing is the node's policy for requests that do not
-// say exclusive=. It touches no file. A nil adjustment with a nil error
-// leaves the container untouched.
+// Handle is the request path with the default policy (every source
+// allowed everywhere); see HandleWithPolicy. It touches no file. A nil
+// adjustment with a nil error leaves the container untouched.
 func Handle(prep *adjust.Prepared, table *alloc.Table, sharing alloc.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
-	snap := prep.Snapshot()
-	var res Result
-	var err error
-	res.Request, err = request.Parse(pod.GetAnnotations(), ctr.GetName(), ctr.GetEnv())
-	if err != nil {
-		return nil, res, err
-	}
-	res.Selection, err = request.Select(res.Request, snap)
-	if err != nil || !res.Selection.Inject {
-		return nil, res, err
-	}
-	gpus := res.Selection.GPUs
-	var rec alloc.Record
-	if res.Selection.Count > 0 || len(gpus) > 0 {
-		mode := sharing
-		if x := res.Request.Exclusive; x != nil {
-			mode = alloc.Shared
-			if *x {
-				mode = alloc.Exclusive
-			}
-		}
-		req := alloc.Request{Holder: HolderOf(pod, ctr), Mode: mode, Count: res.Selection.Count, Source: res.Request.Source}
-		for _, g := range gpus {
-			req.GPUs = append(req.GPUs, g.Index)
-		}
-		got, err := table.Allocate(req)
-		if err != nil {
-			return nil, res, err
-		}
-		if res.Selection.Count > 0 {
-			// Named GPUs keep the order the user gave; picked ones
-			// come in index order.
-			gpus = byIndex(snap, got)
-		}
-		res.Holding = &alloc.Holding{Holder: req.Holder, Mode: mode, GPUs: got}
-		rec.Mode = mode.String()
-		for _, g := range gpus {
-			rec.GPUs = append(rec.GPUs, g.ID())
-		}
-	}
-	res.GPUs = gpus
-	res.Edits = adjust.Build(prep, gpus, res.Selection.Caps)
-	adj := res.Edits.Adjustment(ctr.GetEnv())
-	if res.Holding != nil {
-		adj.AddAnnotation(alloc.Annotation, rec.Encode())
-	}
-	return adj, res, nil
+	return HandleWithPolicy(prep, table, sharing, policy.Policy{}, pod, ctr)
 }
 
 // byIndex returns the snapshot's GPUs of the given indices, in that order.

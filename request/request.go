@@ -9,10 +9,12 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/policy"
 )
 
 // Annotation keys and environment variables that carry requests.
@@ -48,9 +50,14 @@ type Request struct {
 	// Source names where the request came from, for messages:
 	// "annotation gpus.nri-gpu.dev/container.train" or
 	// "env NVIDIA_VISIBLE_DEVICES".
-	Source  string
+	Source string
+	// Origin is the kind of source, for the policy; zero for Nothing.
+	Origin  policy.Source
 	FromEnv bool
-	Count   int
+	// Management is set for management.nvidia.com/gpu=all: every GPU and
+	// every control node, without a workload's NVIDIA_VISIBLE_DEVICES.
+	Management bool
+	Count      int
 	// IDs are the device IDs as the user wrote them (trimmed).
 	IDs  []string
 	Caps inventory.Capabilities
@@ -78,7 +85,9 @@ func errorf(source, format string, args ...any) *Error {
 // pod's annotations and its environment ("KEY=value" entries). Sources, the
 // first present wins: annotation gpus.nri-gpu.dev/container.<name>,
 // annotation gpus.nri-gpu.dev/pod, env NVIDIA_VISIBLE_DEVICES. A container
-// with none of them gets a request of kind Nothing.
+// with none of them gets a request of kind Nothing. It leaves Origin unset;
+// ParseInput reads every source (CDI annotations and the device plugin's
+// mounts too) and is what the plugin uses.
 func Parse(annotations map[string]string, name string, env []string) (Request, error) {
 	for _, key := range []string{AnnotationContainerPrefix + name, AnnotationPod} {
 		if val, ok := annotations[key]; ok {
@@ -103,30 +112,41 @@ func getenv(env []string, key string) (string, bool) {
 func parseEnv(env []string) (Request, error) {
 	const src = "env " + EnvVisibleDevices
 	val, _ := getenv(env, EnvVisibleDevices)
-	val = strings.TrimSpace(val)
-	r := Request{Source: src, FromEnv: true}
-	switch val {
-	case "", "void":
-		return Request{Kind: Nothing}, nil
-	case "all":
-		r.Kind = All
-	case "none":
+	ids := make([]string, 0, strings.Count(val, ",")+1)
+	for more := true; more; {
+		var id string
+		id, val, more = strings.Cut(val, ",")
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	r, err := visibleDevices(src, ids, env)
+	r.FromEnv = r.Kind != Nothing
+	return r, err
+}
+
+// visibleDevices turns a list of device IDs (trimmed, non-empty) into a
+// request exactly as the NVIDIA toolkit reads NVIDIA_VISIBLE_DEVICES: an
+// empty list is nothing; the special values win over device IDs, in the
+// order void (nothing), none (the driver without a GPU), all; otherwise
+// the IDs, duplicates dropped, in their order. It reuses ids.
+func visibleDevices(src string, ids []string, env []string) (Request, error) {
+	r := Request{Source: src}
+	switch {
+	case len(ids) == 0 || slices.Contains(ids, "void"):
+		return Request{}, nil
+	case slices.Contains(ids, "none"):
 		r.Kind = DriverOnly
+	case slices.Contains(ids, "all"):
+		r.Kind = All
 	default:
-		for _, id := range strings.Split(val, ",") {
-			id = strings.TrimSpace(id)
-			if id == "" {
-				continue
-			}
-			if id == "all" || id == "none" || id == "void" {
-				return Request{}, errorf(src, "%q cannot be combined with other devices in %q", id, val)
-			}
-			r.IDs = append(r.IDs, id)
-		}
-		if len(r.IDs) == 0 {
-			return Request{Kind: Nothing}, nil
-		}
 		r.Kind = Devices
+		r.IDs = ids[:0]
+		for _, id := range ids {
+			if !slices.Contains(r.IDs, id) {
+				r.IDs = append(r.IDs, id)
+			}
+		}
 	}
 	caps, capsSrc, err := envCapabilities(env)
 	if err != nil {

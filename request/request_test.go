@@ -156,8 +156,6 @@ func TestParseErrors(t *testing.T) {
 			`nri-gpu: env NVIDIA_DRIVER_CAPABILITIES: unsupported capability "bogus"`},
 		{"env bad caps", "", []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=gpu"},
 			`nri-gpu: env NVIDIA_DRIVER_CAPABILITIES: unsupported capability "gpu"`},
-		{"env all mixed", "", []string{"NVIDIA_VISIBLE_DEVICES=0,all"},
-			`nri-gpu: env NVIDIA_VISIBLE_DEVICES: "all" cannot be combined with other devices in "0,all"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ann map[string]string

@@ -578,6 +578,8 @@ func TestRunFailsOnBadConfig(t *testing.T) {
 		{"relative path", "hostRoot: host\n", `key hostRoot: "host" must be an absolute, clean path`},
 		{"missing root", "hostRoot: /does/not/exist\n", `opening hostRoot`},
 		{"bad sharing", "sharing: solo\n", `key sharing: unknown policy "solo" (valid: shared, exclusive)`},
+		{"bad policy", "policy:\n  visibleDevices: sometimes\n", `key policy.visibleDevices: "sometimes" is not a valid mode (valid: allow, deny, namespaces)`},
+		{"misspelt policy key", "policy:\n  envnamespaces: [a]\n", `key policy: unknown field "envnamespaces"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(dir, tc.name+".yaml")

@@ -1,0 +1,189 @@
+// Package policy says which pods may ask for GPUs through which request
+// source. It is the injector's privilege boundary made explicit: a pod that
+// can name a GPU gets a device node of the host. Everything here is pure.
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Source is a kind of GPU request, as far as the policy is concerned.
+type Source uint8
+
+// Request sources.
+const (
+	// Annotation is nri-gpu's own pod annotation (gpus.nri-gpu.dev/...).
+	Annotation Source = iota + 1
+	// CDI is the NVIDIA toolkit's CDI annotation (nvidia.cdi.k8s.io/...)
+	// naming nvidia.com/gpu devices.
+	CDI
+	// Management is a CDI annotation naming management.nvidia.com/gpu=all.
+	Management
+	// DeviceList is the device plugin's list of /dev/null mounts under
+	// /var/run/nvidia-container-devices. Pods cannot forge it without
+	// host access, so the policy always accepts it.
+	DeviceList
+	// Env is the NVIDIA_VISIBLE_DEVICES environment variable, which any
+	// image can set.
+	Env
+)
+
+func (s Source) String() string {
+	switch s {
+	case Annotation:
+		return "annotation"
+	case CDI:
+		return "CDI annotation"
+	case Management:
+		return "management CDI annotation"
+	case DeviceList:
+		return "device-list mounts"
+	case Env:
+		return "env NVIDIA_VISIBLE_DEVICES"
+	}
+	return "unknown source"
+}
+
+// VisibleDevices modes: how NVIDIA_VISIBLE_DEVICES requests are handled.
+const (
+	// VisibleDevicesAllow honours the variable in every namespace, as the
+	// NVIDIA toolkit does.
+	VisibleDevicesAllow = "allow"
+	// VisibleDevicesDeny ignores it everywhere.
+	VisibleDevicesDeny = "deny"
+	// VisibleDevicesNamespaces honours it only in EnvNamespaces.
+	VisibleDevicesNamespaces = "namespaces"
+)
+
+// Policy is the "policy" block of the configuration file. The zero value
+// allows every source in every namespace, which is the NVIDIA toolkit's
+// behaviour.
+type Policy struct {
+	// AnnotationNamespaces may use gpus.nri-gpu.dev annotations; empty
+	// means any namespace.
+	AnnotationNamespaces []string `json:"annotationNamespaces,omitempty"`
+	// CDINamespaces may use nvidia.cdi.k8s.io annotations naming
+	// nvidia.com/gpu devices; empty means any namespace.
+	CDINamespaces []string `json:"cdiNamespaces,omitempty"`
+	// ManagementNamespaces may ask for management.nvidia.com/gpu=all;
+	// empty means any namespace.
+	ManagementNamespaces []string `json:"managementNamespaces,omitempty"`
+	// VisibleDevices is allow (default), deny or namespaces.
+	VisibleDevices string `json:"visibleDevices,omitempty"`
+	// EnvNamespaces may use NVIDIA_VISIBLE_DEVICES when VisibleDevices is
+	// namespaces.
+	EnvNamespaces []string `json:"envNamespaces,omitempty"`
+}
+
+// Keys lists the keys of the policy block, for error messages.
+var Keys = []string{"annotationNamespaces", "cdiNamespaces", "managementNamespaces", "visibleDevices", "envNamespaces"}
+
+// SetDefaults fills in the default mode.
+func (p *Policy) SetDefaults() {
+	if p.VisibleDevices == "" {
+		p.VisibleDevices = VisibleDevicesAllow
+	}
+}
+
+// Validate checks the mode and the namespace names; errors name the key
+// (policy.<key>) and the bad value.
+func (p Policy) Validate() error {
+	switch p.VisibleDevices {
+	case VisibleDevicesAllow, VisibleDevicesDeny:
+		if len(p.EnvNamespaces) > 0 {
+			return fmt.Errorf("key policy.envNamespaces: only used with policy.visibleDevices: namespaces (it is %q)", p.VisibleDevices)
+		}
+	case VisibleDevicesNamespaces:
+		if len(p.EnvNamespaces) == 0 {
+			return fmt.Errorf("key policy.envNamespaces: must list at least one namespace with policy.visibleDevices: namespaces")
+		}
+	default:
+		return fmt.Errorf("key policy.visibleDevices: %q is not a valid mode (valid: allow, deny, namespaces)", p.VisibleDevices)
+	}
+	for _, l := range []struct {
+		key string
+		ns  []string
+	}{
+		{"annotationNamespaces", p.AnnotationNamespaces},
+		{"cdiNamespaces", p.CDINamespaces},
+		{"managementNamespaces", p.ManagementNamespaces},
+		{"envNamespaces", p.EnvNamespaces},
+	} {
+		for _, n := range l.ns {
+			if !validNamespace(n) {
+				return fmt.Errorf("key policy.%s: %q is not a Kubernetes namespace name (lower-case letters, digits and '-', at most 63)", l.key, n)
+			}
+		}
+	}
+	return nil
+}
+
+// validNamespace reports whether n is an RFC 1123 label, as Kubernetes
+// namespace names are.
+func validNamespace(n string) bool {
+	if n == "" || len(n) > 63 || n[0] == '-' || n[len(n)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Allows reports whether a pod in namespace may use source s.
+func (p Policy) Allows(s Source, namespace string) bool {
+	switch s {
+	case Annotation:
+		return anyOrListed(p.AnnotationNamespaces, namespace)
+	case CDI:
+		return anyOrListed(p.CDINamespaces, namespace)
+	case Management:
+		return anyOrListed(p.ManagementNamespaces, namespace)
+	case DeviceList:
+		return true
+	case Env:
+		switch p.VisibleDevices {
+		case VisibleDevicesDeny:
+			return false
+		case VisibleDevicesNamespaces:
+			return slices.Contains(p.EnvNamespaces, namespace)
+		}
+		return true
+	}
+	return false
+}
+
+// Setting returns the configuration key that decides about s, for
+// messages.
+func (p Policy) Setting(s Source) string {
+	switch s {
+	case Annotation:
+		return "policy.annotationNamespaces: " + list(p.AnnotationNamespaces)
+	case CDI:
+		return "policy.cdiNamespaces: " + list(p.CDINamespaces)
+	case Management:
+		return "policy.managementNamespaces: " + list(p.ManagementNamespaces)
+	case Env:
+		if p.VisibleDevices == VisibleDevicesNamespaces {
+			return "policy.visibleDevices: namespaces, policy.envNamespaces: " + list(p.EnvNamespaces)
+		}
+		return "policy.visibleDevices: " + p.VisibleDevices
+	}
+	return ""
+}
+
+func anyOrListed(ns []string, namespace string) bool {
+	return len(ns) == 0 || slices.Contains(ns, namespace)
+}
+
+func list(ns []string) string {
+	if len(ns) == 0 {
+		return "[] (any)"
+	}
+	return "[" + strings.Join(ns, ", ") + "]"
+}

@@ -1,0 +1,119 @@
+package request
+
+import (
+	"strings"
+	"testing"
+)
+
+// checkOutcome checks what any request parser and Select may produce from
+// hostile input: an error in the package's form, or a selection of GPUs of
+// the node that grants no more than was asked.
+func checkOutcome(t *testing.T, r Request, err error) {
+	t.Helper()
+	snap := testSnapshot(4)
+	if err != nil {
+		if !strings.HasPrefix(err.Error(), "nri-gpu: ") {
+			t.Fatalf("error %q lacks the nri-gpu: prefix", err)
+		}
+		return
+	}
+	sel, err := Select(r, snap)
+	if err != nil {
+		if !strings.HasPrefix(err.Error(), "nri-gpu: ") {
+			t.Fatalf("error %q lacks the nri-gpu: prefix", err)
+		}
+		return
+	}
+	if !sel.Inject {
+		return
+	}
+	if len(sel.GPUs) > len(snap.GPUs) {
+		t.Fatalf("%d GPUs selected on a node of %d", len(sel.GPUs), len(snap.GPUs))
+	}
+	switch r.Kind {
+	case Count:
+		// The allocator picks the GPUs of a count.
+		if len(sel.GPUs) != 0 || sel.Count != r.Count || r.Count > len(snap.GPUs) {
+			t.Fatalf("count %d gave %d GPUs, selection count %d", r.Count, len(sel.GPUs), sel.Count)
+		}
+	case Devices:
+		if len(sel.GPUs) > len(r.IDs) {
+			t.Fatalf("%d IDs gave %d GPUs", len(r.IDs), len(sel.GPUs))
+		}
+	case DriverOnly:
+		if len(sel.GPUs) != 0 {
+			t.Fatalf("none gave %d GPUs", len(sel.GPUs))
+		}
+	}
+	seen := map[int]bool{}
+	for _, g := range sel.GPUs {
+		if seen[g.Index] {
+			t.Fatalf("GPU %d selected twice", g.Index)
+		}
+		seen[g.Index] = true
+	}
+}
+
+// FuzzParseAnnotation fuzzes gpus.nri-gpu.dev annotation values.
+func FuzzParseAnnotation(f *testing.F) {
+	for _, s := range []string{"all", "2", "count=all", `"device=0,2"`, "device=GPU-00000001-1111-2222-3333-000000000001",
+		`"device=0,1","capabilities=compute,utility",driver=nvidia`, "all,capabilities=all", "\"", "device=0,1", "count=0", "\n1\n2"} {
+		f.Add(s, "")
+	}
+	f.Fuzz(func(t *testing.T, val, caps string) {
+		r, err := ParseInput(Input{Name: "c", Annotations: map[string]string{AnnotationContainerPrefix + "c": val},
+			Env: []string{EnvDriverCapabilities + "=" + caps}})
+		checkOutcome(t, r, err)
+	})
+}
+
+// FuzzParseCDI fuzzes nvidia.cdi.k8s.io annotation values.
+func FuzzParseCDI(f *testing.F) {
+	for _, s := range []string{"nvidia.com/gpu=0", "nvidia.com/gpu=all", "management.nvidia.com/gpu=all",
+		"nvidia.com/gpu=0,nvidia.com/gpu=GPU-00000001-1111-2222-3333-000000000001", "amd.com/gpu=0", "=", "nvidia.com/gpu=0000:13:00.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, val string) {
+		r, err := ParseInput(Input{Name: "c", Annotations: map[string]string{AnnotationCDIPod: val}})
+		checkOutcome(t, r, err)
+	})
+}
+
+// FuzzParseEnv fuzzes NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES
+// values, and device-list mount destinations.
+func FuzzParseEnv(f *testing.F) {
+	for _, f2 := range [][3]string{
+		{"all", "", ""}, {"none", "utility", ""}, {"void", "", ""}, {" 0, 1 ,0", "compute,video", ""},
+		{"GPU-00000001-1111-2222-3333-000000000001,2", "all", ""}, {"0,all,none", "", ""}, {"MIG-x,0:1", "", ""},
+		{DeviceListRoot, "", DeviceListRoot + "/0"}, {"", "", DeviceListRoot + "/cdi/nvidia.com/gpu/1"},
+	} {
+		f.Add(f2[0], f2[1], f2[2])
+	}
+	f.Fuzz(func(t *testing.T, devices, caps, mount string) {
+		in := Input{Name: "c", Env: []string{EnvVisibleDevices + "=" + devices, EnvDriverCapabilities + "=" + caps}}
+		if mount != "" {
+			in.Mounts = []Mount{{Source: "/dev/null", Destination: mount}}
+		}
+		r, err := ParseInput(in)
+		checkOutcome(t, r, err)
+	})
+}
+
+// FuzzRequirement fuzzes NVIDIA_REQUIRE_* expressions.
+func FuzzRequirement(f *testing.F) {
+	for _, s := range []string{"cuda>=12.8", "cuda>=12.8 brand=tesla,driver>=470,driver<471", "arch>=9.0", "brand!=geforce",
+		"cudnn>=9", "cuda=>12", "driver>=1.2.3.4.5", ",,, ,", "cuda>=99999999999"} {
+		f.Add(s)
+	}
+	gpus := testSnapshot(2).GPUs
+	f.Fuzz(func(t *testing.T, expr string) {
+		_, perr := ParseRequirement(expr)
+		err := CheckRequirements([]string{"NVIDIA_REQUIRE_CUDA=" + expr}, NodeFacts{CUDA: "13.0", Driver: "580.126.09"}, gpus)
+		if perr != nil && err == nil {
+			t.Fatalf("ParseRequirement(%q) failed (%v) but the check passed", expr, perr)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "nri-gpu: env NVIDIA_REQUIRE_CUDA: requirement error: ") {
+			t.Fatalf("error %q", err)
+		}
+	})
+}

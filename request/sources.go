@@ -1,0 +1,203 @@
+package request
+
+import (
+	"path"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/nri-gpu/nri-gpu/policy"
+)
+
+// Request sources besides nri-gpu's own annotations and the environment.
+const (
+	// AnnotationCDIContainerPrefix and AnnotationCDIPod are the NVIDIA
+	// toolkit's CDI annotations: a comma list of CDI device names, read by
+	// the toolkit's own NRI plugin.
+	AnnotationCDIContainerPrefix = "nvidia.cdi.k8s.io/container."
+	AnnotationCDIPod             = "nvidia.cdi.k8s.io/pod"
+	// DeviceListRoot is where the Kubernetes device plugin's
+	// volume-mounts strategy mounts /dev/null once per device ID; it then
+	// sets NVIDIA_VISIBLE_DEVICES to this directory.
+	DeviceListRoot = "/var/run/nvidia-container-devices"
+	// CDI kinds nri-gpu serves.
+	CDIKindGPU        = "nvidia.com/gpu"
+	CDIKindManagement = "management.nvidia.com/gpu"
+)
+
+// maxDeviceList bounds the device IDs taken from mounts or a CDI list; a
+// node has at most a few dozen GPUs.
+const maxDeviceList = 256
+
+// Mount is a mount the runtime already gives the container, as far as a
+// request is concerned.
+type Mount struct {
+	Source      string
+	Destination string
+}
+
+// Input is everything of a container that may carry a GPU request.
+type Input struct {
+	// Annotations are the pod's annotations.
+	Annotations map[string]string
+	// Name is the container's name.
+	Name string
+	// Env is the container's environment, "KEY=value" entries.
+	Env []string
+	// Mounts are the container's mounts.
+	Mounts []Mount
+}
+
+// ParseInput finds and parses the container's request. Sources, the first
+// present wins:
+//
+//  1. annotation gpus.nri-gpu.dev/container.<name>, then gpus.nri-gpu.dev/pod;
+//  2. annotation nvidia.cdi.k8s.io/container.<name>, then nvidia.cdi.k8s.io/pod;
+//  3. the device plugin's /dev/null mounts under /var/run/nvidia-container-devices;
+//  4. env NVIDIA_VISIBLE_DEVICES.
+//
+// The request's Origin says which one it was, for the policy.
+func ParseInput(in Input) (Request, error) {
+	for _, key := range [...]string{AnnotationContainerPrefix + in.Name, AnnotationPod} {
+		if val, ok := in.Annotations[key]; ok {
+			r, err := parseAnnotation("annotation "+key, val, in.Env)
+			r.Origin = policy.Annotation
+			return r, err
+		}
+	}
+	for _, key := range [...]string{AnnotationCDIContainerPrefix + in.Name, AnnotationCDIPod} {
+		if val, ok := in.Annotations[key]; ok {
+			return parseCDI("annotation "+key, val, in.Env)
+		}
+	}
+	if ids := deviceListFromMounts(in.Mounts); len(ids) > 0 {
+		return parseDeviceList(ids, in.Env)
+	}
+	r, err := parseEnv(in.Env)
+	if r.Kind != Nothing {
+		r.Origin = policy.Env
+	}
+	return r, err
+}
+
+// parseCDI parses a comma list of CDI device names. nvidia.com/gpu=<ID>
+// names a GPU by index, UUID or bus id as NVIDIA_VISIBLE_DEVICES does, and
+// nvidia.com/gpu=all every GPU; management.nvidia.com/gpu=all is every GPU
+// and every control node, for management tools.
+func parseCDI(src, val string, env []string) (Request, error) {
+	const valid = "valid: " + CDIKindGPU + "=<index|GPU-uuid|bus id|all>, " + CDIKindManagement + "=all"
+	r := Request{Source: src, Origin: policy.CDI}
+	if len(val) > maxAnnotation {
+		return r, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
+	}
+	var all bool
+	for _, name := range strings.Split(val, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		vendor, class, dev, err := parser.ParseQualifiedName(name)
+		if err != nil {
+			return r, errorf(src, "malformed CDI device name %s: %v (%s)", quote(name), err, valid)
+		}
+		switch kind := vendor + "/" + class; {
+		case kind == CDIKindManagement && dev == "all":
+			r.Management = true
+		case kind == CDIKindManagement:
+			return r, errorf(src, "unknown CDI device %s (%s)", quote(name), valid)
+		case kind == CDIKindGPU && dev == "all":
+			all = true
+		case kind == CDIKindGPU:
+			if len(r.IDs) >= maxDeviceList {
+				return r, errorf(src, "more than %d devices", maxDeviceList)
+			}
+			r.IDs = append(r.IDs, dev)
+		default:
+			return r, errorf(src, "unknown CDI device %s: nri-gpu serves only the kinds %s and %s (%s)", quote(name), CDIKindGPU, CDIKindManagement, valid)
+		}
+	}
+	switch {
+	case r.Management:
+		r.Kind, r.Origin, r.IDs = All, policy.Management, nil
+	case all:
+		r.Kind, r.IDs = All, nil
+	case len(r.IDs) > 0:
+		r.Kind = Devices
+	default:
+		return r, errorf(src, "no CDI device named (%s)", valid)
+	}
+	caps, capsSrc, err := envCapabilities(env)
+	if err != nil {
+		return r, err
+	}
+	r.Caps, r.CapsSource = caps, capsSrc
+	return r, nil
+}
+
+// deviceListFromMounts returns the device IDs that the device plugin's
+// volume-mounts strategy lists: each mount of /dev/null at
+// /var/run/nvidia-container-devices/<ID>, as the NVIDIA toolkit reads
+// them (paths cleaned, duplicates and the bare directory dropped, IMEX
+// channels ignored).
+func deviceListFromMounts(mounts []Mount) []string {
+	var ids []string
+	for _, m := range mounts {
+		if path.Clean(m.Source) != "/dev/null" {
+			continue
+		}
+		dst := path.Clean(m.Destination)
+		if !strings.HasPrefix(dst, DeviceListRoot+"/") {
+			continue
+		}
+		id := strings.Trim(dst[len(DeviceListRoot):], "/")
+		if id == "" || strings.HasPrefix(id, "imex/") || containsString(ids, id) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// parseDeviceList turns the device IDs of the mount list into a request:
+// "all", "none" and "void" as in NVIDIA_VISIBLE_DEVICES, "cdi/<vendor>/<class>/<name>"
+// or "cdi/<vendor>/<class>=<name>" as a CDI name.
+func parseDeviceList(ids []string, env []string) (Request, error) {
+	const src = "mounts " + DeviceListRoot
+	if len(ids) > maxDeviceList {
+		return Request{Source: src, Origin: policy.DeviceList}, errorf(src, "more than %d devices", maxDeviceList)
+	}
+	var names []string
+	for _, id := range ids {
+		if cdi, ok := strings.CutPrefix(id, "cdi/"); ok {
+			if !parser.IsQualifiedName(cdi) {
+				if parts := strings.SplitN(cdi, "/", 3); len(parts) == 3 {
+					cdi = parts[0] + "/" + parts[1] + "=" + parts[2]
+				}
+			}
+			names = append(names, cdi)
+		}
+	}
+	if len(names) > 0 {
+		if len(names) != len(ids) {
+			return Request{Source: src, Origin: policy.DeviceList}, errorf(src, "mixes CDI names and device IDs")
+		}
+		r, err := parseCDI(src, strings.Join(names, ","), env)
+		if !r.Management {
+			r.Origin = policy.DeviceList
+		}
+		return r, err
+	}
+	r, err := visibleDevices(src, ids, env)
+	r.Origin = policy.DeviceList
+	r.FromEnv = false
+	return r, err
+}
