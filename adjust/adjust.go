@@ -51,7 +51,9 @@ type Mount struct {
 	Options     []string
 }
 
-// Edits are the changes that give a container its GPUs.
+// Edits are the changes that give a container its GPUs. Mounts and
+// LibraryDirs may be shared with other requests' edits: replace them,
+// never write into them.
 type Edits struct {
 	Devices []inventory.DeviceNode
 	Mounts  []Mount
@@ -68,6 +70,8 @@ type Edits struct {
 	Env []string
 	// Hooks are OCI hooks from CDI specs, with their explicit env.
 	Hooks []inventory.Hook
+	// plan is where Mounts came from, if they did.
+	plan *plan
 }
 
 // Prepared is a snapshot's driver files with their container paths worked
@@ -80,6 +84,21 @@ type Prepared struct {
 	// present64 and present32 are the capabilities that have libraries
 	// of each class.
 	present64, present32 inventory.Capabilities
+	// plans holds, for every set of capabilities, the mounts (and what
+	// goes with them) it gets: worked out once, shared by every request
+	// of that set, never modified.
+	plans [1 << 7]plan
+}
+
+// plan is the file part of the edits of one set of capabilities.
+type plan struct {
+	mounts  []Mount
+	libDirs []string
+	files   int
+	// api are mounts as NRI messages, shared by every adjustment of the
+	// set: adjustments are only marshalled, never modified, so the
+	// messages are built once per snapshot instead of once per request.
+	api []*api.Mount
 }
 
 type preparedFile struct {
@@ -116,7 +135,77 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 		}
 		p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: Mount{Source: f.HostPath, Destination: dst}})
 	}
+	if snap.Vendor == "" {
+		for caps := range p.plans {
+			p.plans[caps] = p.plan(inventory.Capabilities(caps))
+		}
+	}
 	return p
+}
+
+// plan works out the mounts of a set of capabilities.
+func (p *Prepared) plan(caps inventory.Capabilities) plan {
+	var pl plan
+	// Whole prepared directories replace the libraries' own mounts.
+	dir64, whole64 := p.layout.HostLibraryDirs[caps&p.present64]
+	dir32, whole32 := p.layout.HostLibrary32Dirs[caps&p.present32]
+	whole32 = whole32 && caps.Has(inventory.Compat32)
+
+	var lib64, lib32 bool
+	for i := range p.files {
+		f := &p.files[i]
+		if f.kind == inventory.Library32 && !caps.Has(inventory.Compat32) ||
+			f.cap != 0 && !caps.Has(f.cap) {
+			continue
+		}
+		pl.files++
+		switch f.kind {
+		case inventory.Library:
+			lib64 = true
+			if whole64 {
+				continue
+			}
+		case inventory.Library32:
+			lib32 = true
+			if whole32 {
+				continue
+			}
+		}
+		pl.mounts = append(pl.mounts, f.mount)
+	}
+	if lib64 {
+		if whole64 {
+			pl.mounts = append(pl.mounts, Mount{Source: dir64, Destination: p.layout.LibraryDir})
+		}
+		pl.libDirs = append(pl.libDirs, p.layout.LibraryDir)
+	}
+	if lib32 {
+		if whole32 {
+			pl.mounts = append(pl.mounts, Mount{Source: dir32, Destination: p.layout.Library32Dir})
+		}
+		pl.libDirs = append(pl.libDirs, p.layout.Library32Dir)
+	}
+	// Full slice expressions: an append by a user of the edits copies
+	// instead of writing into the shared plan.
+	pl.mounts = pl.mounts[:len(pl.mounts):len(pl.mounts)]
+	pl.libDirs = pl.libDirs[:len(pl.libDirs):len(pl.libDirs)]
+	pl.api = apiMounts(pl.mounts)
+	return pl
+}
+
+// apiMounts returns mounts as NRI messages.
+func apiMounts(ms []Mount) []*api.Mount {
+	msgs := make([]api.Mount, len(ms))
+	out := make([]*api.Mount, len(ms))
+	for i := range ms {
+		m, src := &msgs[i], &ms[i]
+		m.Source, m.Destination, m.Type, m.Options = src.Source, src.Destination, "bind", mountOptions
+		if src.Type != "" {
+			m.Type, m.Options = src.Type, src.Options
+		}
+		out[i] = m
+	}
+	return out[:len(out):len(out)]
 }
 
 // Snapshot returns the snapshot p was prepared from.
@@ -148,46 +237,8 @@ func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits
 		}
 	}
 
-	// Whole prepared directories replace the libraries' own mounts.
-	dir64, whole64 := p.layout.HostLibraryDirs[caps&p.present64]
-	dir32, whole32 := p.layout.HostLibrary32Dirs[caps&p.present32]
-	whole32 = whole32 && caps.Has(inventory.Compat32)
-
-	var lib64, lib32 bool
-	e.Mounts = make([]Mount, 0, len(p.files)+2)
-	for i := range p.files {
-		f := &p.files[i]
-		if f.kind == inventory.Library32 && !caps.Has(inventory.Compat32) ||
-			f.cap != 0 && !caps.Has(f.cap) {
-			continue
-		}
-		e.Files++
-		switch f.kind {
-		case inventory.Library:
-			lib64 = true
-			if whole64 {
-				continue
-			}
-		case inventory.Library32:
-			lib32 = true
-			if whole32 {
-				continue
-			}
-		}
-		e.Mounts = append(e.Mounts, f.mount)
-	}
-	if lib64 {
-		if whole64 {
-			e.Mounts = append(e.Mounts, Mount{Source: dir64, Destination: p.layout.LibraryDir})
-		}
-		e.LibraryDirs = append(e.LibraryDirs, p.layout.LibraryDir)
-	}
-	if lib32 {
-		if whole32 {
-			e.Mounts = append(e.Mounts, Mount{Source: dir32, Destination: p.layout.Library32Dir})
-		}
-		e.LibraryDirs = append(e.LibraryDirs, p.layout.Library32Dir)
-	}
+	pl := &p.plans[caps&inventory.AllCapabilities]
+	e.Mounts, e.LibraryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.files, pl
 
 	if len(gpus) == 0 {
 		e.VisibleDevices = "none"
@@ -256,12 +307,10 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 	// by one: this is the request path.
 	devs := make([]api.LinuxDevice, len(e.Devices))
 	modes := make([]api.OptionalFileMode, len(e.Devices))
-	mounts := make([]api.Mount, len(e.Mounts))
 	kvs := make([]api.KeyValue, 0, 2)
 	adj := &api.ContainerAdjustment{
-		Linux:  &api.LinuxContainerAdjustment{Devices: make([]*api.LinuxDevice, len(e.Devices))},
-		Mounts: make([]*api.Mount, len(e.Mounts)),
-		Env:    make([]*api.KeyValue, 0, 2),
+		Linux: &api.LinuxContainerAdjustment{Devices: make([]*api.LinuxDevice, len(e.Devices))},
+		Env:   make([]*api.KeyValue, 0, 2),
 	}
 	for i := range e.Devices {
 		d, n := &devs[i], &e.Devices[i]
@@ -269,13 +318,10 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		d.Path, d.Type, d.Major, d.Minor, d.FileMode = n.Path, "c", n.Major, n.Minor, &modes[i]
 		adj.Linux.Devices[i] = d
 	}
-	for i := range e.Mounts {
-		m, src := &mounts[i], &e.Mounts[i]
-		m.Source, m.Destination, m.Type, m.Options = src.Source, src.Destination, "bind", mountOptions
-		if src.Type != "" {
-			m.Type, m.Options = src.Type, src.Options
-		}
-		adj.Mounts[i] = m
+	if pl := e.plan; pl != nil && len(pl.mounts) == len(e.Mounts) && (len(e.Mounts) == 0 || &pl.mounts[0] == &e.Mounts[0]) {
+		adj.Mounts = pl.api // the plan's mounts, unchanged: share its messages
+	} else {
+		adj.Mounts = apiMounts(e.Mounts)
 	}
 	if e.VisibleDevices != "" {
 		kvs = append(kvs, api.KeyValue{})

@@ -183,3 +183,24 @@ func TestLibraryPath(t *testing.T) {
 		t.Error("no library dirs must leave LD_LIBRARY_PATH alone")
 	}
 }
+
+// TestAdjustmentSharesPlanMounts checks that adjustments of one set of
+// capabilities share the prepared mount messages, and that edits whose
+// mounts were changed get messages of their own.
+func TestAdjustmentSharesPlanMounts(t *testing.T) {
+	p := Prepare(snapshot(), layout)
+	e1 := Build(p, nil, inventory.DefaultCapabilities)
+	e2 := Build(p, nil, inventory.DefaultCapabilities)
+	a1, a2 := e1.Adjustment(nil), e2.Adjustment(nil)
+	if len(a1.Mounts) == 0 || a1.Mounts[0] != a2.Mounts[0] {
+		t.Fatal("adjustments of one capability set do not share the prepared mounts")
+	}
+	e2.Mounts = e2.Mounts[1:] // as dropExisting does: a changed list
+	a3 := e2.Adjustment(nil)
+	if len(a3.Mounts) != len(a1.Mounts)-1 || a3.Mounts[0] == a1.Mounts[1] {
+		t.Errorf("changed mounts reused the shared messages")
+	}
+	if a3.Mounts[0].Destination != a1.Mounts[1].Destination {
+		t.Errorf("changed mounts: %v", a3.Mounts)
+	}
+}

@@ -252,7 +252,9 @@ func (t *Table) remove(h *Holding) {
 	delete(t.byID, h.Holder.ID)
 	for _, g := range h.GPUs {
 		hs := slices.DeleteFunc(t.byGPU[g], func(x *Holding) bool { return x == h })
-		if len(hs) == 0 {
+		// An inventory GPU keeps its emptied list, and its capacity, for
+		// the next holder: booking is on the request path.
+		if len(hs) == 0 && !slices.Contains(t.gpus, g) {
 			delete(t.byGPU, g)
 		} else {
 			t.byGPU[g] = hs

@@ -1,7 +1,9 @@
 package alloc
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -298,5 +300,25 @@ func BenchmarkAllocateContention(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// TestRecordEncode checks that the fast encoder writes what encoding/json
+// writes, and that values needing escapes still round-trip.
+func TestRecordEncode(t *testing.T) {
+	for _, r := range []Record{
+		{Mode: "shared", GPUs: []string{"GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7", "GPU-00000000-1111-2222-3333-444444444444"}},
+		{Mode: "exclusive", GPUs: []string{"0", "card_1.x:y"}},
+		{Mode: "shared", GPUs: []string{`we"ird\<name>`, "é"}},
+		{Mode: "shared"},
+	} {
+		want, _ := json.Marshal(r)
+		if got := r.Encode(); got != string(want) {
+			t.Errorf("Encode() = %s, want %s", got, want)
+		}
+		back, _, err := DecodeRecord(r.Encode())
+		if err != nil || !slices.Equal(back.GPUs, r.GPUs) {
+			t.Errorf("round trip of %+v: %+v, %v", r, back, err)
+		}
 	}
 }

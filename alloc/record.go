@@ -3,6 +3,8 @@ package alloc
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Annotation is the container annotation in which the plugin records what
@@ -18,9 +20,44 @@ type Record struct {
 }
 
 // Encode returns the annotation value: {"mode":"exclusive","gpus":["GPU-..."]}.
+// Modes, UUIDs and CDI device names need no JSON escaping, so they are
+// written directly (this is on the request path); anything else goes
+// through encoding/json.
 func (r Record) Encode() string {
-	b, _ := json.Marshal(r) // cannot fail: strings only
-	return string(b)
+	if r.GPUs == nil || !plainJSON(r.Mode) || slices.ContainsFunc(r.GPUs, func(s string) bool { return !plainJSON(s) }) {
+		b, _ := json.Marshal(r) // cannot fail: strings only
+		return string(b)
+	}
+	n := 24 + len(r.Mode)
+	for _, g := range r.GPUs {
+		n += len(g) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(`{"mode":"`)
+	b.WriteString(r.Mode)
+	b.WriteString(`","gpus":[`)
+	for i, g := range r.GPUs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(g)
+		b.WriteByte('"')
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+// plainJSON reports whether s can be written in a JSON string as is.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeRecord parses an annotation value made by Encode.

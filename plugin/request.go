@@ -79,7 +79,8 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 				mode = alloc.Exclusive
 			}
 		}
-		req := alloc.Request{Holder: HolderOf(pod, ctr), Mode: mode, Count: res.Selection.Count, Source: r.Source}
+		req := alloc.Request{Holder: HolderOf(pod, ctr), Mode: mode, Count: res.Selection.Count, Source: r.Source,
+			GPUs: make([]int, 0, len(gpus))}
 		for _, g := range gpus {
 			req.GPUs = append(req.GPUs, g.Index)
 		}
@@ -100,6 +101,7 @@ func HandleWithPolicy(prep *adjust.Prepared, table *alloc.Table, sharing alloc.M
 		}
 		res.Holding = &alloc.Holding{Holder: req.Holder, Mode: mode, GPUs: got}
 		rec.Mode = mode.String()
+		rec.GPUs = make([]string, 0, len(gpus))
 		for _, g := range gpus {
 			rec.GPUs = append(rec.GPUs, g.ID())
 		}
