@@ -148,6 +148,9 @@ type Options struct {
 	NVIDIARuntime bool
 	// Log receives progress lines (default stderr).
 	Log io.Writer
+	// Nice, when not 0, is the nice value given to containerd and the
+	// plugins (and so to shims, runc and hooks), see Renice.
+	Nice int
 }
 
 // Env is a running benchmark setup: containerd, the simulated node and both
@@ -262,6 +265,11 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	e.logf("starting containerd %s", e.Tools.ContainerdVersion)
 	if e.C, err = harness.StartContainerd(ctx, copts); err != nil {
 		return nil, err
+	}
+	if o.Nice != 0 {
+		if err := Renice(e.C.PID(), o.Nice); err != nil {
+			return nil, fmt.Errorf("renice containerd: %w", err)
+		}
 	}
 	if err := writeSpec(e.C.CDISpecDir, "nvidia.json", e.toolkit); err != nil {
 		return nil, err
@@ -389,6 +397,9 @@ func (e *Env) StartNRIGPU(mode string) error {
 		return fmt.Errorf("nri-gpu (libraryMode %s): %w", mode, err)
 	}
 	e.nriGPU, e.nriGPUMode = p, mode
+	if e.Opts.Nice != 0 {
+		Renice(p.cmd.Process.Pid, e.Opts.Nice)
+	}
 	e.logf("nri-gpu connected (libraryMode %s)", mode)
 	return nil
 }
@@ -437,6 +448,9 @@ func (e *Env) Prepare(cases []*Case) error {
 	cmd.Env = append(os.Environ(), FixedPluginEnv+"="+e.fixedFile)
 	if e.fixed, err = startProc(cmd, "bench-fixed: synchronized with the runtime"); err != nil {
 		return fmt.Errorf("floor plugin: %w", err)
+	}
+	if e.Opts.Nice != 0 {
+		Renice(e.fixed.cmd.Process.Pid, e.Opts.Nice)
 	}
 	e.logf("floor plugin connected with %d precomputed adjustments", len(adj))
 	// containerd's CDI cache picks new spec files up asynchronously.
@@ -672,7 +686,7 @@ func (e *Env) Run(ctx context.Context, cases []*Case, rounds int) (*Result, erro
 }
 
 // Stat is a distribution summary.
-type Stat struct{ P50, P90 float64 }
+type Stat struct{ P10, P50, P90 float64 }
 
 func quantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
@@ -688,7 +702,7 @@ func quantile(xs []float64, q float64) float64 {
 	return s[lo] + (s[lo+1]-s[lo])*(pos-float64(lo))
 }
 
-func stat(xs []float64) Stat { return Stat{quantile(xs, 0.5), quantile(xs, 0.9)} }
+func stat(xs []float64) Stat { return Stat{quantile(xs, 0.1), quantile(xs, 0.5), quantile(xs, 0.9)} }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 

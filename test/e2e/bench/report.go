@@ -79,7 +79,7 @@ func label(c *Case) string {
 // time and the per-round paired ratios of create+start to the baseline
 // and, when given, to the floor case.
 func WriteTable(w io.Writer, r *Result, floor string) {
-	fmt.Fprintf(w, "| path | create p50 | start p50 | create+start p50 (p90) | total p50 (p90) | create+start / baseline | create+start / floor | total / baseline | what the container got |\n")
+	fmt.Fprintf(w, "| path | create p50 | start p50 | create+start p50 (p10–p90) | total p50 (p90) | create+start / baseline | create+start / floor | total / baseline | what the container got |\n")
 	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, c := range r.Cases {
 		cs, tot := r.Stat(c.Name, CreateStart), r.Stat(c.Name, Total)
@@ -90,8 +90,8 @@ func WriteTable(w io.Writer, r *Result, floor string) {
 			f, f10, f90 := r.Ratio(c.Name, floor, CreateStart)
 			rf = fmt.Sprintf("%.3f (%.2f–%.2f)", f, f10, f90)
 		}
-		fmt.Fprintf(w, "| %s | %.1f ms | %.1f ms | %.1f ms (%.1f) | %.1f ms (%.1f) | %.3f (%.2f–%.2f) | %s | %.3f | %s |\n",
-			label(c), r.Stat(c.Name, Create).P50, r.Stat(c.Name, Start).P50, cs.P50, cs.P90, tot.P50, tot.P90,
+		fmt.Fprintf(w, "| %s | %.1f ms | %.1f ms | %.1f ms (%.1f–%.1f) | %.1f ms (%.1f) | %.3f (%.2f–%.2f) | %s | %.3f | %s |\n",
+			label(c), r.Stat(c.Name, Create).P50, r.Stat(c.Name, Start).P50, cs.P50, cs.P10, cs.P90, tot.P50, tot.P90,
 			rb, rb10, rb90, rf, tb, r.Info[c.Name])
 	}
 	n := 0
