@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -727,9 +728,10 @@ func (r *Result) Stat(name string, m Metric) Stat {
 }
 
 // Ratio is the median over rounds of metric m of case name divided by the
-// same metric of case ref in the same round (paired), with its p10-p90
-// spread.
-func (r *Result) Ratio(name, ref string, m Metric) (p50, p10, p90 float64) {
+// same metric of case ref in the same round (paired), with the 95%
+// confidence interval of that median (distribution-free, from order
+// statistics).
+func (r *Result) Ratio(name, ref string, m Metric) (p50, lo, hi float64) {
 	a, b := r.Samples[name], r.Samples[ref]
 	var xs []float64
 	for i := range min(len(a), len(b)) {
@@ -737,5 +739,21 @@ func (r *Result) Ratio(name, ref string, m Metric) (p50, p10, p90 float64) {
 			xs = append(xs, float64(m(a[i]))/float64(d))
 		}
 	}
-	return quantile(xs, 0.5), quantile(xs, 0.1), quantile(xs, 0.9)
+	lo, hi = medianCI(xs)
+	return quantile(xs, 0.5), lo, hi
+}
+
+// medianCI is the 95% confidence interval of the median of xs: the order
+// statistics n/2 -+ 0.98 sqrt(n) (normal approximation of the binomial).
+func medianCI(xs []float64) (lo, hi float64) {
+	n := len(xs)
+	if n == 0 {
+		return 0, 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	h := 0.98 * math.Sqrt(float64(n))
+	i := max(int(math.Floor(float64(n)/2-h)), 0)
+	j := min(int(math.Ceil(float64(n)/2+h)), n-1)
+	return s[i], s[j]
 }
