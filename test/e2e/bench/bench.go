@@ -78,6 +78,17 @@ const (
 // MainPaths are the paths of the main table, in report order.
 var MainPaths = []string{Baseline, Floor, NRIGPU, CDI, Toolkit, NVIDIARuntime}
 
+// Diagnostic floor paths, not measured by default: the floor's adjustment
+// without its mounts (device nodes only), and without its single-file
+// mounts (device nodes and the library directory).
+const (
+	FloorDevices = "floor-devices"
+	FloorLibDir  = "floor-libdir"
+)
+
+// DiagnosticPaths can be added to the main table with -paths.
+var DiagnosticPaths = []string{FloorDevices, FloorLibDir}
+
 // Case is one kind of container measured: a path with a request.
 type Case struct {
 	Name string // row label, unique within a phase
@@ -85,6 +96,9 @@ type Case struct {
 	GPUs int    // GPUs requested (0 for the baseline)
 	Caps string // driver capabilities (nri-gpu's request); "" = default
 	Mode string // nri-gpu libraryMode: "auto" or "files"
+	// Strip makes a floor case return only part of the adjustment (see
+	// fixedCase.Strip), to measure what each part costs.
+	Strip string
 
 	pod string
 }
@@ -94,7 +108,11 @@ func (c *Case) key() string {
 	if caps == "" {
 		caps = defaultCaps
 	}
-	return fmt.Sprintf("%s-%dgpu-%s", c.Mode, c.GPUs, strings.ReplaceAll(caps, ",", "_"))
+	k := fmt.Sprintf("%s-%dgpu-%s", c.Mode, c.GPUs, strings.ReplaceAll(caps, ",", "_"))
+	if c.Strip != "" {
+		k += "-strip-" + c.Strip
+	}
+	return k
 }
 
 // request is nri-gpu's annotation value for the case: GPUs 0..n-1 by
@@ -417,7 +435,7 @@ func (e *Env) Prepare(cases []*Case) error {
 		}
 		if k := c.key(); !seen[k] {
 			seen[k] = true
-			fixed = append(fixed, fixedCase{Key: k, Config: e.configs[c.Mode], Request: c.request()})
+			fixed = append(fixed, fixedCase{Key: k, Config: e.configs[c.Mode], Request: c.request(), Strip: c.Strip})
 		}
 	}
 	log := logrus.New()

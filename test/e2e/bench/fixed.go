@@ -33,6 +33,11 @@ type fixedCase struct {
 	Key     string `json:"key"`
 	Config  string `json:"config"`
 	Request string `json:"request"`
+	// Strip, for measuring what parts of the adjustment cost, removes
+	// mounts from it: "mounts" keeps the device nodes (and env) only,
+	// "files" keeps the library directories but not the single-file
+	// mounts (binaries, firmware).
+	Strip string `json:"strip,omitempty"`
 }
 
 type fixedFile struct {
@@ -58,6 +63,7 @@ func computeAdjustments(cases []fixedCase, log *logrus.Logger) (map[string]*api.
 			}
 			plugins[c.Config] = p
 		}
+		cfg := p.Config()
 		pod := &api.PodSandbox{Name: "fixed", Namespace: "default", Annotations: map[string]string{"gpus.nri-gpu.dev/container." + benchContainer: c.Request}}
 		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: benchContainer})
 		if err != nil {
@@ -65,6 +71,21 @@ func computeAdjustments(cases []fixedCase, log *logrus.Logger) (map[string]*api.
 		}
 		if adj == nil {
 			return nil, fmt.Errorf("case %s: nri-gpu injects nothing for %q", c.Key, c.Request)
+		}
+		switch c.Strip {
+		case "":
+		case "mounts":
+			adj.Mounts = nil
+		case "files":
+			var keep []*api.Mount
+			for _, m := range adj.Mounts {
+				if m.Destination == cfg.LibraryDir || m.Destination == cfg.Library32Dir {
+					keep = append(keep, m)
+				}
+			}
+			adj.Mounts = keep
+		default:
+			return nil, fmt.Errorf("case %s: unknown strip %q", c.Key, c.Strip)
 		}
 		out[c.Key] = adj
 	}

@@ -20,7 +20,23 @@ func MainCases(paths []string) []*Case {
 		}
 		cs = append(cs, c)
 	}
+	for p, strip := range map[string]string{FloorDevices: "mounts", FloorLibDir: "files"} {
+		if slices.Contains(paths, p) {
+			cs = append(cs, &Case{Name: p, Path: Floor, GPUs: 1, Mode: "auto", Strip: strip})
+		}
+	}
+	slices.SortStableFunc(cs, func(a, b *Case) int { return order(a.Name) - order(b.Name) })
 	return cs
+}
+
+// order is the report order of the main table's rows.
+func order(name string) int {
+	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, Floor, NRIGPU, CDI, Toolkit, NVIDIARuntime} {
+		if p == name {
+			return i
+		}
+	}
+	return 99
 }
 
 // FilesCases measure libraryMode files (one mount per library): nri-gpu
@@ -65,6 +81,8 @@ var pathLabels = map[string]string{
 	CDI:           "4. containerd's own CDI, same edits as nri-gpu",
 	Toolkit:       "5. toolkit path: nvidia-ctk-shaped CDI spec + 4 nvidia-cdi-hook hooks",
 	NVIDIARuntime: "6. nvidia-container-runtime " + ToolkitVersion + " (CDI mode) wrapping runc",
+	FloorDevices:  "2a. floor without mounts (device nodes only)",
+	FloorLibDir:   "2b. floor without single-file mounts (device nodes + library directory)",
 }
 
 func label(c *Case) string {

@@ -33,7 +33,7 @@ func main() {
 	bin := flag.String("nri-gpu", "bin/nri-gpu", "the nri-gpu binary to measure")
 	rounds := flag.Int("rounds", 80, "measured rounds of the main and files tables")
 	scalingRounds := flag.Int("scaling-rounds", 30, "measured rounds of the scaling table")
-	paths := flag.String("paths", "floor,nri-gpu,cdi,toolkit,nvidia-runtime", "paths of the main table besides the baseline: "+strings.Join(bench.MainPaths[1:], ","))
+	paths := flag.String("paths", "floor,nri-gpu,cdi,toolkit,nvidia-runtime", "paths of the main table besides the baseline: "+strings.Join(bench.MainPaths[1:], ",")+"; diagnostic: "+strings.Join(bench.DiagnosticPaths, ","))
 	phases := flag.String("phases", "main,files,scaling", "what to measure: main (paths 1-6, 1 GPU), files (libraryMode files), scaling (GPUs x capabilities)")
 	gpus := flag.String("gpus", "1,4,8", "GPU counts of the scaling table (at most 8)")
 	caps := flag.String("caps", "utility;compute,utility;all", "capability sets of the scaling table, ';'-separated")
@@ -64,9 +64,10 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 			return fmt.Errorf("-nice: %w", err)
 		}
 	}
+	valid := append(append([]string(nil), bench.MainPaths[1:]...), bench.DiagnosticPaths...)
 	for _, p := range paths {
-		if !slices.Contains(bench.MainPaths[1:], p) {
-			return fmt.Errorf("-paths: unknown path %q (valid: %s)", p, strings.Join(bench.MainPaths[1:], ", "))
+		if !slices.Contains(valid, p) {
+			return fmt.Errorf("-paths: unknown path %q (valid: %s)", p, strings.Join(valid, ", "))
 		}
 	}
 	var gpus []int
