@@ -642,7 +642,7 @@ func (e *Env) checkLDCache(ctx context.Context, id string) error {
 // too when the case has the compute capability (the toolkit paths always
 // inject every library).
 func (e *Env) checkLibs(ctx context.Context, c *Case, id string) error {
-	if c.GPUs == 0 {
+	if c.GPUs == 0 || c.Strip == "mounts" { // no libraries to load
 		return nil
 	}
 	args := []string{"gpucheck", "nvml"}
