@@ -156,6 +156,8 @@ func WriteTargets(w io.Writer, r *Result) {
 		within := func(x float64) bool { return x < limit || !strict && x == limit }
 		verdict := "not resolved by this run (the interval straddles the target)"
 		switch {
+		case len(r.Samples[ref]) < 20:
+			verdict = "too few rounds to judge"
 		case within(hi):
 			verdict = "met"
 		case !within(lo):
