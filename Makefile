@@ -111,5 +111,12 @@ install-systemd: build
 		echo "keeping $(DESTDIR)$(CONFIG_DIR)/config.yaml"; \
 	else install -D -m 0644 deploy/systemd/config.yaml $(DESTDIR)$(CONFIG_DIR)/config.yaml; fi
 
+# Container start latency through CRI on a real containerd (root): nri-gpu
+# beside no injection, the NRI floor, containerd's CDI, the NVIDIA toolkit's
+# CDI spec with its hooks and nvidia-container-runtime; markdown on stdout.
+# BENCH_FLAGS="-rounds 10 -scaling-rounds 5" for a quick run.
+bench-e2e: build
+	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu $(BENCH_FLAGS)
+
 clean:
 	rm -rf bin

@@ -8,17 +8,30 @@ go 1.26.0
 replace github.com/nri-gpu/nri-gpu => ../..
 
 require (
+	github.com/containerd/nri v0.12.3
 	github.com/nri-gpu/nri-gpu v0.0.0-00010101000000-000000000000
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
+	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.83.2
 	k8s.io/cri-api v0.37.0
 )
 
 require (
+	github.com/containerd/log v0.1.0 // indirect
+	github.com/containerd/ttrpc v1.2.7 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
+	github.com/knqyf263/go-plugin v0.9.0 // indirect
+	github.com/tetratelabs/wazero v1.11.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/mod v0.38.0 // indirect
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
+	sigs.k8s.io/yaml v1.6.0 // indirect
+	tags.cncf.io/container-device-interface v1.1.1 // indirect
+	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )

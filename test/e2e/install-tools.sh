@@ -14,6 +14,7 @@
 # Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}
 #         <cache>/runc-v1.5.3/runc              (built with -tags seccomp)
 #         <cache>/runc-v1.5.3-noseccomp/runc    (built without)
+#         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime}
 set -euo pipefail
 
 cache="${1:-${NRI_GPU_E2E_CACHE:-$HOME/.cache/nri-gpu-e2e}}"
@@ -64,3 +65,10 @@ else
   echo "building runc without seccomp support"
   CGO_ENABLED=1 install "$cache/runc-$runc_version-noseccomp" "github.com/opencontainers/runc@$runc_version" runc
 fi
+
+# The NVIDIA Container Toolkit, for the start-latency benchmark and its smoke
+# test only (test/e2e/bench): keep in sync with bench.ToolkitVersion.
+toolkit_version="v1.20.2"
+for b in nvidia-cdi-hook nvidia-container-runtime; do
+  install "$cache/nvidia-container-toolkit-$toolkit_version" "github.com/NVIDIA/nvidia-container-toolkit/cmd/$b@$toolkit_version" "$b"
+done

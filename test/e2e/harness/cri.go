@@ -68,6 +68,9 @@ type PodOptions struct {
 	// CgroupParent is linux.cgroup_parent; empty (the default) puts containers at
 	// /<controller>/k8s.io/<container id> (containerd's default cgroupfs path).
 	CgroupParent string
+	// RuntimeHandler selects a runtime handler other than the default
+	// ("runc"), e.g. one added through ContainerdOptions.ExtraConfig.
+	RuntimeHandler string
 }
 
 // RunPod runs a pod sandbox with host networking (no CNI needed) and returns its id.
@@ -81,7 +84,7 @@ func (r *CRI) RunPodWith(ctx context.Context, name string, annotations map[strin
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return "", err
 	}
-	resp, err := r.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	resp, err := r.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: o.RuntimeHandler})
 	if err != nil {
 		return "", r.wrap(err, "RunPodSandbox %s", name)
 	}
