@@ -43,7 +43,7 @@ unit:
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API).
 e2e: e2e-tools
-	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/
+	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 

@@ -263,9 +263,15 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	if e.Node, err = simnode.Generate(filepath.Join(e.Dir, "node"), simnode.Options{NumGPUs: numGPUs, DeviceNodes: true, Layout: simnode.LayoutRHEL}); err != nil {
 		return nil, err
 	}
-	for _, mode := range []string{"auto", "files"} {
+	for _, mode := range []string{"auto", "files", EmitCDIMode} {
 		p := filepath.Join(e.Dir, "nri-gpu-"+mode+".yaml")
 		data := fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlibraryMode: %s\n", e.Node.Root, e.Node.Root, mode)
+		if mode == EmitCDIMode {
+			// libraryMode auto, answering with CDI device references
+			// that containerd resolves from the spec in its spec
+			// directory, which nri-gpu reads under hostRoot.
+			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nemit: cdi\ncdiSpecDirs: [/var/run/cdi]\n", e.Node.Root, e.Node.Root)
+		}
 		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
 			return nil, err
 		}
@@ -293,10 +299,47 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	if err := writeSpec(e.C.CDISpecDir, "nvidia.json", e.toolkit); err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(filepath.Join(e.Node.Root, "var/run"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Symlink(e.C.CDISpecDir, filepath.Join(e.Node.Root, "var/run/cdi")); err != nil {
+		return nil, err
+	}
 	if err := e.StartNRIGPU("auto"); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// EmitCDIMode is the nri-gpu mode of the emit-cdi phase: the default
+// configuration with emit: cdi.
+const EmitCDIMode = "emit-cdi"
+
+// useEmitCDISpec puts nri-gpu's own generated CDI spec (kind
+// nvidia.com/gpu) in containerd's spec directory for the emit-cdi phase,
+// setting the toolkit's spec of the same kind aside (two specs defining
+// the same devices would make them unresolvable); on false it restores the
+// toolkit's.
+func (e *Env) useEmitCDISpec(on bool) error {
+	toolkit := filepath.Join(e.C.CDISpecDir, "nvidia.json")
+	ours := filepath.Join(e.C.CDISpecDir, "nri-gpu.yaml")
+	if !on {
+		os.Remove(ours)
+		if _, err := os.Stat(toolkit + ".off"); err == nil {
+			return os.Rename(toolkit+".off", toolkit)
+		}
+		return nil
+	}
+	if err := os.Rename(toolkit, toolkit+".off"); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	out, err := exec.Command(e.Opts.NRIGPU, "cdi", "generate", "--config", e.configs[EmitCDIMode], "-o", ours).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("nri-gpu cdi generate: %v\n%s", err, out)
+	}
+	// containerd's CDI cache picks new spec files up asynchronously.
+	time.Sleep(500 * time.Millisecond)
+	return nil
 }
 
 // configureNVIDIARuntime writes nvidia-container-runtime's config.toml (CDI
@@ -411,6 +454,9 @@ func (e *Env) StartNRIGPU(mode string) error {
 	}
 	e.nriGPU.stop()
 	e.nriGPU = nil
+	if err := e.useEmitCDISpec(mode == EmitCDIMode); err != nil {
+		return err
+	}
 	p, err := startProc(exec.Command(e.Opts.NRIGPU, "run", "--config", e.configs[mode], "--socket", e.C.NRISocket), "synchronized with the runtime")
 	if err != nil {
 		return fmt.Errorf("nri-gpu (libraryMode %s): %w", mode, err)

@@ -116,4 +116,17 @@ func TestBenchSmoke(t *testing.T) {
 	if r.Info["nri-gpu (files)"] != r.Info["floor (files)"] {
 		t.Errorf("nri-gpu (files) %q and its floor %q differ", r.Info["nri-gpu (files)"], r.Info["floor (files)"])
 	}
+
+	// emit: cdi: containerd resolves nri-gpu's CDI references from its
+	// generated spec; the container gets what the edits give.
+	if err := env.StartNRIGPU(EmitCDIMode); err != nil {
+		t.Fatal(err)
+	}
+	r = check(env.Run(ctx, EmitCDICases(), rounds))
+	if r.Info["nri-gpu (emit: cdi)"] != r.Info["floor"] {
+		t.Errorf("nri-gpu (emit: cdi) %q and the floor %q differ", r.Info["nri-gpu (emit: cdi)"], r.Info["floor"])
+	}
+	if !strings.Contains(env.nriGPU.out.String(), "emit=cdi") {
+		t.Errorf("nri-gpu did not answer with CDI references:\n%s", env.nriGPU.out.String())
+	}
 }

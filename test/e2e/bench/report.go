@@ -39,6 +39,18 @@ func order(name string) int {
 	return 99
 }
 
+// EmitCDICases measure nri-gpu with emit: cdi (CDI device references that
+// containerd resolves from nri-gpu's generated spec), beside the baseline,
+// the floor and containerd's CDI of nri-gpu's edits.
+func EmitCDICases() []*Case {
+	return []*Case{
+		{Name: Baseline, Path: Baseline},
+		{Name: "floor", Path: Floor, GPUs: 1, Mode: "auto"},
+		{Name: "nri-gpu (emit: cdi)", Path: NRIGPU, GPUs: 1, Mode: EmitCDIMode},
+		{Name: "cdi", Path: CDI, GPUs: 1, Mode: "auto"},
+	}
+}
+
 // FilesCases measure libraryMode files (one mount per library): nri-gpu
 // restarted with that mode, its floor and containerd's CDI of the same
 // edits, beside the baseline.

@@ -5,7 +5,7 @@
 //
 //	bench-e2e [-nri-gpu bin/nri-gpu] [-rounds 80] [-scaling-rounds 30]
 //	          [-paths floor,nri-gpu,cdi,toolkit,nvidia-runtime]
-//	          [-phases main,files,scaling] [-gpus 1,4,8]
+//	          [-phases main,files,scaling,emit-cdi] [-gpus 1,4,8]
 //	          [-caps 'utility;compute,utility;all']
 package main
 
@@ -34,7 +34,7 @@ func main() {
 	rounds := flag.Int("rounds", 80, "measured rounds of the main and files tables")
 	scalingRounds := flag.Int("scaling-rounds", 30, "measured rounds of the scaling table")
 	paths := flag.String("paths", "floor,nri-gpu,cdi,toolkit,nvidia-runtime", "paths of the main table besides the baseline: "+strings.Join(bench.MainPaths[1:], ",")+"; diagnostic: "+strings.Join(bench.DiagnosticPaths, ","))
-	phases := flag.String("phases", "main,files,scaling", "what to measure: main (paths 1-6, 1 GPU), files (libraryMode files), scaling (GPUs x capabilities)")
+	phases := flag.String("phases", "main,files,scaling,emit-cdi", "what to measure: main (paths 1-6, 1 GPU), files (libraryMode files), scaling (GPUs x capabilities), emit-cdi (emit: cdi)")
 	gpus := flag.String("gpus", "1,4,8", "GPU counts of the scaling table (at most 8)")
 	caps := flag.String("caps", "utility;compute,utility;all", "capability sets of the scaling table, ';'-separated")
 	nice := flag.Int("nice", -10, "nice value of the benchmark, containerd and the plugins (and so of shims, runc and hooks), to cut noise from other work on the machine; 0 leaves it alone")
@@ -90,12 +90,13 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 	toolkit := slices.Contains(paths, bench.Toolkit)
 	mainCases := bench.MainCases(paths)
 	filesCases := bench.FilesCases()
+	emitCases := bench.EmitCDICases()
 	scalingCases := bench.ScalingCases(gpus, caps, toolkit)
 	var all []*bench.Case
 	for _, p := range []struct {
 		name  string
 		cases []*bench.Case
-	}{{"main", mainCases}, {"files", filesCases}, {"scaling", scalingCases}} {
+	}{{"main", mainCases}, {"files", filesCases}, {"scaling", scalingCases}, {"emit-cdi", emitCases}} {
 		if want(p.name) {
 			all = append(all, p.cases...)
 		}
@@ -146,6 +147,19 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 		}
 		fmt.Printf("### libraryMode files (one mount per library; nri-gpu restarted in this mode, measured after the tables above)\n\n")
 		bench.WriteTable(os.Stdout, r, "floor (files)")
+		fmt.Println()
+	}
+	if want("emit-cdi") {
+		if err := env.StartNRIGPU(bench.EmitCDIMode); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench-e2e: emit: cdi, %d rounds\n", rounds)
+		r, err := env.Run(ctx, emitCases, rounds)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("### emit: cdi (nri-gpu answers with CDI device references; restarted in this mode, measured after the tables above)\n\n")
+		bench.WriteTable(os.Stdout, r, "floor")
 		fmt.Println()
 	}
 	return nil
