@@ -338,27 +338,23 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		k, v, _ := strings.Cut(kv, "=")
 		adj.AddEnv(k, v)
 	}
-	for _, h := range e.Hooks {
-		hook := &api.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
-		if h.Timeout != nil {
-			hook.Timeout = api.Int(*h.Timeout)
-		}
+	if len(e.Hooks) > 0 {
 		hooks := &api.Hooks{}
-		switch h.Stage {
-		case "prestart":
-			hooks.Prestart = []*api.Hook{hook}
-		case "createRuntime":
-			hooks.CreateRuntime = []*api.Hook{hook}
-		case "createContainer":
-			hooks.CreateContainer = []*api.Hook{hook}
-		case "startContainer":
-			hooks.StartContainer = []*api.Hook{hook}
-		case "poststart":
-			hooks.Poststart = []*api.Hook{hook}
-		case "poststop":
-			hooks.Poststop = []*api.Hook{hook}
-		default:
-			continue
+		stages := map[string]*[]*api.Hook{
+			"prestart": &hooks.Prestart, "createRuntime": &hooks.CreateRuntime,
+			"createContainer": &hooks.CreateContainer, "startContainer": &hooks.StartContainer,
+			"poststart": &hooks.Poststart, "poststop": &hooks.Poststop,
+		}
+		for _, h := range e.Hooks {
+			stage, ok := stages[h.Stage]
+			if !ok {
+				continue
+			}
+			hook := &api.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
+			if h.Timeout != nil {
+				hook.Timeout = api.Int(*h.Timeout)
+			}
+			*stage = append(*stage, hook)
 		}
 		adj.AddHooks(hooks)
 	}

@@ -11,7 +11,6 @@ package cdisource
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -19,9 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
-	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -217,22 +214,15 @@ func (c checker) node(n *specs.DeviceNode) (inventory.DeviceNode, error) {
 	if !filepath.IsAbs(n.Path) || !filepath.IsAbs(hostPath) {
 		return inventory.DeviceNode{}, fmt.Errorf("device node %q: paths must be absolute", n.Path)
 	}
-	fi, err := c.host.Lstat(strings.TrimPrefix(path.Clean(hostPath), "/"))
+	host, err := inventory.CharDevice(c.host, hostPath)
 	if err != nil {
 		return inventory.DeviceNode{}, fmt.Errorf("device node %s: %w", hostPath, err)
 	}
-	if fi.Mode()&fs.ModeCharDevice == 0 {
-		return inventory.DeviceNode{}, fmt.Errorf("device node %s is not a character device", hostPath)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return inventory.DeviceNode{}, fmt.Errorf("device node %s: no device number", hostPath)
-	}
-	major, minor := int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+	major, minor := host.Major, host.Minor
 	if n.Major != 0 && (n.Major != major || n.Minor != minor) {
 		return inventory.DeviceNode{}, fmt.Errorf("device node %s is %d:%d on the host, the spec says %d:%d", hostPath, major, minor, n.Major, n.Minor)
 	}
-	mode := fi.Mode().Perm()
+	mode := host.Mode
 	if n.FileMode != nil {
 		mode = n.FileMode.Perm()
 	}

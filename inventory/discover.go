@@ -217,23 +217,36 @@ func (d *discovery) gpus(nvMajor int64) {
 // character device with the expected numbers, or nil. Its permission bits
 // are taken over as the container node's mode.
 func (d *discovery) node(p string, major, minor int64) *DeviceNode {
-	fi, err := d.host.Lstat(strings.TrimPrefix(p, "/"))
+	n, err := CharDevice(d.host, p)
 	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.warnf("%v", err)
+		}
 		return nil
 	}
-	if fi.Mode()&fs.ModeCharDevice == 0 {
-		d.warnf("%s is not a character device", p)
+	if n.Major != major || n.Minor != minor {
+		d.warnf("%s is %d:%d, expected %d:%d", p, n.Major, n.Minor, major, minor)
 		return nil
+	}
+	return &n
+}
+
+// CharDevice returns the character device node at p (an absolute path,
+// looked up under root without following a final symbolic link), with the
+// host node's numbers and permission bits.
+func CharDevice(root *os.Root, p string) (DeviceNode, error) {
+	fi, err := root.Lstat(strings.TrimPrefix(path.Clean(p), "/"))
+	if err != nil {
+		return DeviceNode{}, err
+	}
+	if fi.Mode()&fs.ModeCharDevice == 0 {
+		return DeviceNode{}, fmt.Errorf("%s is not a character device", p)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return nil
+		return DeviceNode{}, fmt.Errorf("%s: no device number", p)
 	}
-	if int64(unix.Major(st.Rdev)) != major || int64(unix.Minor(st.Rdev)) != minor {
-		d.warnf("%s is %d:%d, expected %d:%d", p, unix.Major(st.Rdev), unix.Minor(st.Rdev), major, minor)
-		return nil
-	}
-	return &DeviceNode{Path: p, Major: major, Minor: minor, Mode: fi.Mode().Perm()}
+	return DeviceNode{Path: p, Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev)), Mode: fi.Mode().Perm()}, nil
 }
 
 // driverFiles discovers libraries, binaries and firmware under the driver

@@ -77,22 +77,7 @@ func ParseLDCache(data []byte) ([]LDCacheEntry, error) {
 	if newOff < uint64(len(data)) && bytes.HasPrefix(data[newOff:], []byte(ldMagicNew)) {
 		return parseLDCacheNew(data, int(newOff))
 	}
-	strs := data[end:]
-	entries := make([]LDCacheEntry, 0, n)
-	for i := uint64(0); i < uint64(n); i++ {
-		e := data[ldOldHeaderSize+i*ldOldEntrySize:]
-		flags := int32(binary.LittleEndian.Uint32(e[0:4]))
-		key, err := cString(strs, uint64(binary.LittleEndian.Uint32(e[4:8])))
-		if err != nil {
-			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i, err)
-		}
-		val, err := cString(strs, uint64(binary.LittleEndian.Uint32(e[8:12])))
-		if err != nil {
-			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i, err)
-		}
-		entries = append(entries, LDCacheEntry{Name: key, Path: val, Flags: flags})
-	}
-	return entries, nil
+	return readLDEntries(data[ldOldHeaderSize:end], ldOldEntrySize, data[end:])
 }
 
 // parseLDCacheNew parses a new-format cache whose header starts at off;
@@ -110,17 +95,24 @@ func parseLDCacheNew(data []byte, off int) ([]LDCacheEntry, error) {
 	if n > ldMaxEntries || end > uint64(len(base)) {
 		return nil, fmt.Errorf("ld.so.cache: %d entries do not fit in %d bytes", n, len(base))
 	}
-	entries := make([]LDCacheEntry, 0, n)
-	for i := uint64(0); i < uint64(n); i++ {
-		e := base[ldNewHeaderSize+i*ldNewEntrySize:]
+	return readLDEntries(base[ldNewHeaderSize:end], ldNewEntrySize, base)
+}
+
+// readLDEntries reads the entries of a cache, each size bytes and starting
+// with its flags, key and value (both offsets into strs), as both formats
+// lay them out.
+func readLDEntries(table []byte, size int, strs []byte) ([]LDCacheEntry, error) {
+	entries := make([]LDCacheEntry, 0, len(table)/size)
+	for i := 0; i+size <= len(table); i += size {
+		e := table[i : i+size]
 		flags := int32(binary.LittleEndian.Uint32(e[0:4]))
-		key, err := cString(base, uint64(binary.LittleEndian.Uint32(e[4:8])))
+		key, err := cString(strs, uint64(binary.LittleEndian.Uint32(e[4:8])))
 		if err != nil {
-			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i, err)
+			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i/size, err)
 		}
-		val, err := cString(base, uint64(binary.LittleEndian.Uint32(e[8:12])))
+		val, err := cString(strs, uint64(binary.LittleEndian.Uint32(e[8:12])))
 		if err != nil {
-			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i, err)
+			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i/size, err)
 		}
 		entries = append(entries, LDCacheEntry{Name: key, Path: val, Flags: flags})
 	}

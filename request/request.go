@@ -81,22 +81,6 @@ func errorf(source, format string, args ...any) *Error {
 	return &Error{Source: source, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Parse finds and parses the request of the container named name from its
-// pod's annotations and its environment ("KEY=value" entries). Sources, the
-// first present wins: annotation gpus.nri-gpu.dev/container.<name>,
-// annotation gpus.nri-gpu.dev/pod, env NVIDIA_VISIBLE_DEVICES. A container
-// with none of them gets a request of kind Nothing. It leaves Origin unset;
-// ParseInput reads every source (CDI annotations and the device plugin's
-// mounts too) and is what the plugin uses.
-func Parse(annotations map[string]string, name string, env []string) (Request, error) {
-	for _, key := range []string{AnnotationContainerPrefix + name, AnnotationPod} {
-		if val, ok := annotations[key]; ok {
-			return parseAnnotation("annotation "+key, val, env)
-		}
-	}
-	return parseEnv(env)
-}
-
 // getenv returns the value of key in env as the process would see it (the
 // first entry wins, as with getenv(3)).
 func getenv(env []string, key string) (string, bool) {

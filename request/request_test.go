@@ -94,7 +94,7 @@ func TestParse(t *testing.T) {
 		{"first env entry wins", nil, []string{"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=all"}, Request{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Parse(tc.ann, "train", tc.env)
+			got, err := parse(tc.ann, "train", tc.env)
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -162,7 +162,7 @@ func TestParseErrors(t *testing.T) {
 			if tc.ann != "" {
 				ann = map[string]string{ctrKey: tc.ann}
 			}
-			r, err := Parse(ann, "train", tc.env)
+			r, err := parse(ann, "train", tc.env)
 			if err == nil {
 				t.Fatalf("Parse succeeded with %+v, want error containing %q", r, tc.want)
 			}
@@ -227,7 +227,7 @@ func TestSelect(t *testing.T) {
 			if tc.ann != "" {
 				ann = map[string]string{ctrKey: tc.ann}
 			}
-			r, err := Parse(ann, "train", tc.env)
+			r, err := parse(ann, "train", tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +255,7 @@ func TestSelect(t *testing.T) {
 // allocator: no GPUs named, the count kept.
 func TestSelectCount(t *testing.T) {
 	for _, n := range []int{1, 4} {
-		r, err := Parse(map[string]string{ctrKey: fmt.Sprint(n)}, "train", nil)
+		r, err := parse(map[string]string{ctrKey: fmt.Sprint(n)}, "train", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +294,7 @@ func TestSelectErrors(t *testing.T) {
 			if tc.ann != "" {
 				ann = map[string]string{ctrKey: tc.ann}
 			}
-			r, err := Parse(ann, "train", tc.env)
+			r, err := parse(ann, "train", tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -335,7 +335,7 @@ func TestSelectEmptyNode(t *testing.T) {
 			if tc.ann != "" {
 				ann = map[string]string{ctrKey: tc.ann}
 			}
-			r, err := Parse(ann, "train", tc.env)
+			r, err := parse(ann, "train", tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +357,7 @@ func TestSelectEmptyNode(t *testing.T) {
 }
 
 func TestDriverOnlySelection(t *testing.T) {
-	r, err := Parse(nil, "c", []string{"NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"})
+	r, err := parse(nil, "c", []string{"NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,4 +368,14 @@ func TestDriverOnlySelection(t *testing.T) {
 	if !sel.Inject || len(sel.GPUs) != 0 || sel.Caps != caps(inventory.Utility) {
 		t.Errorf("got %+v, want driver files of utility and no GPU", sel)
 	}
+}
+
+// parse reads a request from annotations and env through ParseInput, the
+// plugin's parser. The tables of this file state the requests of the
+// gpus.nri-gpu.dev annotations and the toolkit's env; which policy source a
+// request counts as is checked in sources_test.go, so it is left out here.
+func parse(ann map[string]string, name string, env []string) (Request, error) {
+	r, err := ParseInput(Input{Annotations: ann, Name: name, Env: env})
+	r.Origin = 0
+	return r, err
 }
