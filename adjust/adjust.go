@@ -39,6 +39,10 @@ type Layout struct {
 	HostLibraryDirs map[inventory.Capabilities]string
 	// HostLibrary32Dirs does the same for the 32-bit libraries.
 	HostLibrary32Dirs map[inventory.Capabilities]string
+	// SkipFirmware leaves the GSP firmware directory out of every
+	// container, for kernels that read firmware from the host's mount
+	// namespace whoever opens the GPU.
+	SkipFirmware bool
 }
 
 // Mount is a mount of a host path into a container: a read-only bind
@@ -110,7 +114,7 @@ type preparedFile struct {
 // Prepare computes where each driver file of the snapshot goes in a
 // container with layout l: libraries under their SONAMEs in the layout's
 // library directories, binaries in /usr/bin, the firmware directory at
-// /lib/firmware/nvidia/<version>.
+// /lib/firmware/nvidia/<version> unless the layout skips it.
 func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 	p := &Prepared{snap: snap, layout: l}
 	for _, f := range snap.Files {
@@ -129,6 +133,9 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 		case inventory.Binary:
 			dst = path.Join("/usr/bin", f.Name)
 		case inventory.FirmwareDir:
+			if l.SkipFirmware {
+				continue
+			}
 			dst = path.Join("/lib/firmware/nvidia", f.Name)
 		default:
 			continue

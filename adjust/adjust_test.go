@@ -131,6 +131,33 @@ func TestBuild(t *testing.T) {
 	}
 }
 
+// TestSkipFirmware checks that a layout without firmware drops exactly the
+// firmware directory, for every capability set.
+func TestSkipFirmware(t *testing.T) {
+	s := snapshot()
+	skip := layout
+	skip.SkipFirmware = true
+	with, without := Prepare(s, layout), Prepare(s, skip)
+	for _, caps := range []inventory.Capabilities{inventory.DefaultCapabilities, inventory.AllCapabilities, 0} {
+		a, b := Build(with, s.GPUs[:1], caps), Build(without, s.GPUs[:1], caps)
+		var want []Mount
+		for _, m := range a.Mounts {
+			if m.Destination != "/lib/firmware/nvidia/580.126.09" {
+				want = append(want, m)
+			}
+		}
+		if len(want) != len(a.Mounts)-1 {
+			t.Fatalf("caps %v: the full layout has no firmware mount: %+v", caps, a.Mounts)
+		}
+		if diff := cmp.Diff(want, b.Mounts); diff != "" {
+			t.Errorf("caps %v: mounts without firmware (-want +got):\n%s", caps, diff)
+		}
+		if b.Files != a.Files-1 {
+			t.Errorf("caps %v: Files = %d, want %d", caps, b.Files, a.Files-1)
+		}
+	}
+}
+
 func TestAdjustment(t *testing.T) {
 	s := snapshot()
 	e := Build(Prepare(s, layout), s.GPUs[:1], inventory.DefaultCapabilities)

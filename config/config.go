@@ -41,6 +41,11 @@ type Config struct {
 	// LibraryCache is the directory, inside the driver root, where the
 	// library directories are prepared.
 	LibraryCache string `json:"libraryCache,omitempty"`
+	// Firmware says when the driver's GSP firmware directory is mounted
+	// into containers: "auto" (only where the kernel would read it from
+	// the container's mount namespace: Linux before 5.7, or a kernel
+	// release that cannot be read), "mount" (always) or "skip" (never).
+	Firmware string `json:"firmware,omitempty"`
 	// Emit says how GPUs are handed to the runtime: "edits" (device
 	// nodes, mounts and env in the adjustment; every runtime) or "cdi"
 	// (CDI device references the runtime resolves, when it can).
@@ -77,6 +82,7 @@ const (
 	DefaultLibrary32Dir = "/usr/local/nvidia/lib"
 	DefaultLibraryMode  = "auto"
 	DefaultLibraryCache = "/var/lib/nri-gpu"
+	DefaultFirmware     = "auto"
 	DefaultEmit         = "edits"
 	DefaultSharing      = "shared"
 )
@@ -112,6 +118,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LibraryCache == "" {
 		c.LibraryCache = DefaultLibraryCache
+	}
+	if c.Firmware == "" {
+		c.Firmware = DefaultFirmware
 	}
 	if c.Emit == "" {
 		c.Emit = DefaultEmit
@@ -169,7 +178,7 @@ func Parse(data []byte) (Config, error) {
 }
 
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "firmware", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -197,6 +206,11 @@ func (c Config) Validate() error {
 	case "auto", "directory", "files":
 	default:
 		return fmt.Errorf("key libraryMode: unknown mode %q (valid: auto, directory, files)", c.LibraryMode)
+	}
+	switch c.Firmware {
+	case "auto", "mount", "skip":
+	default:
+		return fmt.Errorf("key firmware: unknown value %q (valid: auto, mount, skip)", c.Firmware)
 	}
 	switch c.Emit {
 	case "edits", "cdi":

@@ -19,7 +19,7 @@ func TestParse(t *testing.T) {
 	}
 	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
 		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
-		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu",
+		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu", Firmware: "auto",
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
 		Policy: policy.Policy{VisibleDevices: "allow"}}
 	if !reflect.DeepEqual(c, want) {
@@ -27,6 +27,11 @@ func TestParse(t *testing.T) {
 	}
 	if c, err := Parse(nil); err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("empty config: %+v, %v", c, err)
+	}
+	for _, v := range []string{"auto", "mount", "skip"} {
+		if c, err := Parse([]byte("firmware: " + v + "\n")); err != nil || c.Firmware != v {
+			t.Errorf("firmware %s: %+v, %v", v, c, err)
+		}
 	}
 	if c, err := Parse([]byte("sharing: exclusive\n")); err != nil || c.Sharing != "exclusive" {
 		t.Errorf("sharing: %+v, %v", c, err)
@@ -47,6 +52,7 @@ func TestParseErrors(t *testing.T) {
 		{"emit: both\n", `key emit: unknown value "both" (valid: edits, cdi)`},
 		{"cdiSpecDirs: [etc/cdi]\n", `key cdiSpecDirs: "etc/cdi" must be an absolute, clean path`},
 		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
+		{"firmware: always\n", `key firmware: unknown value "always" (valid: auto, mount, skip)`},
 		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
 		{"sharing: Exclusive\n", `key sharing: unknown policy "Exclusive" (valid: shared, exclusive)`},
 		{"policy:\n  visibleDevices: maybe\n", `key policy.visibleDevices: "maybe" is not a valid mode (valid: allow, deny, namespaces)`},

@@ -99,6 +99,11 @@ func (d *discovery) kernel() {
 		d.warnf("reading the driver version: %v: the node offers no GPU", err)
 		return
 	}
+	if data, err := readSmall(d.host, "proc/sys/kernel/osrelease"); err != nil {
+		d.warnf("reading the kernel release: %v", err)
+	} else {
+		s.KernelRelease = strings.TrimSpace(string(data))
+	}
 
 	data, err = readSmall(d.host, "proc/devices")
 	if err != nil {

@@ -54,6 +54,9 @@ func TestDiscoverSimulatedNode(t *testing.T) {
 			if s.DriverVersion != n.DriverVersion {
 				t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
 			}
+			if s.KernelRelease != simnode.DefaultKernelRelease {
+				t.Errorf("kernel release %q, want %q", s.KernelRelease, simnode.DefaultKernelRelease)
+			}
 			if len(s.GPUs) != len(n.GPUs) {
 				t.Fatalf("found %d GPUs, want %d", len(s.GPUs), len(n.GPUs))
 			}
@@ -112,6 +115,23 @@ func TestDiscoverSimulatedNode(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestDiscoverKernelRelease checks that an unreadable kernel release is
+// said, not guessed: the snapshot leaves it empty with a warning.
+func TestDiscoverKernelRelease(t *testing.T) {
+	needRoot(t)
+	n := generate(t, simnode.Options{NumGPUs: 1, KernelRelease: "-"})
+	s := discover(t, n.Root)
+	if s.KernelRelease != "" {
+		t.Errorf("kernel release %q, want none", s.KernelRelease)
+	}
+	if len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "reading the kernel release") {
+		t.Errorf("warnings %q, want one about the kernel release", s.Warnings)
+	}
+	if len(s.GPUs) != 1 || !s.HasFirmware() {
+		t.Errorf("the rest of discovery must not depend on it: %d GPUs, firmware %v", len(s.GPUs), s.HasFirmware())
+	}
+}
 
 // TestDiscoverDriverRootMount checks that files are read where this process
 // sees the driver root but reported as the runtime sees them.

@@ -248,3 +248,34 @@ func TestParseDriverVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestFirmwareFromInitNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    bool
+		err     bool
+	}{
+		{"6.8.0-49-generic", true, false},
+		{"5.7.0", true, false},
+		{"5.15.0-1049-aws", true, false},
+		{"5.10.0-182.0.0.95.oe2203sp3.x86_64", true, false},
+		{"10.0.1", true, false},
+		{"5.6.19", false, false},
+		{"5.4.0-150-generic", false, false},
+		{"4.18.0-553.el8_10.x86_64", false, false},
+		{"3.10.0-1160.el7.x86_64\n", false, false},
+		{"", false, true},
+		{"linux-6.8", false, true},
+		{"6", false, true},
+		{"6.x", false, true},
+		{"99999.1", false, true},
+	} {
+		got, err := inventory.FirmwareFromInitNamespace(tc.release)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("FirmwareFromInitNamespace(%q) = %v, %v; want %v, error %v", tc.release, got, err, tc.want, tc.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "kernel release") {
+			t.Errorf("error %q does not name the kernel release", err)
+		}
+	}
+}

@@ -204,3 +204,43 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// FirmwareFromInitNamespace reports whether a kernel of the given release
+// (the content of /proc/sys/kernel/osrelease, "6.8.0-49-generic") reads
+// the firmware a driver requests from the mount namespace of init, that
+// is from the host's /lib/firmware whichever process opened the device:
+// Linux 5.7 and later ("firmware_loader: load files from the mount
+// namespace of init"). Older kernels read it from the root of the process
+// that triggered the load, which may be a container opening a GPU first.
+func FirmwareFromInitNamespace(release string) (bool, error) {
+	major, minor, ok := kernelVersion(release)
+	if !ok {
+		return false, fmt.Errorf("kernel release %q does not start with <major>.<minor>", release)
+	}
+	return major > 5 || major == 5 && minor >= 7, nil
+}
+
+// kernelVersion parses the major and minor numbers of a kernel release.
+func kernelVersion(release string) (major, minor int, ok bool) {
+	rest := strings.TrimSpace(release)
+	num := func() (int, bool) {
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i == 0 || i > 4 {
+			return 0, false
+		}
+		n, _ := strconv.Atoi(rest[:i])
+		rest = rest[i:]
+		return n, true
+	}
+	if major, ok = num(); !ok || !strings.HasPrefix(rest, ".") {
+		return 0, 0, false
+	}
+	rest = rest[1:]
+	if minor, ok = num(); !ok {
+		return 0, 0, false
+	}
+	return major, minor, true
+}

@@ -139,6 +139,9 @@ type Snapshot struct {
 	// DriverVersion is the kernel module's version; empty when no driver
 	// is loaded.
 	DriverVersion string
+	// KernelRelease is the running kernel's release
+	// (/proc/sys/kernel/osrelease); empty when it cannot be read.
+	KernelRelease string
 	// GPUs that may be handed out, sorted by Index. Indexes may have gaps
 	// where a GPU is present but unusable (see Warnings).
 	GPUs    []GPU
@@ -154,6 +157,16 @@ type Snapshot struct {
 	// edits come from the specs, and Common holds the specs' own edits.
 	Vendor string
 	Common *Edits
+}
+
+// HasFirmware reports whether discovery found the driver's GSP firmware.
+func (s *Snapshot) HasFirmware() bool {
+	for _, f := range s.Files {
+		if f.Kind == FirmwareDir {
+			return true
+		}
+	}
+	return false
 }
 
 // Empty reports whether the snapshot offers no GPU.

@@ -150,6 +150,15 @@ func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
 	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir}
+	if snap.HasFirmware() {
+		var why string
+		layout.SkipFirmware, why = skipFirmware(cfg.Firmware, snap.KernelRelease)
+		if layout.SkipFirmware {
+			p.log.Infof("GSP firmware: not mounted into containers: %s", why)
+		} else {
+			p.log.Infof("GSP firmware: mounted into containers: %s", why)
+		}
+	}
 	if cfg.LibraryMode != "files" && snap.DriverVersion != "" && len(snap.Files) > 0 {
 		cache, err := libcache.Build(snap, cacheOptions(cfg))
 		switch {
@@ -188,6 +197,34 @@ func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 	p.table.SetGPUs(idx)
 	p.observer().Inventory(snap)
 	return nil
+}
+
+// skipFirmware decides, for the firmware key's mode and the kernel
+// release, whether containers go without the GSP firmware directory, and
+// says why. Under "auto" only a kernel known to read firmware from the
+// mount namespace of init (Linux 5.7 and later) goes without: an older or
+// unreadable release keeps the mount, since there the driver may read
+// the firmware through a container's root when a container is the first
+// to open a GPU.
+func skipFirmware(mode, kernel string) (bool, string) {
+	switch mode {
+	case "mount":
+		return false, "firmware: mount"
+	case "skip":
+		return true, "firmware: skip"
+	}
+	if kernel == "" {
+		return false, "firmware: auto, and the kernel release could not be read"
+	}
+	fromInit, err := inventory.FirmwareFromInitNamespace(kernel)
+	switch {
+	case err != nil:
+		return false, fmt.Sprintf("firmware: auto, and %v", err)
+	case fromInit:
+		return true, fmt.Sprintf("kernel %s reads firmware from the host's mount namespace (Linux 5.7 and later; firmware: auto)", kernel)
+	default:
+		return false, fmt.Sprintf("kernel %s reads firmware from the mount namespace of the process that opens the GPU (before Linux 5.7; firmware: auto)", kernel)
+	}
 }
 
 // cacheOptions locates the library cache of cfg.

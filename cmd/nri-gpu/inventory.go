@@ -15,6 +15,7 @@ type inventoryView struct {
 	HostRoot      string     `json:"hostRoot"`
 	DriverRoot    string     `json:"driverRoot"`
 	DriverVersion string     `json:"driverVersion"`
+	KernelRelease string     `json:"kernelRelease"`
 	GPUs          []gpuView  `json:"gpus"`
 	ControlNodes  []nodeView `json:"controlNodes"`
 	Files         []fileView `json:"files"`
@@ -50,7 +51,7 @@ func nodeOf(n inventory.DeviceNode) nodeView {
 
 func viewOf(s *inventory.Snapshot) inventoryView {
 	v := inventoryView{
-		HostRoot: s.HostRoot, DriverRoot: s.DriverRoot, DriverVersion: s.DriverVersion,
+		HostRoot: s.HostRoot, DriverRoot: s.DriverRoot, DriverVersion: s.DriverVersion, KernelRelease: s.KernelRelease,
 		GPUs: []gpuView{}, ControlNodes: []nodeView{}, Files: []fileView{}, Warnings: []string{},
 	}
 	for _, g := range s.GPUs {
@@ -84,7 +85,11 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 	if drv == "" {
 		drv = "(none)"
 	}
-	fmt.Fprintf(w, "Driver version: %s\nhostRoot: %s  driverRoot: %s\n\n", drv, v.HostRoot, v.DriverRoot)
+	kernel := v.KernelRelease
+	if kernel == "" {
+		kernel = "(unknown)"
+	}
+	fmt.Fprintf(w, "Driver version: %s\nKernel: %s\nhostRoot: %s  driverRoot: %s\n\n", drv, kernel, v.HostRoot, v.DriverRoot)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "GPUs: %d\n", len(v.GPUs))

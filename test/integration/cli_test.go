@@ -22,6 +22,7 @@ func TestInventoryCommand(t *testing.T) {
 	}
 	var v struct {
 		DriverVersion string `json:"driverVersion"`
+		KernelRelease string `json:"kernelRelease"`
 		GPUs          []struct {
 			Index int    `json:"index"`
 			Minor int    `json:"minor"`
@@ -58,7 +59,10 @@ func TestInventoryCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Driver version: " + n.DriverVersion, n.GPUs[0].UUID, "/dev/nvidia-uvm", "libcuda.so.1", "nvidia-smi"} {
+	if v.KernelRelease != simnode.DefaultKernelRelease {
+		t.Errorf("kernelRelease %q, want %q", v.KernelRelease, simnode.DefaultKernelRelease)
+	}
+	for _, want := range []string{"Driver version: " + n.DriverVersion, "Kernel: " + simnode.DefaultKernelRelease, n.GPUs[0].UUID, "/dev/nvidia-uvm", "libcuda.so.1", "nvidia-smi"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -313,6 +313,10 @@ func applyToSpec(t *testing.T, adj *api.ContainerAdjustment) *rspec.Spec {
 
 // TestCreateContainerOverNRI runs the plugin with each way of delivering
 // libraries: one mount per library, and one mount of a prepared directory.
+// The first runs on a RHEL 8 kernel (4.18: firmware is read through the
+// root of the process that opens the GPU, so containers get it), the
+// second on simnode's default 6.8 kernel (firmware read from the host's
+// mount namespace, so containers go without it).
 func TestCreateContainerOverNRI(t *testing.T) {
 	needRoot(t)
 	for _, mode := range []string{"files", "directory"} {
@@ -323,6 +327,12 @@ func TestCreateContainerOverNRI(t *testing.T) {
 func testCreateContainerOverNRI(t *testing.T, mode string) {
 	dir := shortTempDir(t)
 	n, cfg := simNode(t, dir, simnode.LayoutRHEL, "libraryMode: "+mode+"\n")
+	wantFirmware := mode == "files"
+	if wantFirmware {
+		if err := os.WriteFile(n.HostPath("/proc/sys/kernel/osrelease"), []byte("4.18.0-553.el8_10.x86_64\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := startRuntime(t, dir)
 	defer r.stop()
 	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--log-level", "debug")
@@ -380,7 +390,9 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 				}
 			}
 		}
-		wantMounts["/lib/firmware/nvidia/"+n.DriverVersion] = filepath.Join(n.Root, "usr/lib/firmware/nvidia", n.DriverVersion)
+		if wantFirmware {
+			wantMounts["/lib/firmware/nvidia/"+n.DriverVersion] = filepath.Join(n.Root, "usr/lib/firmware/nvidia", n.DriverVersion)
+		}
 		if mode == "directory" {
 			// The libraries come as one directory of hard links to them.
 			var libDir string

@@ -160,9 +160,14 @@ func writeGPUInfo(root string, c *config, clean bool) error {
 	return os.MkdirAll(dir, 0o755)
 }
 
-// writeVersionFiles writes /proc/driver/nvidia/version and
-// /sys/module/nvidia/version.
+// writeVersionFiles writes /proc/driver/nvidia/version,
+// /sys/module/nvidia/version and /proc/sys/kernel/osrelease.
 func writeVersionFiles(root string, c *config) error {
+	if c.kernel != "-" {
+		if err := writeFile(filepath.Join(root, "proc", "sys", "kernel", "osrelease"), []byte(c.kernel+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
 	proc := fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Nov 20 01:32:29 UTC 2025\n"+
 		"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n", c.version)
 	if err := writeFile(filepath.Join(root, "proc", "driver", "nvidia", "version"), []byte(proc), 0o644); err != nil {

@@ -80,6 +80,9 @@ type Options struct {
 	UVMMajor      int    // default 510
 	DeviceNodes   bool   // create real char device nodes with mknod (needs root); when false create empty regular files instead
 	NoDriver      bool   // kernel side only: no libraries, binaries, firmware, ld.so.cache
+	// KernelRelease is written to /proc/sys/kernel/osrelease; default
+	// DefaultKernelRelease. "-" writes no such file.
+	KernelRelease string
 	CacheDir      string // where compiled ELF files are cached between calls; default os.UserCacheDir()/nri-gpu-simnode
 }
 
@@ -113,6 +116,9 @@ const (
 	DefaultCUDAVersion   = 13000
 	DefaultUVMMajor      = 510
 	DefaultModel         = "NVIDIA H100 80GB HBM3"
+	// DefaultKernelRelease is a kernel that loads firmware from the mount
+	// namespace of init (Linux 5.7 and later), like most nodes today.
+	DefaultKernelRelease = "6.8.0-49-generic"
 )
 
 // uuidSeed is mixed into the hash that derives GPU UUIDs from bus ids, so
@@ -153,6 +159,7 @@ type config struct {
 	deviceNodes bool
 	noDriver    bool
 	cacheDir    string
+	kernel      string
 }
 
 func normalize(opts Options) (*config, error) {
@@ -164,6 +171,10 @@ func normalize(opts Options) (*config, error) {
 		deviceNodes: opts.DeviceNodes,
 		noDriver:    opts.NoDriver,
 		cacheDir:    opts.CacheDir,
+		kernel:      opts.KernelRelease,
+	}
+	if c.kernel == "" {
+		c.kernel = DefaultKernelRelease
 	}
 	if c.version == "" {
 		c.version = DefaultDriverVersion

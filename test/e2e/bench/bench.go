@@ -79,15 +79,19 @@ const (
 var MainPaths = []string{Baseline, Floor, NRIGPU, CDI, Toolkit, NVIDIARuntime}
 
 // Diagnostic floor paths, not measured by default: the floor's adjustment
-// without its mounts (device nodes only), and without its single-file
-// mounts (device nodes and the library directory).
+// without its mounts (device nodes only), without its single-file mounts
+// (device nodes and the library directory), and with the GSP firmware
+// directory that firmware: auto leaves out on this machine's kernel.
 const (
 	FloorDevices = "floor-devices"
 	FloorLibDir  = "floor-libdir"
+	// FloorFirmware is the floor with firmware: mount, to show what the
+	// GSP firmware mount costs where the kernel needs it.
+	FloorFirmware = "floor-firmware"
 )
 
 // DiagnosticPaths can be added to the main table with -paths.
-var DiagnosticPaths = []string{FloorDevices, FloorLibDir}
+var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware}
 
 // Case is one kind of container measured: a path with a request.
 type Case struct {
@@ -260,13 +264,22 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	if e.Dir, err = os.MkdirTemp("", "nri-gpu-bench-"); err != nil {
 		return nil, err
 	}
-	if e.Node, err = simnode.Generate(filepath.Join(e.Dir, "node"), simnode.Options{NumGPUs: numGPUs, DeviceNodes: true, Layout: simnode.LayoutRHEL}); err != nil {
+	// The simulated node runs this machine's kernel, which decides
+	// whether nri-gpu mounts the GSP firmware (firmware: auto).
+	kernel, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
 		return nil, err
 	}
-	for _, mode := range []string{"auto", "files", EmitCDIMode} {
+	if e.Node, err = simnode.Generate(filepath.Join(e.Dir, "node"), simnode.Options{NumGPUs: numGPUs, DeviceNodes: true, Layout: simnode.LayoutRHEL, KernelRelease: strings.TrimSpace(string(kernel))}); err != nil {
+		return nil, err
+	}
+	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode} {
 		p := filepath.Join(e.Dir, "nri-gpu-"+mode+".yaml")
 		data := fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlibraryMode: %s\n", e.Node.Root, e.Node.Root, mode)
-		if mode == EmitCDIMode {
+		switch mode {
+		case FirmwareMountMode:
+			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nfirmware: mount\n", e.Node.Root, e.Node.Root)
+		case EmitCDIMode:
 			// libraryMode auto, answering with CDI device references
 			// that containerd resolves from the spec in its spec
 			// directory, which nri-gpu reads under hostRoot.
@@ -314,6 +327,9 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 // EmitCDIMode is the nri-gpu mode of the emit-cdi phase: the default
 // configuration with emit: cdi.
 const EmitCDIMode = "emit-cdi"
+
+// FirmwareMountMode is the default configuration with firmware: mount.
+const FirmwareMountMode = "firmware-mount"
 
 // useEmitCDISpec puts nri-gpu's own generated CDI spec (kind
 // nvidia.com/gpu) in containerd's spec directory for the emit-cdi phase,

@@ -25,13 +25,16 @@ func MainCases(paths []string) []*Case {
 			cs = append(cs, &Case{Name: p, Path: Floor, GPUs: 1, Mode: "auto", Strip: strip})
 		}
 	}
+	if slices.Contains(paths, FloorFirmware) {
+		cs = append(cs, &Case{Name: FloorFirmware, Path: Floor, GPUs: 1, Mode: FirmwareMountMode})
+	}
 	slices.SortStableFunc(cs, func(a, b *Case) int { return order(a.Name) - order(b.Name) })
 	return cs
 }
 
 // order is the report order of the main table's rows.
 func order(name string) int {
-	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, Floor, NRIGPU, CDI, Toolkit, NVIDIARuntime} {
+	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, Floor, FloorFirmware, NRIGPU, CDI, Toolkit, NVIDIARuntime} {
 		if p == name {
 			return i
 		}
@@ -95,6 +98,7 @@ var pathLabels = map[string]string{
 	NVIDIARuntime: "6. nvidia-container-runtime " + ToolkitVersion + " (CDI mode) wrapping runc",
 	FloorDevices:  "2a. floor without mounts (device nodes only)",
 	FloorLibDir:   "2b. floor without single-file mounts (device nodes + library directory)",
+	FloorFirmware: "2c. floor with firmware: mount (+ the GSP firmware directory)",
 }
 
 func label(c *Case) string {
@@ -160,11 +164,11 @@ func WriteScaling(w io.Writer, r *Result, gpus []int, caps []string) {
 // is all outside, and not resolved otherwise.
 func WriteTargets(w io.Writer, r *Result) {
 	have := func(n string) bool { return r.Samples[n] != nil }
-	line := func(what, ref string, limit float64, strict bool) {
+	line := func(what, ref string, limit float64, strict bool, m Metric) {
 		if !have(NRIGPU) || !have(ref) {
 			return
 		}
-		v, lo, hi := r.Ratio(NRIGPU, ref, CreateStart)
+		v, lo, hi := r.Ratio(NRIGPU, ref, m)
 		within := func(x float64) bool { return x < limit || !strict && x == limit }
 		verdict := "not resolved by this run (the interval straddles the target)"
 		switch {
@@ -177,10 +181,16 @@ func WriteTargets(w io.Writer, r *Result) {
 		}
 		fmt.Fprintf(w, "- %s: %.3f [%.3f–%.3f], %s\n", what, v, lo, hi, verdict)
 	}
-	line("issue 3: nri-gpu within 2% of the floor (create+start, paired p50)", Floor, 1.02, false)
-	line("issue 3: nri-gpu below containerd's CDI of the same files", CDI, 1, true)
-	line("issue 3: nri-gpu below nvidia-container-runtime", NVIDIARuntime, 1, true)
-	line("issue 8: nri-gpu <= 1.03x no injection", Baseline, 1.03, false)
-	line("issue 8: nri-gpu <= 0.75x the toolkit path", Toolkit, 0.75, false)
-	line("issue 8: nri-gpu below nvidia-container-runtime", NVIDIARuntime, 1, true)
+	line("issue 3: nri-gpu within 2% of the floor (create+start, paired p50)", Floor, 1.02, false, CreateStart)
+	line("issue 3: nri-gpu below containerd's CDI of the same files", CDI, 1, true, CreateStart)
+	// nri-gpu, the floor and containerd's CDI hand runc the same spec
+	// (the smoke test checks it), so they can differ only while the
+	// container is created; the create phase alone shows that difference
+	// without the noise of runc's start.
+	line("issue 3, create phase alone: nri-gpu within 2% of the floor", Floor, 1.02, false, Create)
+	line("issue 3, create phase alone: nri-gpu below containerd's CDI", CDI, 1, true, Create)
+	line("issue 3: nri-gpu below nvidia-container-runtime", NVIDIARuntime, 1, true, CreateStart)
+	line("issue 8: nri-gpu <= 1.03x no injection", Baseline, 1.03, false, CreateStart)
+	line("issue 8: nri-gpu <= 0.75x the toolkit path", Toolkit, 0.75, false, CreateStart)
+	line("issue 8: nri-gpu below nvidia-container-runtime", NVIDIARuntime, 1, true, CreateStart)
 }

@@ -236,13 +236,20 @@ func TestE2E(t *testing.T) {
 // TestLibrariesByLayout checks that dlopen by SONAME works without hooks
 // for a Debian-like image on both host layouts, in both library modes;
 // that nvidia-smi is at its usual path; and that compute-only requests get
-// no utility binaries.
+// no utility binaries. The GSP firmware directory: the directory runs keep
+// the default (firmware: auto, on simnode's 6.8 kernel: not mounted), the
+// files runs ask for it (firmware: mount).
 func TestLibrariesByLayout(t *testing.T) {
 	c := harness.StartForTest(t, harness.ContainerdOptions{})
 	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
 		for _, mode := range []string{"directory", "files"} {
 			t.Run(string(layout)+"/"+mode, func(t *testing.T) {
-				n := newNode(t, layout, "libraryMode: "+mode+"\n")
+				firmware := mode == "files"
+				extra := "libraryMode: " + mode + "\n"
+				if firmware {
+					extra += "firmware: mount\n"
+				}
+				n := newNode(t, layout, extra)
 				w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
 				w.plugin = startPlugin(t, c, n)
 				g := w.mustRun("dl", map[string]string{"gpus.nri-gpu.dev/pod": "2"}, harness.ContainerSpec{Image: harness.GlibcImage})
@@ -258,6 +265,14 @@ func TestLibrariesByLayout(t *testing.T) {
 				}
 				if out, _ := g.sh("ls /usr/local/nvidia/lib64 /usr/bin/ | grep -c nvidia-cuda-mps"); strings.TrimSpace(out) != "2" {
 					t.Errorf("compute binaries missing: %q", out)
+				}
+				fw := "/lib/firmware/nvidia/" + n.DriverVersion
+				out, code = g.sh("ls " + fw)
+				switch {
+				case firmware && (code != 0 || !strings.Contains(out, "gsp_ga10x.bin")):
+					t.Errorf("firmware: mount, but the container has no %s:\n%s", fw, out)
+				case !firmware && code == 0:
+					t.Errorf("firmware: auto on kernel %s, but the container has %s:\n%s", simnode.DefaultKernelRelease, fw, out)
 				}
 
 				cc := w.mustRun("computeonly", map[string]string{"gpus.nri-gpu.dev/pod": "1,capabilities=compute"}, harness.ContainerSpec{Image: harness.GlibcImage})
