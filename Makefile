@@ -42,7 +42,8 @@ unit:
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API).
-e2e: e2e-tools
+e2e: e2e-tools build
+	NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -count=1 -run '^$$' -bench CreateContainerCost -benchtime 20x ./test/integration/
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
@@ -86,8 +87,13 @@ SOAK_N ?= 100000
 soak: build
 	NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_SOAK_N=$(SOAK_N) $(GO) test -count=1 -timeout 30m -run '^TestSoak$$' -v ./test/integration | grep -v 'level='
 
-bench:
+# The request path and allocation; as root also what a container's creation
+# costs the runtime with nri-gpu (over NRI, the built plugin) and with its
+# own CDI resolution of the same edits, side by side.
+bench: build
 	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
+	@if [ "$$(id -u)" = 0 ]; then NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -run XXX -bench CreateContainerCost -benchmem ./test/integration/; \
+	else echo "make bench: not root: skipping BenchmarkCreateContainerCost (simulated device nodes need mknod)"; fi
 
 # The pre-registered plugin: the runtime starts it itself and hands it
 # its configuration (see README, "Without Kubernetes"). Also installs the
