@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // LDCacheEntry is one library of the dynamic loader's cache: the name the
@@ -101,16 +102,21 @@ func parseLDCacheNew(data []byte, off int) ([]LDCacheEntry, error) {
 // readLDEntries reads the entries of a cache, each size bytes and starting
 // with its flags, key and value (both offsets into strs), as both formats
 // lay them out.
+//
+// The string table is copied once and names and paths are slices of that
+// copy: entries that all point at one long string must not each allocate
+// it (a cache of n bytes could otherwise cost n² bytes).
 func readLDEntries(table []byte, size int, strs []byte) ([]LDCacheEntry, error) {
+	all := string(strs)
 	entries := make([]LDCacheEntry, 0, len(table)/size)
 	for i := 0; i+size <= len(table); i += size {
 		e := table[i : i+size]
 		flags := int32(binary.LittleEndian.Uint32(e[0:4]))
-		key, err := cString(strs, uint64(binary.LittleEndian.Uint32(e[4:8])))
+		key, err := cString(all, uint64(binary.LittleEndian.Uint32(e[4:8])))
 		if err != nil {
 			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i/size, err)
 		}
-		val, err := cString(strs, uint64(binary.LittleEndian.Uint32(e[8:12])))
+		val, err := cString(all, uint64(binary.LittleEndian.Uint32(e[8:12])))
 		if err != nil {
 			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i/size, err)
 		}
@@ -119,15 +125,15 @@ func readLDEntries(table []byte, size int, strs []byte) ([]LDCacheEntry, error) 
 	return entries, nil
 }
 
-// cString returns the NUL-terminated string at off in b.
-func cString(b []byte, off uint64) (string, error) {
+// cString returns the NUL-terminated string at off in b, without copying.
+func cString(b string, off uint64) (string, error) {
 	if off >= uint64(len(b)) {
 		return "", fmt.Errorf("string offset %d out of range", off)
 	}
 	s := b[off:]
-	i := bytes.IndexByte(s, 0)
+	i := strings.IndexByte(s, 0)
 	if i < 0 {
 		return "", fmt.Errorf("string at offset %d is not terminated", off)
 	}
-	return string(s[:i]), nil
+	return s[:i], nil
 }
