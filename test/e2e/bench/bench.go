@@ -88,10 +88,13 @@ const (
 	// FloorFirmware is the floor with firmware: mount, to show what the
 	// GSP firmware mount costs where the kernel needs it.
 	FloorFirmware = "floor-firmware"
+	// FloorBinDir is the floor with the binaries in one directory on
+	// PATH instead of at /usr/bin: a layout nri-gpu does not use.
+	FloorBinDir = "floor-bindir"
 )
 
 // DiagnosticPaths can be added to the main table with -paths.
-var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware}
+var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware, FloorBinDir}
 
 // Case is one kind of container measured: a path with a request.
 type Case struct {
@@ -682,6 +685,14 @@ func (e *Env) verify(ctx context.Context, c *Case, id string) (string, error) {
 	}
 	if gpus != c.GPUs {
 		return info, fmt.Errorf("%s: container sees %d GPU nodes, want %d\n%s", c.Name, gpus, c.GPUs, out)
+	}
+	if c.Strip == "bindir" {
+		// The binaries must still run by name, from the directory.
+		smi, _, code, err := cri.Exec(ctx, id, "sh", "-c", "command -v nvidia-smi && nvidia-smi")
+		if err != nil || code != 0 || !strings.HasPrefix(smi, benchBinDir+"/nvidia-smi") {
+			return info, fmt.Errorf("%s: nvidia-smi not run from %s: %q (exit %d, %v)", c.Name, benchBinDir, smi, code, err)
+		}
+		info += ", binaries on PATH"
 	}
 	return info, e.checkLibs(ctx, c, id)
 }

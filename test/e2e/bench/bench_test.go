@@ -57,7 +57,7 @@ func TestBenchSmoke(t *testing.T) {
 			t.Logf("--- benchmark log ---\n%s", log.String())
 		}
 	})
-	main := MainCases(MainPaths[1:])
+	main := MainCases(append(append([]string(nil), MainPaths[1:]...), DiagnosticPaths...))
 	scaling := []*Case{{Name: Baseline, Path: Baseline}, {Name: scalingName(NRIGPU, 8, "all"), Path: NRIGPU, GPUs: 8, Caps: "all", Mode: "auto"},
 		{Name: scalingName(Toolkit, 4, ""), Path: Toolkit, GPUs: 4, Mode: "auto"}}
 	files := FilesCases()
@@ -86,6 +86,10 @@ func TestBenchSmoke(t *testing.T) {
 		CDI:           "1 GPU nodes, 4 devices",
 		Toolkit:       "4 hooks, ld.so.cache updated by the hook",
 		NVIDIARuntime: "ld.so.cache updated by the hook",
+		FloorDevices:  "1 GPU nodes, 4 devices, 10 mounts",
+		FloorLibDir:   "1 GPU nodes, 4 devices, 11 mounts",
+		FloorBinDir:   "1 GPU nodes, 4 devices, 12 mounts, 0 hooks, binaries on PATH",
+		FloorFirmware: "1 GPU nodes, 4 devices, 17 mounts",
 	} {
 		if !strings.Contains(r.Info[name], want) {
 			t.Errorf("%s got %q, want it to contain %q", name, r.Info[name], want)

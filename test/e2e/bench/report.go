@@ -20,7 +20,7 @@ func MainCases(paths []string) []*Case {
 		}
 		cs = append(cs, c)
 	}
-	for p, strip := range map[string]string{FloorDevices: "mounts", FloorLibDir: "files"} {
+	for p, strip := range map[string]string{FloorDevices: "mounts", FloorLibDir: "files", FloorBinDir: "bindir"} {
 		if slices.Contains(paths, p) {
 			cs = append(cs, &Case{Name: p, Path: Floor, GPUs: 1, Mode: "auto", Strip: strip})
 		}
@@ -34,7 +34,7 @@ func MainCases(paths []string) []*Case {
 
 // order is the report order of the main table's rows.
 func order(name string) int {
-	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, Floor, FloorFirmware, NRIGPU, CDI, Toolkit, NVIDIARuntime} {
+	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, FloorBinDir, Floor, FloorFirmware, NRIGPU, CDI, Toolkit, NVIDIARuntime} {
 		if p == name {
 			return i
 		}
@@ -99,6 +99,7 @@ var pathLabels = map[string]string{
 	FloorDevices:  "2a. floor without mounts (device nodes only)",
 	FloorLibDir:   "2b. floor without single-file mounts (device nodes + library directory)",
 	FloorFirmware: "2c. floor with firmware: mount (+ the GSP firmware directory)",
+	FloorBinDir:   "2d. floor with the binaries in one directory on PATH, not at /usr/bin",
 }
 
 func label(c *Case) string {
