@@ -5,6 +5,7 @@
 package adjust
 
 import (
+	"cmp"
 	"path"
 	"strings"
 
@@ -17,7 +18,13 @@ import (
 const (
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	EnvLibraryPath    = "LD_LIBRARY_PATH"
+	EnvPath           = "PATH"
 )
+
+// DefaultPath is the PATH a container without one gets, with the binary
+// directory appended: containerd's default for containers whose image sets
+// none, so that setting PATH does not take the usual directories away.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // mountOptions are the options of every driver mount: read-only, no
 // set-uid, no devices, and no propagation back to the host. Shared by all
@@ -39,6 +46,13 @@ type Layout struct {
 	HostLibraryDirs map[inventory.Capabilities]string
 	// HostLibrary32Dirs does the same for the 32-bit libraries.
 	HostLibrary32Dirs map[inventory.Capabilities]string
+	// BinaryDir, when set, is where binaries appear instead of /usr/bin;
+	// it is appended to the container's PATH.
+	BinaryDir string
+	// HostBinaryDirs maps each set of binary-bearing capabilities to a
+	// host directory holding exactly that set's binaries, mounted whole at
+	// BinaryDir. Nil means one mount per binary.
+	HostBinaryDirs map[inventory.Capabilities]string
 	// SkipFirmware leaves the GSP firmware directory out of every
 	// container, for kernels that read firmware from the host's mount
 	// namespace whoever opens the GPU.
@@ -67,6 +81,9 @@ type Edits struct {
 	// LibraryDirs are the container directories of driver libraries,
 	// to be searched by the dynamic loader.
 	LibraryDirs []string
+	// BinaryDirs are the container directories of driver binaries that
+	// must be on PATH (empty when binaries are at /usr/bin).
+	BinaryDirs []string
 	// Files counts the driver files the container gets (a prepared
 	// library directory counts for the libraries it holds).
 	Files int
@@ -86,8 +103,8 @@ type Prepared struct {
 	files  []preparedFile
 	layout Layout
 	// present64 and present32 are the capabilities that have libraries
-	// of each class.
-	present64, present32 inventory.Capabilities
+	// of each class, presentBin those that have binaries.
+	present64, present32, presentBin inventory.Capabilities
 	// plans holds, for every set of capabilities, the mounts (and what
 	// goes with them) it gets: worked out once, shared by every request
 	// of that set, never modified.
@@ -98,6 +115,7 @@ type Prepared struct {
 type plan struct {
 	mounts  []Mount
 	libDirs []string
+	binDirs []string
 	files   int
 	// api are mounts as NRI messages, shared by every adjustment of the
 	// set: adjustments are only marshalled, never modified, so the
@@ -113,7 +131,8 @@ type preparedFile struct {
 
 // Prepare computes where each driver file of the snapshot goes in a
 // container with layout l: libraries under their SONAMEs in the layout's
-// library directories, binaries in /usr/bin, the firmware directory at
+// library directories, binaries in /usr/bin or the layout's binary
+// directory, the firmware directory at
 // /lib/firmware/nvidia/<version> unless the layout skips it.
 func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 	p := &Prepared{snap: snap, layout: l}
@@ -123,6 +142,8 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 			p.present64 |= inventory.Capabilities(f.Capability)
 		case inventory.Library32:
 			p.present32 |= inventory.Capabilities(f.Capability)
+		case inventory.Binary:
+			p.presentBin |= inventory.Capabilities(f.Capability)
 		}
 		var dst string
 		switch f.Kind {
@@ -131,7 +152,7 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 		case inventory.Library32:
 			dst = path.Join(l.Library32Dir, f.Name)
 		case inventory.Binary:
-			dst = path.Join("/usr/bin", f.Name)
+			dst = path.Join(cmp.Or(l.BinaryDir, "/usr/bin"), f.Name)
 		case inventory.FirmwareDir:
 			if l.SkipFirmware {
 				continue
@@ -157,8 +178,9 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 	dir64, whole64 := p.layout.HostLibraryDirs[caps&p.present64]
 	dir32, whole32 := p.layout.HostLibrary32Dirs[caps&p.present32]
 	whole32 = whole32 && caps.Has(inventory.Compat32)
+	dirBin, wholeBin := p.layout.HostBinaryDirs[caps&p.presentBin]
 
-	var lib64, lib32 bool
+	var lib64, lib32, bin bool
 	for i := range p.files {
 		f := &p.files[i]
 		if f.kind == inventory.Library32 && !caps.Has(inventory.Compat32) ||
@@ -177,6 +199,11 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 			if whole32 {
 				continue
 			}
+		case inventory.Binary:
+			bin = true
+			if wholeBin {
+				continue
+			}
 		}
 		pl.mounts = append(pl.mounts, f.mount)
 	}
@@ -191,6 +218,12 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 			pl.mounts = append(pl.mounts, Mount{Source: dir32, Destination: p.layout.Library32Dir})
 		}
 		pl.libDirs = append(pl.libDirs, p.layout.Library32Dir)
+	}
+	if bin && p.layout.BinaryDir != "" {
+		if wholeBin {
+			pl.mounts = append(pl.mounts, Mount{Source: dirBin, Destination: p.layout.BinaryDir})
+		}
+		pl.binDirs = []string{p.layout.BinaryDir}
 	}
 	// Full slice expressions: an append by a user of the edits copies
 	// instead of writing into the shared plan.
@@ -245,7 +278,7 @@ func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits
 	}
 
 	pl := &p.plans[caps&inventory.AllCapabilities]
-	e.Mounts, e.LibraryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.files, pl
+	e.Mounts, e.LibraryDirs, e.BinaryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.binDirs, pl.files, pl
 
 	if len(gpus) == 0 {
 		e.VisibleDevices = "none"
@@ -314,7 +347,7 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 	// by one: this is the request path.
 	devs := make([]api.LinuxDevice, len(e.Devices))
 	modes := make([]api.OptionalFileMode, len(e.Devices))
-	kvs := make([]api.KeyValue, 0, 2)
+	kvs := make([]api.KeyValue, 0, 3)
 	adj := &api.ContainerAdjustment{
 		Linux: &api.LinuxContainerAdjustment{Devices: make([]*api.LinuxDevice, len(e.Devices))},
 		Env:   make([]*api.KeyValue, 0, 2),
@@ -337,6 +370,10 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 	if v, ok := LibraryPath(env, e.LibraryDirs); ok {
 		kvs = append(kvs, api.KeyValue{})
 		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvLibraryPath, v
+	}
+	if v, ok := appendDirs(env, EnvPath, e.BinaryDirs, DefaultPath); ok {
+		kvs = append(kvs, api.KeyValue{})
+		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvPath, v
 	}
 	for i := range kvs {
 		adj.Env = append(adj.Env, &kvs[i])
@@ -372,21 +409,31 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 // needs for dirs to be searched: its own value with the missing dirs
 // appended. ok is false when nothing needs to change.
 func LibraryPath(env []string, dirs []string) (string, bool) {
-	cur := ""
+	return appendDirs(env, EnvLibraryPath, dirs, "")
+}
+
+// appendDirs returns the value of the colon-separated list key in env with
+// the missing dirs appended; unset is the list's value when env does not
+// set it. ok is false when nothing needs to change.
+func appendDirs(env []string, key string, dirs []string, unset string) (string, bool) {
+	if len(dirs) == 0 {
+		return "", false
+	}
+	cur, found := unset, false
 	for _, kv := range env {
-		if strings.HasPrefix(kv, EnvLibraryPath+"=") {
-			cur = kv[len(EnvLibraryPath)+1:]
+		if len(kv) > len(key) && kv[len(key)] == '=' && strings.HasPrefix(kv, key) {
+			cur, found = kv[len(key)+1:], true
 			break
 		}
 	}
 	val := cur
-	changed := false
+	changed := !found && unset != ""
 	for _, d := range dirs {
 		if hasPathEntry(cur, d) {
 			continue
 		}
-		// An empty LD_LIBRARY_PATH searches nothing; ":dir" would add
-		// the working directory, so an empty value is replaced.
+		// An empty list searches nothing; ":dir" would add the working
+		// directory, so an empty value is replaced.
 		if val == "" {
 			val = d
 		} else {

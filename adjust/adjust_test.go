@@ -3,6 +3,8 @@ package adjust
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
@@ -208,6 +210,84 @@ func TestLibraryPath(t *testing.T) {
 	}
 	if _, change := LibraryPath(nil, nil); change {
 		t.Error("no library dirs must leave LD_LIBRARY_PATH alone")
+	}
+}
+
+// TestBinaryDir checks binaryDir: binaries appear in the directory, through
+// one mount of the prepared directory of their capability set when there is
+// one and one by one otherwise, and the directory is appended to PATH.
+func TestBinaryDir(t *testing.T) {
+	s := snapshot()
+	l := layout
+	l.BinaryDir = "/usr/local/nvidia/bin"
+	perFile := Build(Prepare(s, l), s.GPUs[:1], inventory.DefaultCapabilities)
+	var bins []Mount
+	for _, m := range perFile.Mounts {
+		if strings.HasPrefix(m.Destination, "/usr/bin/") {
+			t.Errorf("binary at /usr/bin with binaryDir set: %+v", m)
+		}
+		if strings.HasPrefix(m.Destination, l.BinaryDir+"/") {
+			bins = append(bins, m)
+		}
+	}
+	want := []Mount{
+		{Source: "/usr/bin/nvidia-smi", Destination: "/usr/local/nvidia/bin/nvidia-smi"},
+		{Source: "/usr/bin/nvidia-cuda-mps-control", Destination: "/usr/local/nvidia/bin/nvidia-cuda-mps-control"},
+	}
+	if diff := cmp.Diff(want, bins); diff != "" {
+		t.Errorf("per-file binary mounts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{l.BinaryDir}, perFile.BinaryDirs); diff != "" {
+		t.Errorf("binary dirs (-want +got):\n%s", diff)
+	}
+
+	utility := inventory.Capabilities(0).With(inventory.Utility)
+	l.HostBinaryDirs = map[inventory.Capabilities]string{
+		utility:                         "/cache/bin-utility",
+		utility.With(inventory.Compute): "/cache/bin-compute+utility",
+	}
+	whole := Build(Prepare(s, l), s.GPUs[:1], inventory.DefaultCapabilities)
+	var got []Mount
+	for _, m := range whole.Mounts {
+		if strings.Contains(m.Destination, "/bin") {
+			got = append(got, m)
+		}
+	}
+	if diff := cmp.Diff([]Mount{{Source: "/cache/bin-compute+utility", Destination: l.BinaryDir}}, got); diff != "" {
+		t.Errorf("binary directory mount (-want +got):\n%s", diff)
+	}
+	if whole.Files != perFile.Files {
+		t.Errorf("Files = %d with the directory, %d without: a directory counts for what it holds", whole.Files, perFile.Files)
+	}
+	// Capabilities without binaries get neither the mount nor PATH.
+	if e := Build(Prepare(s, l), nil, inventory.Capabilities(0).With(inventory.Graphics)); len(e.BinaryDirs) != 0 {
+		t.Errorf("graphics only: binary dirs %v", e.BinaryDirs)
+	}
+
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string // "" = PATH not set by the adjustment
+	}{
+		{"image PATH kept first", []string{"PATH=/opt/app/bin:/usr/bin"}, "/opt/app/bin:/usr/bin:/usr/local/nvidia/bin"},
+		{"already listed (cuda images)", []string{"PATH=/usr/local/nvidia/bin:/usr/bin"}, ""},
+		{"no PATH: the default, then the directory", nil, DefaultPath + ":/usr/local/nvidia/bin"},
+		{"PATHX is another variable", []string{"PATHX=/x"}, DefaultPath + ":/usr/local/nvidia/bin"},
+	} {
+		adj := whole.Adjustment(tc.env)
+		var path string
+		for _, kv := range adj.Env {
+			if kv.Key == EnvPath {
+				path = kv.Value
+			}
+		}
+		if path != tc.want {
+			t.Errorf("%s: PATH %q, want %q", tc.name, path, tc.want)
+		}
+	}
+	plain := Build(Prepare(s, layout), s.GPUs[:1], inventory.DefaultCapabilities)
+	if adj := plain.Adjustment(nil); slices.ContainsFunc(adj.Env, func(kv *api.KeyValue) bool { return kv.Key == EnvPath }) {
+		t.Error("binaries at /usr/bin must leave PATH alone")
 	}
 }
 

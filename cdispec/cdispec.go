@@ -38,6 +38,9 @@ func Generate(prep *adjust.Prepared, caps inventory.Capabilities) (*specs.Spec, 
 		return nil, fmt.Errorf("the node has no usable NVIDIA driver (see nri-gpu inventory)")
 	}
 	common := adjust.Build(prep, nil, caps)
+	if len(common.BinaryDirs) > 0 {
+		return nil, fmt.Errorf("binaryDir cannot be expressed in a CDI spec: its environment edits replace PATH instead of appending to it; generate the spec from a configuration without binaryDir")
+	}
 	spec := &specs.Spec{Kind: Kind}
 	spec.ContainerEdits = specs.ContainerEdits{
 		DeviceNodes: deviceNodes(common.Devices),

@@ -65,4 +65,16 @@ func TestGenerate(t *testing.T) {
 			}
 		})
 	}
+
+	// binaryDir needs PATH appended, which CDI cannot say: a clear error,
+	// not a spec that replaces the image's PATH or lacks the binaries.
+	cfg := config.Default()
+	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.BinaryDir = n.Root, n.Root, n.Root, "/usr/local/nvidia/bin"
+	p, err := plugin.New(cfg, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cdispec.Generate(p.Prepared(), inventory.DefaultCapabilities); err == nil || !strings.Contains(err.Error(), "binaryDir cannot be expressed in a CDI spec") {
+		t.Errorf("Generate with binaryDir: %v", err)
+	}
 }

@@ -41,6 +41,11 @@ type Config struct {
 	// LibraryCache is the directory, inside the driver root, where the
 	// library directories are prepared.
 	LibraryCache string `json:"libraryCache,omitempty"`
+	// BinaryDir, when set, is the container directory where the driver's
+	// binaries appear (through one mount of a prepared directory, like the
+	// libraries), appended to the container's PATH; empty (the default)
+	// mounts each binary at /usr/bin/<name>.
+	BinaryDir string `json:"binaryDir,omitempty"`
 	// Firmware says when the driver's GSP firmware directory is mounted
 	// into containers: "auto" (only where the kernel would read it from
 	// the container's mount namespace: Linux before 5.7, or a kernel
@@ -177,8 +182,12 @@ func Parse(data []byte) (Config, error) {
 	return c, nil
 }
 
+// systemBinDirs are directories of images' own programs, which binaryDir
+// must not cover.
+var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbin", "/usr/local", "/usr/local/bin", "/usr/local/sbin"}
+
 // keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "firmware", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
+var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "binaryDir", "firmware", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -200,6 +209,24 @@ func (c Config) Validate() error {
 	for _, p := range []struct{ key, val string }{{"libraryDir", c.LibraryDir}, {"library32Dir", c.Library32Dir}} {
 		if p.val == "/" {
 			return fmt.Errorf("key %s: must not be /", p.key)
+		}
+	}
+	if c.BinaryDir != "" {
+		if !filepath.IsAbs(c.BinaryDir) || filepath.Clean(c.BinaryDir) != c.BinaryDir {
+			return fmt.Errorf("key binaryDir: %q must be an absolute, clean path", c.BinaryDir)
+		}
+		if strings.ContainsAny(c.BinaryDir, ":\x00") {
+			return fmt.Errorf("key binaryDir: %q must not contain ':' or NUL", c.BinaryDir)
+		}
+		// A directory mount hides what the image has there.
+		if slices.Contains(systemBinDirs, c.BinaryDir) {
+			return fmt.Errorf("key binaryDir: %q would hide the image's own programs; use a directory images do not have, such as /usr/local/nvidia/bin", c.BinaryDir)
+		}
+		if c.BinaryDir == c.LibraryDir || c.BinaryDir == c.Library32Dir {
+			return fmt.Errorf("key binaryDir: %q must differ from libraryDir and library32Dir", c.BinaryDir)
+		}
+		if c.Emit == "cdi" {
+			return fmt.Errorf("key binaryDir: not with emit: cdi (a CDI spec can only replace PATH, not append to it)")
 		}
 	}
 	switch c.LibraryMode {

@@ -28,6 +28,9 @@ func TestParse(t *testing.T) {
 	if c, err := Parse(nil); err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("empty config: %+v, %v", c, err)
 	}
+	if c, err := Parse([]byte("binaryDir: /usr/local/nvidia/bin\n")); err != nil || c.BinaryDir != "/usr/local/nvidia/bin" {
+		t.Errorf("binaryDir: %+v, %v", c, err)
+	}
 	for _, v := range []string{"auto", "mount", "skip"} {
 		if c, err := Parse([]byte("firmware: " + v + "\n")); err != nil || c.Firmware != v {
 			t.Errorf("firmware %s: %+v, %v", v, c, err)
@@ -52,6 +55,11 @@ func TestParseErrors(t *testing.T) {
 		{"emit: both\n", `key emit: unknown value "both" (valid: edits, cdi)`},
 		{"cdiSpecDirs: [etc/cdi]\n", `key cdiSpecDirs: "etc/cdi" must be an absolute, clean path`},
 		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
+		{"binaryDir: usr/local/nvidia/bin\n", `key binaryDir: "usr/local/nvidia/bin" must be an absolute, clean path`},
+		{"binaryDir: /usr/bin\n", `key binaryDir: "/usr/bin" would hide the image's own programs`},
+		{"binaryDir: /opt/a:/b\n", `key binaryDir: "/opt/a:/b" must not contain ':'`},
+		{"binaryDir: /usr/local/nvidia/lib64\n", `key binaryDir: "/usr/local/nvidia/lib64" must differ from libraryDir`},
+		{"binaryDir: /usr/local/nvidia/bin\nemit: cdi\n", `key binaryDir: not with emit: cdi`},
 		{"firmware: always\n", `key firmware: unknown value "always" (valid: auto, mount, skip)`},
 		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
 		{"sharing: Exclusive\n", `key sharing: unknown policy "Exclusive" (valid: shared, exclusive)`},

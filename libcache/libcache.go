@@ -41,6 +41,9 @@ type Options struct {
 	// Dir is the cache's directory, relative to the driver root
 	// ("var/lib/nri-gpu").
 	Dir string
+	// Binaries also prepares one directory of the driver's binaries per
+	// set of binary-bearing capabilities (for binaryDir).
+	Binaries bool
 }
 
 // Cache maps sets of capabilities to prepared library directories.
@@ -52,6 +55,8 @@ type Cache struct {
 	Dirs map[inventory.Capabilities]string
 	// Dirs32 does the same for the 32-bit libraries.
 	Dirs32 map[inventory.Capabilities]string
+	// DirsBin does the same for the binaries, when asked for.
+	DirsBin map[inventory.Capabilities]string
 	// Links counts the hard links the cache holds (made or reused).
 	Links int
 }
@@ -76,8 +81,12 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 	}
 	defer root.Close()
 
-	c := &Cache{Version: snap.DriverVersion, Dirs: map[inventory.Capabilities]string{}, Dirs32: map[inventory.Capabilities]string{}}
-	for _, kind := range []inventory.FileKind{inventory.Library, inventory.Library32} {
+	c := &Cache{Version: snap.DriverVersion, Dirs: map[inventory.Capabilities]string{}, Dirs32: map[inventory.Capabilities]string{}, DirsBin: map[inventory.Capabilities]string{}}
+	kinds := []inventory.FileKind{inventory.Library, inventory.Library32}
+	if o.Binaries {
+		kinds = append(kinds, inventory.Binary)
+	}
+	for _, kind := range kinds {
 		var libs []lib
 		var present inventory.Capabilities
 		for _, f := range snap.Files {
@@ -100,10 +109,9 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 				id: fmt.Sprintf("%s %d %d %d %d", f.Name, st.Dev, st.Ino, fi.Size(), fi.ModTime().UnixNano())})
 			present |= inventory.Capabilities(f.Capability)
 		}
-		dirs := c.Dirs
-		if kind == inventory.Library32 {
-			dirs = c.Dirs32
-		}
+		dirs := map[inventory.FileKind]map[inventory.Capabilities]string{
+			inventory.Library: c.Dirs, inventory.Library32: c.Dirs32, inventory.Binary: c.DirsBin,
+		}[kind]
 		for _, set := range subsets(present) {
 			var members []lib
 			for _, l := range libs {
@@ -122,10 +130,10 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 	return c, nil
 }
 
-// lib is a library to link into a directory.
+// lib is a library (or binary) to link into a directory.
 type lib struct {
 	rel  string // resolved path relative to the driver root
-	name string // SONAME: the name of the link
+	name string // SONAME (a binary's base name): the name of the link
 	cap  inventory.Capability
 	id   string // identity of the file: name, device, inode, size, mtime
 }

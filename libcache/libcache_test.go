@@ -174,3 +174,47 @@ func TestBuildFailsAcrossFileSystems(t *testing.T) {
 		t.Fatal("Build through a link leaving the driver root succeeded")
 	}
 }
+
+// TestBuildBinaries checks the directories of binaries made for binaryDir:
+// one per set of binary-bearing capabilities, holding exactly that set's
+// binaries as hard links; none unless asked for.
+func TestBuildBinaries(t *testing.T) {
+	_, snap, o := setup(t)
+	c, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.DirsBin) != 0 {
+		t.Fatalf("binaries prepared without being asked: %v", c.DirsBin)
+	}
+	o.Binaries = true
+	if c, err = libcache.Build(snap, o); err != nil {
+		t.Fatal(err)
+	}
+	// utility and compute have binaries: 3 sets.
+	if len(c.DirsBin) != 3 || len(c.Dirs) != 31 {
+		t.Fatalf("%d binary directories, %d library directories; want 3 and 31", len(c.DirsBin), len(c.Dirs))
+	}
+	for set, dir := range c.DirsBin {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names, want []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		for _, f := range snap.Files {
+			if f.Kind == inventory.Binary && set.Has(f.Capability) {
+				want = append(want, f.Name)
+				if inode(t, filepath.Join(dir, f.Name)) != inode(t, f.HostPath) {
+					t.Errorf("%s is not a hard link to %s", f.Name, f.HostPath)
+				}
+			}
+		}
+		slices.Sort(want)
+		if len(want) == 0 || !slices.Equal(names, want) {
+			t.Errorf("%s: directory holds %q, want exactly %q", set, names, want)
+		}
+	}
+}

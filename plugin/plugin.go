@@ -149,7 +149,7 @@ func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 		"gpus":   len(snap.GPUs),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
-	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir}
+	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir, BinaryDir: cfg.BinaryDir}
 	if snap.HasFirmware() {
 		var why string
 		layout.SkipFirmware, why = skipFirmware(cfg.Firmware, snap.KernelRelease)
@@ -163,9 +163,12 @@ func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 		cache, err := libcache.Build(snap, cacheOptions(cfg))
 		switch {
 		case err == nil:
-			layout.HostLibraryDirs, layout.HostLibrary32Dirs = cache.Dirs, cache.Dirs32
+			layout.HostLibraryDirs, layout.HostLibrary32Dirs, layout.HostBinaryDirs = cache.Dirs, cache.Dirs32, cache.DirsBin
 			p.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
 				Infof("library directories ready in %s", filepath.Join(cfg.DriverRoot, cfg.LibraryCache))
+			if cfg.BinaryDir != "" {
+				p.log.Infof("binaries: one directory mount at %s, appended to PATH (binaryDir)", cfg.BinaryDir)
+			}
 		case cfg.LibraryMode == "directory":
 			return fmt.Errorf("libraryMode directory: preparing library directories in %s: %w", cfg.LibraryCache, err)
 		default:
@@ -233,6 +236,7 @@ func cacheOptions(cfg config.Config) libcache.Options {
 		DriverRoot:      cfg.DriverRoot,
 		DriverRootMount: cfg.DriverRootMount,
 		Dir:             strings.TrimPrefix(cfg.LibraryCache, "/"),
+		Binaries:        cfg.BinaryDir != "",
 	}
 }
 

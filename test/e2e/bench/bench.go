@@ -88,8 +88,8 @@ const (
 	// FloorFirmware is the floor with firmware: mount, to show what the
 	// GSP firmware mount costs where the kernel needs it.
 	FloorFirmware = "floor-firmware"
-	// FloorBinDir is the floor with the binaries in one directory on
-	// PATH instead of at /usr/bin: a layout nri-gpu does not use.
+	// FloorBinDir is the floor with binaryDir: /usr/local/nvidia/bin,
+	// the binaries in one directory on PATH instead of at /usr/bin.
 	FloorBinDir = "floor-bindir"
 )
 
@@ -276,12 +276,14 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	if e.Node, err = simnode.Generate(filepath.Join(e.Dir, "node"), simnode.Options{NumGPUs: numGPUs, DeviceNodes: true, Layout: simnode.LayoutRHEL, KernelRelease: strings.TrimSpace(string(kernel))}); err != nil {
 		return nil, err
 	}
-	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode} {
+	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode, BinDirMode} {
 		p := filepath.Join(e.Dir, "nri-gpu-"+mode+".yaml")
 		data := fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlibraryMode: %s\n", e.Node.Root, e.Node.Root, mode)
 		switch mode {
 		case FirmwareMountMode:
 			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nfirmware: mount\n", e.Node.Root, e.Node.Root)
+		case BinDirMode:
+			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nbinaryDir: %s\n", e.Node.Root, e.Node.Root, benchBinDir)
 		case EmitCDIMode:
 			// libraryMode auto, answering with CDI device references
 			// that containerd resolves from the spec in its spec
@@ -333,6 +335,13 @@ const EmitCDIMode = "emit-cdi"
 
 // FirmwareMountMode is the default configuration with firmware: mount.
 const FirmwareMountMode = "firmware-mount"
+
+// BinDirMode is the default configuration with binaryDir: benchBinDir.
+const BinDirMode = "bindir"
+
+// benchBinDir is the binaryDir of BinDirMode: nvidia-docker 1.0's place,
+// still on the PATH of nvidia/cuda images.
+const benchBinDir = "/usr/local/nvidia/bin"
 
 // useEmitCDISpec puts nri-gpu's own generated CDI spec (kind
 // nvidia.com/gpu) in containerd's spec directory for the emit-cdi phase,
@@ -686,7 +695,7 @@ func (e *Env) verify(ctx context.Context, c *Case, id string) (string, error) {
 	if gpus != c.GPUs {
 		return info, fmt.Errorf("%s: container sees %d GPU nodes, want %d\n%s", c.Name, gpus, c.GPUs, out)
 	}
-	if c.Strip == "bindir" {
+	if c.Mode == BinDirMode {
 		// The binaries must still run by name, from the directory.
 		smi, _, code, err := cri.Exec(ctx, id, "sh", "-c", "command -v nvidia-smi && nvidia-smi")
 		if err != nil || code != 0 || !strings.HasPrefix(smi, benchBinDir+"/nvidia-smi") {

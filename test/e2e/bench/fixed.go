@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/containerd/nri/pkg/api"
@@ -38,8 +36,7 @@ type fixedCase struct {
 	// Strip, for measuring what parts of the adjustment cost, removes
 	// mounts from it: "mounts" keeps the device nodes (and env) only,
 	// "files" keeps the library directories but not the single-file
-	// mounts (binaries, firmware), "bindir" moves the binaries from
-	// /usr/bin into one directory on PATH (see binariesToDir).
+	// mounts (binaries, firmware).
 	Strip string `json:"strip,omitempty"`
 }
 
@@ -87,58 +84,12 @@ func computeAdjustments(cases []fixedCase, log *logrus.Logger) (map[string]*api.
 				}
 			}
 			adj.Mounts = keep
-		case "bindir":
-			if err := binariesToDir(adj, filepath.Join(cfg.DriverRootMount, "var/lib/nri-gpu-bench", c.Key)); err != nil {
-				return nil, fmt.Errorf("case %s: %w", c.Key, err)
-			}
 		default:
 			return nil, fmt.Errorf("case %s: unknown strip %q", c.Key, c.Strip)
 		}
 		out[c.Key] = adj
 	}
 	return out, nil
-}
-
-// benchBinDir is where the "bindir" floor puts the binaries in a
-// container, on PATH: nvidia-docker 1.0's place, still listed in the PATH
-// of nvidia/cuda images.
-const benchBinDir = "/usr/local/nvidia/bin"
-
-// binariesToDir replaces the adjustment's single-file mounts of binaries
-// at /usr/bin by one mount of dir, a directory of hard links to the same
-// files made here, at benchBinDir, and appends benchBinDir to PATH: a
-// layout nri-gpu does not use (issue 8 wants binaries at /usr/bin),
-// measured to show what it would save. The bench's driver root is seen
-// at the same path by the runtime and by this process.
-func binariesToDir(adj *api.ContainerAdjustment, dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	var keep []*api.Mount
-	var moved *api.Mount
-	for _, m := range adj.Mounts {
-		name, ok := strings.CutPrefix(m.Destination, "/usr/bin/")
-		if !ok {
-			keep = append(keep, m)
-			continue
-		}
-		if err := os.Link(m.Source, filepath.Join(dir, name)); err != nil {
-			return err
-		}
-		if moved == nil {
-			moved = &api.Mount{Source: dir, Destination: benchBinDir, Type: m.Type, Options: m.Options}
-			keep = append(keep, moved)
-		}
-	}
-	if moved == nil {
-		return fmt.Errorf("no binaries at /usr/bin to move")
-	}
-	adj.Mounts = keep
-	adj.Env = append(adj.Env, &api.KeyValue{Key: "PATH", Value: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + benchBinDir})
-	return nil
 }
 
 // fixedPlugin answers CreateContainer with a precomputed adjustment for pods

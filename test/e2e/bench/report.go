@@ -20,13 +20,16 @@ func MainCases(paths []string) []*Case {
 		}
 		cs = append(cs, c)
 	}
-	for p, strip := range map[string]string{FloorDevices: "mounts", FloorLibDir: "files", FloorBinDir: "bindir"} {
+	for p, strip := range map[string]string{FloorDevices: "mounts", FloorLibDir: "files"} {
 		if slices.Contains(paths, p) {
 			cs = append(cs, &Case{Name: p, Path: Floor, GPUs: 1, Mode: "auto", Strip: strip})
 		}
 	}
 	if slices.Contains(paths, FloorFirmware) {
 		cs = append(cs, &Case{Name: FloorFirmware, Path: Floor, GPUs: 1, Mode: FirmwareMountMode})
+	}
+	if slices.Contains(paths, FloorBinDir) {
+		cs = append(cs, &Case{Name: FloorBinDir, Path: Floor, GPUs: 1, Mode: BinDirMode})
 	}
 	slices.SortStableFunc(cs, func(a, b *Case) int { return order(a.Name) - order(b.Name) })
 	return cs
@@ -99,7 +102,7 @@ var pathLabels = map[string]string{
 	FloorDevices:  "2a. floor without mounts (device nodes only)",
 	FloorLibDir:   "2b. floor without single-file mounts (device nodes + library directory)",
 	FloorFirmware: "2c. floor with firmware: mount (+ the GSP firmware directory)",
-	FloorBinDir:   "2d. floor with the binaries in one directory on PATH, not at /usr/bin",
+	FloorBinDir:   "2d. floor with binaryDir: /usr/local/nvidia/bin (binaries in one directory on PATH)",
 }
 
 func label(c *Case) string {

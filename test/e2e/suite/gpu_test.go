@@ -314,3 +314,37 @@ func TestDriverUpgrade(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestBinaryDir checks binaryDir: the driver's binaries come as one
+// directory mount at /usr/local/nvidia/bin, appended to the image's PATH,
+// and run by name from there; nothing is mounted at /usr/bin; a
+// compute-only request gets the MPS binaries but not nvidia-smi.
+func TestBinaryDir(t *testing.T) {
+	const dir = "/usr/local/nvidia/bin"
+	w := newWorld(t, simnode.LayoutDebian, "binaryDir: "+dir+"\n")
+	c := w.mustRun("bindir", map[string]string{"gpus.nri-gpu.dev/pod": "1"}, harness.ContainerSpec{Image: harness.GlibcImage})
+	if out, code := c.sh("command -v nvidia-smi && nvidia-smi"); code != 0 || !strings.HasPrefix(out, dir+"/nvidia-smi\n") || !strings.Contains(out, "NVIDIA-SMI "+w.node.DriverVersion) {
+		t.Errorf("nvidia-smi by name: exit %d\n%s\n%s", code, out, c.view())
+	}
+	if path := envOf(c, "PATH"); !strings.HasSuffix(path, ":"+dir) || !strings.HasPrefix(path, "/usr/local/sbin:") {
+		t.Errorf("PATH=%q: want the image's own value with %s appended", path, dir)
+	}
+	if out, code := c.sh("ls /usr/bin | grep nvidia"); code == 0 {
+		t.Errorf("binaries at /usr/bin with binaryDir set:\n%s", out)
+	}
+	// One mount for the directory, read-only, and the libraries still load.
+	if out, _ := c.sh("grep -c ' " + dir + " ' /proc/self/mountinfo"); strings.TrimSpace(out) != "1" {
+		t.Errorf("mounts at %s: %q, want 1\n%s", dir, out, c.view())
+	}
+	if out, code := c.sh("echo x > " + dir + "/nvidia-smi"); code == 0 {
+		t.Errorf("wrote to %s/nvidia-smi: %q", dir, out)
+	}
+	if out, code := c.sh("gpucheck cuda nvml"); code != 0 {
+		t.Errorf("gpucheck:\n%s", out)
+	}
+
+	cc := w.mustRun("computeonly", map[string]string{"gpus.nri-gpu.dev/pod": "1,capabilities=compute"}, harness.ContainerSpec{Image: harness.GlibcImage})
+	if out, _ := cc.sh("ls " + dir); !strings.Contains(out, "nvidia-cuda-mps-control") || strings.Contains(out, "nvidia-smi") {
+		t.Errorf("compute-only request: %s holds %q, want the MPS binaries and no nvidia-smi", dir, out)
+	}
+}
