@@ -51,7 +51,7 @@ type Layout struct {
 	BinaryDir string
 	// HostBinaryDirs maps each set of binary-bearing capabilities to a
 	// host directory holding exactly that set's binaries, mounted whole at
-	// BinaryDir. Nil means one mount per binary.
+	// BinaryDir (only with BinaryDir set). Nil means one mount per binary.
 	HostBinaryDirs map[inventory.Capabilities]string
 	// SkipFirmware leaves the GSP firmware directory out of every
 	// container, for kernels that read firmware from the host's mount
@@ -179,6 +179,7 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 	dir32, whole32 := p.layout.HostLibrary32Dirs[caps&p.present32]
 	whole32 = whole32 && caps.Has(inventory.Compat32)
 	dirBin, wholeBin := p.layout.HostBinaryDirs[caps&p.presentBin]
+	wholeBin = wholeBin && p.layout.BinaryDir != ""
 
 	var lib64, lib32, bin bool
 	for i := range p.files {
