@@ -53,28 +53,7 @@ func TestBuild(t *testing.T) {
 	if !ok {
 		t.Fatalf("no directory for %s", set)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	var want []string
-	for _, f := range snap.Files {
-		if f.Kind == inventory.Library && set.Has(f.Capability) {
-			want = append(want, f.Name)
-			// The entry is the discovered file itself (a hard link).
-			if inode(t, filepath.Join(dir, f.Name)) != inode(t, f.HostPath) {
-				t.Errorf("%s is not a hard link to %s", f.Name, f.HostPath)
-			}
-		}
-	}
-	slices.Sort(want)
-	if !slices.Equal(names, want) {
-		t.Errorf("directory holds %q, want exactly %q", names, want)
-	}
+	checkDir(t, dir, snap, inventory.Library, set)
 
 	// A second build (a plugin restart) reuses the same directories.
 	c2, err := libcache.Build(snap, o)
@@ -196,25 +175,33 @@ func TestBuildBinaries(t *testing.T) {
 		t.Fatalf("%d binary directories, %d library directories; want 3 and 31", len(c.DirsBin), len(c.Dirs))
 	}
 	for set, dir := range c.DirsBin {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names, want []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		for _, f := range snap.Files {
-			if f.Kind == inventory.Binary && set.Has(f.Capability) {
-				want = append(want, f.Name)
-				if inode(t, filepath.Join(dir, f.Name)) != inode(t, f.HostPath) {
-					t.Errorf("%s is not a hard link to %s", f.Name, f.HostPath)
-				}
+		checkDir(t, dir, snap, inventory.Binary, set)
+	}
+}
+
+// checkDir checks that dir holds exactly the snapshot's files of kind
+// that set brings (at least one), each a hard link to the discovered file
+// itself under its container name.
+func checkDir(t *testing.T, dir string, snap *inventory.Snapshot, kind inventory.FileKind, set inventory.Capabilities) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names, want []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	for _, f := range snap.Files {
+		if f.Kind == kind && set.Has(f.Capability) {
+			want = append(want, f.Name)
+			if inode(t, filepath.Join(dir, f.Name)) != inode(t, f.HostPath) {
+				t.Errorf("%s is not a hard link to %s", f.Name, f.HostPath)
 			}
 		}
-		slices.Sort(want)
-		if len(want) == 0 || !slices.Equal(names, want) {
-			t.Errorf("%s: directory holds %q, want exactly %q", set, names, want)
-		}
+	}
+	slices.Sort(want)
+	if len(want) == 0 || !slices.Equal(names, want) {
+		t.Errorf("%s %s: directory holds %q, want exactly %q", set, kind, names, want)
 	}
 }
