@@ -182,6 +182,12 @@ func Parse(data []byte) (Config, error) {
 	return c, nil
 }
 
+// systemLibDirs are directories of images' own libraries, which a library
+// directory mount must not cover.
+var systemLibDirs = []string{"/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib",
+	"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+	"/lib/i386-linux-gnu", "/usr/lib/i386-linux-gnu"}
+
 // systemBinDirs are directories of images' own programs, which binaryDir
 // must not cover.
 var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbin", "/usr/local", "/usr/local/bin", "/usr/local/sbin"}
@@ -209,6 +215,12 @@ func (c Config) Validate() error {
 	for _, p := range []struct{ key, val string }{{"libraryDir", c.LibraryDir}, {"library32Dir", c.Library32Dir}} {
 		if p.val == "/" {
 			return fmt.Errorf("key %s: must not be /", p.key)
+		}
+		// In directory mode the prepared directory is mounted whole at
+		// the library directory, hiding what the image has there (its
+		// C library, in a system directory).
+		if c.LibraryMode != "files" && (slices.Contains(systemLibDirs, p.val) || slices.Contains(systemBinDirs, p.val)) {
+			return fmt.Errorf("key %s: %q would hide the image's own files (libraryMode %s mounts one directory there); use a directory images do not have, such as %s, or libraryMode: files", p.key, p.val, c.LibraryMode, map[string]string{"libraryDir": DefaultLibraryDir, "library32Dir": DefaultLibrary32Dir}[p.key])
 		}
 	}
 	if c.BinaryDir != "" {

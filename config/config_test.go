@@ -28,6 +28,9 @@ func TestParse(t *testing.T) {
 	if c, err := Parse(nil); err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Errorf("empty config: %+v, %v", c, err)
 	}
+	if c, err := Parse([]byte("libraryDir: /usr/lib64\nlibraryMode: files\n")); err != nil || c.LibraryDir != "/usr/lib64" {
+		t.Errorf("a system library directory with libraryMode files (one mount per file): %+v, %v", c, err)
+	}
 	if c, err := Parse([]byte("binaryDir: /usr/local/nvidia/bin\n")); err != nil || c.BinaryDir != "/usr/local/nvidia/bin" {
 		t.Errorf("binaryDir: %+v, %v", c, err)
 	}
@@ -55,6 +58,8 @@ func TestParseErrors(t *testing.T) {
 		{"emit: both\n", `key emit: unknown value "both" (valid: edits, cdi)`},
 		{"cdiSpecDirs: [etc/cdi]\n", `key cdiSpecDirs: "etc/cdi" must be an absolute, clean path`},
 		{"libraryMode: fast\n", `key libraryMode: unknown mode "fast" (valid: auto, directory, files)`},
+		{"libraryDir: /usr/lib64\n", `key libraryDir: "/usr/lib64" would hide the image's own files (libraryMode auto mounts one directory there); use a directory images do not have, such as /usr/local/nvidia/lib64, or libraryMode: files`},
+		{"library32Dir: /usr/lib/i386-linux-gnu\nlibraryMode: directory\n", `key library32Dir: "/usr/lib/i386-linux-gnu" would hide the image's own files (libraryMode directory`},
 		{"binaryDir: usr/local/nvidia/bin\n", `key binaryDir: "usr/local/nvidia/bin" must be an absolute, clean path`},
 		{"binaryDir: /usr/bin\n", `key binaryDir: "/usr/bin" would hide the image's own programs`},
 		{"binaryDir: /opt/a:/b\n", `key binaryDir: "/opt/a:/b" must not contain ':'`},
