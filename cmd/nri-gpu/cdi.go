@@ -25,11 +25,8 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
 	out := fs.String("o", "-", "output file, or - for standard output")
 	capsFlag := fs.String("capabilities", inventory.DefaultCapabilities.String(), "driver capabilities whose files the spec mounts (as NVIDIA_DRIVER_CAPABILITIES)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	caps, err := request.ParseCapabilities(*capsFlag)
 	if err != nil {

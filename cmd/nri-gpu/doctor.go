@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -27,11 +26,8 @@ func doctorCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.StatusSocket, "status-socket", "", "nri-gpu's status socket (default <hostRoot>/run/nri-gpu/status.sock)")
 	fs.StringVar(&o.Name, "name", "nri-gpu", "the plugin's registered name")
 	fs.StringVar(&o.Index, "idx", "10", "the plugin's index")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

@@ -96,13 +96,29 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // usageError is a bad command line.
 type usageError struct{ error }
 
-// flagError marks a flag parsing error as a usage error; the flag package
-// has already printed it with the usage.
-func flagError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
+// parseFlags parses a command's flags. A flag error is a usage error (the
+// flag package has already printed it with the usage), and so is a
+// positional argument.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
-	return usageError{err}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+// checkFormat checks the -o flag of the commands that print a table or
+// JSON.
+func checkFormat(format string) error {
+	if format != "table" && format != "json" {
+		return usageError{fmt.Errorf("-o: unknown format %q (valid: table, json)", format)}
+	}
+	return nil
 }
 
 func loadConfig(path string) (config.Config, error) {
@@ -123,11 +139,8 @@ func runCmd(args []string, stderr io.Writer) error {
 	statusSocket := fs.String("status-socket", plugin.DefaultStatusSocket, "unix socket serving nri-gpu status and readiness (empty: none)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on [HOST]:PORT (HOST defaults to 127.0.0.1); off when empty")
 	watchInterval := fs.Duration("watch-interval", plugin.DefaultWatchInterval, "rediscover the node this often besides on file events; 0: only on file events")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	lvl, err := logrus.ParseLevel(*level)
 	if err != nil {
@@ -196,14 +209,11 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
 	format := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *format != "table" && *format != "json" {
-		return usageError{fmt.Errorf("-o: unknown format %q (valid: table, json)", *format)}
+	if err := checkFormat(*format); err != nil {
+		return err
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {

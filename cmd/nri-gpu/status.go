@@ -26,14 +26,11 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	socket := fs.String("status-socket", plugin.DefaultStatusSocket, "the plugin's status socket")
 	ready := fs.Bool("ready", false, "only check readiness: exit 0 when the plugin is connected and synchronized, 1 otherwise")
 	format := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *format != "table" && *format != "json" {
-		return usageError{fmt.Errorf("-o: unknown format %q (valid: table, json)", *format)}
+	if err := checkFormat(*format); err != nil {
+		return err
 	}
 	client := &http.Client{
 		Timeout: 5 * time.Second,

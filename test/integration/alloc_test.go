@@ -176,14 +176,18 @@ func simNodeN(t *testing.T, dir string, n int, extra string) (*simnode.Node, str
 	return node, cfg
 }
 
-func stopPlugin(t *testing.T, p *pluginProc) {
+// stopPlugin sends the plugin SIGTERM and returns how it exited; it fails
+// the test if the plugin does not stop.
+func stopPlugin(t *testing.T, p *pluginProc) error {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:
 		p.done <- err
+		return err
 	case <-time.After(10 * time.Second):
 		t.Fatal("plugin did not stop on SIGTERM")
+		return nil
 	}
 }
 

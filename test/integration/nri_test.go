@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -523,15 +522,8 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 		}
 
 		// SIGTERM stops the plugin cleanly.
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-p.done:
-			if err != nil {
-				t.Errorf("plugin exited with %v after SIGTERM", err)
-			}
-			p.done <- err
-		case <-time.After(10 * time.Second):
-			t.Error("plugin did not stop on SIGTERM")
+		if err := stopPlugin(t, p); err != nil {
+			t.Errorf("plugin exited with %v after SIGTERM", err)
 		}
 	})
 }

@@ -255,11 +255,11 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 		cache = harness.DefaultCacheDir()
 	}
 	tkDir := filepath.Join(cache, "nvidia-container-toolkit-"+ToolkitVersion)
-	if e.Hook, err = goInstall(ctx, e.Opts.Log, tkDir, toolkitModule+"/cmd/nvidia-cdi-hook@"+ToolkitVersion, "nvidia-cdi-hook"); err != nil {
+	if e.Hook, err = harness.GoInstall(ctx, tkDir, toolkitModule+"/cmd/nvidia-cdi-hook@"+ToolkitVersion, "nvidia-cdi-hook", nil, nil); err != nil {
 		return nil, err
 	}
 	if o.NVIDIARuntime {
-		if e.NVRuntime, err = goInstall(ctx, e.Opts.Log, tkDir, toolkitModule+"/cmd/nvidia-container-runtime@"+ToolkitVersion, "nvidia-container-runtime"); err != nil {
+		if e.NVRuntime, err = harness.GoInstall(ctx, tkDir, toolkitModule+"/cmd/nvidia-container-runtime@"+ToolkitVersion, "nvidia-container-runtime", nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -412,30 +412,6 @@ SystemdCgroup = false
 	// runtime binary.
 	o.Env = append(o.Env, "NVIDIA_CTK_CONFIG_FILE_PATH="+cfgPath)
 	return nil
-}
-
-// goInstall runs `GOBIN=dir go install pkg` unless dir/bin exists.
-func goInstall(ctx context.Context, log io.Writer, dir, pkg, bin string) (string, error) {
-	dst := filepath.Join(dir, bin)
-	if st, err := os.Stat(dst); err == nil && st.Mode()&0o111 != 0 {
-		return dst, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	scratch, err := os.MkdirTemp(dir, ".gobin-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(scratch)
-	fmt.Fprintf(log, "bench-e2e: installing %s -> %s\n", pkg, dir)
-	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", pkg)
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOBIN="+scratch, "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s: %w\n%s", pkg, err, out)
-	}
-	return dst, os.Rename(filepath.Join(scratch, bin), dst)
 }
 
 // startProc starts a plugin process and waits until its output holds ready.

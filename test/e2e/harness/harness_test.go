@@ -190,6 +190,23 @@ func TestSmoke(t *testing.T) {
 	assertClean(t, dir, pids)
 }
 
+// runSleeper runs a pod with one busybox container that sleeps, and
+// returns the pod, the container and what the runtime says of it.
+func runSleeper(t *testing.T, ctx context.Context, cri *CRI, name string) (pod, id string, info *ContainerInfo) {
+	t.Helper()
+	pod, err := cri.RunPod(ctx, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err = cri.Run(ctx, pod, ContainerSpec{Name: "sleeper", Image: BusyboxImage}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = cri.Inspect(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return pod, id, info
+}
+
 func TestRestart(t *testing.T) {
 	tl, im := setup(t)
 	c := startContainerd(t, ContainerdOptions{Tools: tl, Images: im})
@@ -197,18 +214,7 @@ func TestRestart(t *testing.T) {
 	defer cancel()
 	cri := c.CRI()
 
-	pod, err := cri.RunPod(ctx, "restart", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := cri.Run(ctx, pod, ContainerSpec{Name: "sleeper", Image: BusyboxImage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cri.Inspect(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod, id, info := runSleeper(t, ctx, cri, "restart")
 	before := shims(c.Dir)
 	if len(before) == 0 {
 		t.Fatal("no shim before restart")
@@ -265,18 +271,7 @@ func TestCleanupWithoutCRI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cri := c.CRI()
-	pod, err := cri.RunPod(ctx, "orphan", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := cri.Run(ctx, pod, ContainerSpec{Name: "sleeper", Image: BusyboxImage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cri.Inspect(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod, _, info := runSleeper(t, ctx, cri, "orphan")
 	podPid, err := cri.PodPid(ctx, pod)
 	if err != nil {
 		t.Fatal(err)

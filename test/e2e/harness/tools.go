@@ -126,7 +126,7 @@ func InstallTools(ctx context.Context, cacheDir, containerdVersion string) (*Too
 		{"ctr", &t.Ctr},
 	} {
 		pkg := containerdModule + "/cmd/" + c.bin + "@" + containerdVersion
-		p, err := goInstall(ctx, cdir, pkg, c.bin, nil, nil)
+		p, err := GoInstall(ctx, cdir, pkg, c.bin, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +142,7 @@ func InstallTools(ctx context.Context, cacheDir, containerdVersion string) (*Too
 	case wantSeccomp && isExecutable(filepath.Join(seccompDir, "runc")):
 		t.Runc, t.RuncSeccomp = filepath.Join(seccompDir, "runc"), true
 	case wantSeccomp && ensureLibseccompDev(ctx) == nil:
-		p, err := goInstall(ctx, seccompDir, runcPkg, "runc", []string{"-tags", "seccomp"}, cgo)
+		p, err := GoInstall(ctx, seccompDir, runcPkg, "runc", []string{"-tags", "seccomp"}, cgo)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +151,7 @@ func InstallTools(ctx context.Context, cacheDir, containerdVersion string) (*Too
 		if wantSeccomp {
 			Logf("libseccomp-dev unavailable: building runc without seccomp support")
 		}
-		p, err := goInstall(ctx, plainDir, runcPkg, "runc", nil, cgo)
+		p, err := GoInstall(ctx, plainDir, runcPkg, "runc", nil, cgo)
 		if err != nil {
 			return nil, err
 		}
@@ -160,10 +160,10 @@ func InstallTools(ctx context.Context, cacheDir, containerdVersion string) (*Too
 	return t, nil
 }
 
-// goInstall runs `GOBIN=dir go install [args] pkg` unless dir/bin exists. The binary
+// GoInstall runs `GOBIN=dir go install [args] pkg` unless dir/bin exists. The binary
 // is built into a scratch GOBIN and renamed into place, so an interrupted build never
 // leaves a half-written binary behind.
-func goInstall(ctx context.Context, dir, pkg, bin string, args, env []string) (string, error) {
+func GoInstall(ctx context.Context, dir, pkg, bin string, args, env []string) (string, error) {
 	dst := filepath.Join(dir, bin)
 	if isExecutable(dst) {
 		return dst, nil

@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -13,31 +12,6 @@ import (
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
-
-// runIn starts a pod in namespace ns with one container.
-func (w *world) runIn(ns, name string, ann map[string]string, spec harness.ContainerSpec) (*ctr, error) {
-	w.t.Helper()
-	pod, err := w.cri.RunPodWith(w.ctx, name, ann, harness.PodOptions{Namespace: ns})
-	if err != nil {
-		return nil, err
-	}
-	w.t.Cleanup(func() {
-		w.cri.StopPod(context.Background(), pod)
-		w.cri.RemovePod(context.Background(), pod)
-	})
-	spec.Name = name
-	if spec.Image == "" {
-		spec.Image = harness.BusyboxImage
-	}
-	if len(spec.Command) == 0 {
-		spec.Command = []string{"sleep", "3600"}
-	}
-	id, err := w.cri.Run(w.ctx, pod, spec)
-	if err != nil {
-		return nil, err
-	}
-	return &ctr{w: w, id: id, name: name}, nil
-}
 
 // TestPolicy runs nri-gpu with the README's secure policy on a real
 // containerd: images' NVIDIA_VISIBLE_DEVICES gets nothing and is rewritten

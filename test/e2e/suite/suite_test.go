@@ -170,7 +170,13 @@ type ctr struct {
 // run starts a pod with the given annotations and one container in it.
 func (w *world) run(name string, ann map[string]string, spec harness.ContainerSpec) (*ctr, error) {
 	w.t.Helper()
-	pod, err := w.cri.RunPod(w.ctx, name, ann)
+	return w.runIn("", name, ann, spec)
+}
+
+// runIn starts a pod in namespace ns ("" = default) with one container.
+func (w *world) runIn(ns, name string, ann map[string]string, spec harness.ContainerSpec) (*ctr, error) {
+	w.t.Helper()
+	pod, err := w.cri.RunPodWith(w.ctx, name, ann, harness.PodOptions{Namespace: ns})
 	if err != nil {
 		return nil, err
 	}
