@@ -24,6 +24,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
 )
 
 // Options say which devices to serve and where to find them.
@@ -214,7 +215,7 @@ func (c checker) node(n *specs.DeviceNode) (inventory.DeviceNode, error) {
 	if !filepath.IsAbs(n.Path) || !filepath.IsAbs(hostPath) {
 		return inventory.DeviceNode{}, fmt.Errorf("device node %q: paths must be absolute", n.Path)
 	}
-	host, err := inventory.CharDevice(c.host, hostPath)
+	host, err := discover.CharDevice(c.host, hostPath)
 	if err != nil {
 		return inventory.DeviceNode{}, fmt.Errorf("device node %s: %w", hostPath, err)
 	}

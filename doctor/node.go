@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
 )
 
 // checkKernel checks the kernel layer: the driver loaded, the majors in
@@ -14,7 +15,7 @@ import (
 // whether the layer passed.
 func checkKernel(o *Options, out *[]Result) (*inventory.Snapshot, bool) {
 	cfg := o.Config
-	snap, err := inventory.Discover(inventory.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount})
+	snap, err := discover.Discover(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount})
 	skipRest := func() {
 		add(out, Kernel, "majors", Skip, "no kernel driver", "fix the driver first")
 		add(out, Kernel, "device nodes", Skip, "no kernel driver", "fix the driver first")
@@ -37,7 +38,7 @@ func checkKernel(o *Options, out *[]Result) (*inventory.Snapshot, bool) {
 
 	ok := true
 	data, err := os.ReadFile(o.host("/proc/devices"))
-	majors, perr := inventory.ParseProcDevices(data)
+	majors, perr := discover.ParseProcDevices(data)
 	switch {
 	case err != nil:
 		add(out, Kernel, "majors", Fail, "reading /proc/devices: "+err.Error(), "check hostRoot in the configuration")

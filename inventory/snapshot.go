@@ -1,14 +1,17 @@
-// Package inventory discovers what a node offers for GPU injection (GPUs,
-// device nodes, driver files per capability) from procfs, devfs and the
-// driver's files, without NVML, and holds it as an immutable Snapshot.
+// Package inventory holds what a node offers for GPU injection, as plain
+// values: the GPUs and their device nodes, the driver's control nodes, the
+// driver files of each capability, the driver and kernel versions. A
+// Snapshot is the result of one discovery (package inventory/discover for
+// NVIDIA GPUs, package cdisource for another vendor's CDI specs); it is
+// never modified, and a refresh makes a new one.
 //
-// Discovery is the only part of nri-gpu that reads the host; everything on
-// the request path works on a Snapshot and touches no file.
+// Nothing here reads the host: the request path works on these types, and
+// a test checks that no package it imports, directly or not, does I/O.
 package inventory
 
 import (
 	"fmt"
-	"os"
+	"io/fs"
 )
 
 // DeviceNode is a character device node to create in a container.
@@ -18,7 +21,7 @@ type DeviceNode struct {
 	Major int64
 	Minor int64
 	// Mode is the host node's permission bits.
-	Mode os.FileMode
+	Mode fs.FileMode
 }
 
 // GPU is one GPU that may be handed out.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
 	"github.com/nri-gpu/nri-gpu/libcache"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -22,7 +23,7 @@ func setup(t *testing.T) (*simnode.Node, *inventory.Snapshot, libcache.Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := inventory.Discover(inventory.Options{HostRoot: n.Root, DriverRoot: n.Root})
+	snap, err := discover.Discover(discover.Options{HostRoot: n.Root, DriverRoot: n.Root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestUpgradeAndClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap2, err := inventory.Discover(inventory.Options{HostRoot: n2.Root, DriverRoot: n2.Root})
+	snap2, err := discover.Discover(discover.Options{HostRoot: n2.Root, DriverRoot: n2.Root})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
 	"github.com/nri-gpu/nri-gpu/libcache"
 	"github.com/nri-gpu/nri-gpu/policy"
 	"github.com/nri-gpu/nri-gpu/request"
@@ -116,7 +117,7 @@ func Discover(cfg config.Config) (*inventory.Snapshot, error) {
 		}
 		return cdisource.Discover(cdisource.Options{Kind: ci.Kind, SpecDirs: dirs, HostRoot: cfg.HostRoot, AllowHooks: ci.AllowHooks})
 	}
-	return inventory.Discover(inventory.Options{
+	return discover.Discover(discover.Options{
 		HostRoot:        cfg.HostRoot,
 		DriverRoot:      cfg.DriverRoot,
 		DriverRootMount: cfg.DriverRootMount,
@@ -219,7 +220,7 @@ func skipFirmware(mode, kernel string) (bool, string) {
 	if kernel == "" {
 		return false, "firmware: auto, and the kernel release could not be read"
 	}
-	fromInit, err := inventory.FirmwareFromInitNamespace(kernel)
+	fromInit, err := discover.FirmwareFromInitNamespace(kernel)
 	switch {
 	case err != nil:
 		return false, fmt.Sprintf("firmware: auto, and %v", err)

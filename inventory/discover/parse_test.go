@@ -1,4 +1,4 @@
-package inventory_test
+package discover_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -57,7 +58,7 @@ func TestParseLDCacheAgainstLdconfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			entries, err := inventory.ParseLDCache(data)
+			entries, err := discover.ParseLDCache(data)
 			if err != nil {
 				t.Fatalf("ParseLDCache: %v", err)
 			}
@@ -73,7 +74,7 @@ func TestParseLDCacheAgainstLdconfig(t *testing.T) {
 				t.Errorf("entries (-ldconfig +ours):\n%s", diff)
 			}
 			if cache != "/etc/ld.so.cache" {
-				i := slices.IndexFunc(entries, func(e inventory.LDCacheEntry) bool { return e.Name == "libcuda.so.1" })
+				i := slices.IndexFunc(entries, func(e discover.LDCacheEntry) bool { return e.Name == "libcuda.so.1" })
 				if i < 0 || !entries[i].Is64Bit() || entries[i].Is32Bit() {
 					t.Errorf("libcuda.so.1 missing or not 64-bit: %+v", entries)
 				}
@@ -103,11 +104,11 @@ func oldFormatCache(entries [][2]string, flags int32) []byte {
 
 func TestParseLDCacheOldFormat(t *testing.T) {
 	data := oldFormatCache([][2]string{{"libcuda.so.1", "/usr/lib64/libcuda.so.1"}, {"libc.so.6", "/lib/libc.so.6"}}, 0x0303)
-	got, err := inventory.ParseLDCache(data)
+	got, err := discover.ParseLDCache(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []inventory.LDCacheEntry{
+	want := []discover.LDCacheEntry{
 		{Name: "libcuda.so.1", Path: "/usr/lib64/libcuda.so.1", Flags: 0x0303},
 		{Name: "libc.so.6", Path: "/lib/libc.so.6", Flags: 0x0303},
 	}
@@ -138,7 +139,7 @@ func TestParseLDCacheErrors(t *testing.T) {
 		{"truncated new header", newHeader, "truncated header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := inventory.ParseLDCache(tc.data)
+			_, err := discover.ParseLDCache(tc.data)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -159,15 +160,15 @@ Device Minor: 	 2
 GPU Firmware: 	 580.126.09
 GPU Excluded:	 No
 `
-	got, err := inventory.ParseGPUInformation([]byte(real))
+	got, err := discover.ParseGPUInformation([]byte(real))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := inventory.GPUInfo{Model: "NVIDIA H100 80GB HBM3", UUID: "GPU-3E953D37-558d-fb20-8eca-25de8b98f5a7", BusID: "0000:38:00.0", Minor: 2}
+	want := discover.GPUInfo{Model: "NVIDIA H100 80GB HBM3", UUID: "GPU-3E953D37-558d-fb20-8eca-25de8b98f5a7", BusID: "0000:38:00.0", Minor: 2}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	excl, err := inventory.ParseGPUInformation([]byte(strings.Replace(real, "GPU Excluded:\t No", "GPU Excluded:\t Yes", 1)))
+	excl, err := discover.ParseGPUInformation([]byte(strings.Replace(real, "GPU Excluded:\t No", "GPU Excluded:\t Yes", 1)))
 	if err != nil || !excl.Excluded {
 		t.Errorf("excluded GPU: %+v, %v", excl, err)
 	}
@@ -179,7 +180,7 @@ GPU Excluded:	 No
 		{"bad bus", "Device Minor: 1\nGPU UUID: GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7\nBus Location: 38:00.0\n", `bad PCI bus id`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := inventory.ParseGPUInformation([]byte(tc.data))
+			_, err := discover.ParseGPUInformation([]byte(tc.data))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -217,7 +218,7 @@ Block devices:
   8 sd
 259 blkext
 `
-	got, err := inventory.ParseProcDevices([]byte(data))
+	got, err := discover.ParseProcDevices([]byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ Block devices:
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{"Character devices:\nx nvidia\n", "Character devices:\n195\n", "Character devices:\n99999 big\n"} {
-		if _, err := inventory.ParseProcDevices([]byte(bad)); err == nil {
+		if _, err := discover.ParseProcDevices([]byte(bad)); err == nil {
 			t.Errorf("ParseProcDevices(%q) succeeded", bad)
 		}
 	}
@@ -238,12 +239,12 @@ func TestParseDriverVersion(t *testing.T) {
 		"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.44.01  Release Build\n":                                                             "590.44.01",
 		"580.126.09\n": "580.126.09",
 	} {
-		if got, err := inventory.ParseDriverVersion([]byte(in)); err != nil || got != want {
+		if got, err := discover.ParseDriverVersion([]byte(in)); err != nil || got != want {
 			t.Errorf("ParseDriverVersion(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "NVRM version: none\n", "..\n"} {
-		if got, err := inventory.ParseDriverVersion([]byte(bad)); err == nil {
+		if got, err := discover.ParseDriverVersion([]byte(bad)); err == nil {
 			t.Errorf("ParseDriverVersion(%q) = %q, want an error", bad, got)
 		}
 	}
@@ -270,7 +271,7 @@ func TestFirmwareFromInitNamespace(t *testing.T) {
 		{"6.x", false, true},
 		{"99999.1", false, true},
 	} {
-		got, err := inventory.FirmwareFromInitNamespace(tc.release)
+		got, err := discover.FirmwareFromInitNamespace(tc.release)
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("FirmwareFromInitNamespace(%q) = %v, %v; want %v, error %v", tc.release, got, err, tc.want, tc.err)
 		}

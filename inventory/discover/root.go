@@ -1,4 +1,4 @@
-package inventory
+package discover
 
 import (
 	"debug/elf"

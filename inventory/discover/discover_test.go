@@ -1,4 +1,4 @@
-package inventory_test
+package discover_test
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -33,9 +34,9 @@ func generate(t *testing.T, opts simnode.Options) *simnode.Node {
 	return n
 }
 
-func discover(t *testing.T, root string) *inventory.Snapshot {
+func discoverAt(t *testing.T, root string) *inventory.Snapshot {
 	t.Helper()
-	s, err := inventory.Discover(inventory.Options{HostRoot: root, DriverRoot: root})
+	s, err := discover.Discover(discover.Options{HostRoot: root, DriverRoot: root})
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
@@ -47,7 +48,7 @@ func TestDiscoverSimulatedNode(t *testing.T) {
 	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
 		t.Run(string(layout), func(t *testing.T) {
 			n := generate(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
-			s := discover(t, n.Root)
+			s := discoverAt(t, n.Root)
 			if len(s.Warnings) > 0 {
 				t.Errorf("unexpected warnings: %q", s.Warnings)
 			}
@@ -121,7 +122,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func TestDiscoverKernelRelease(t *testing.T) {
 	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1, KernelRelease: "-"})
-	s := discover(t, n.Root)
+	s := discoverAt(t, n.Root)
 	if s.KernelRelease != "" {
 		t.Errorf("kernel release %q, want none", s.KernelRelease)
 	}
@@ -138,7 +139,7 @@ func TestDiscoverKernelRelease(t *testing.T) {
 func TestDiscoverDriverRootMount(t *testing.T) {
 	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1})
-	s, err := inventory.Discover(inventory.Options{HostRoot: n.Root, DriverRoot: "/run/nvidia/driver", DriverRootMount: n.Root})
+	s, err := discover.Discover(discover.Options{HostRoot: n.Root, DriverRoot: "/run/nvidia/driver", DriverRootMount: n.Root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestDiscoverDriverRootMount(t *testing.T) {
 func TestDiscoverEmptyNodes(t *testing.T) {
 	needRoot(t)
 	t.Run("no driver at all", func(t *testing.T) {
-		s := discover(t, t.TempDir())
+		s := discoverAt(t, t.TempDir())
 		if !s.Empty() || s.DriverVersion != "" || len(s.Files) != 0 {
 			t.Errorf("want an empty snapshot, got %+v", s)
 		}
@@ -165,7 +166,7 @@ func TestDiscoverEmptyNodes(t *testing.T) {
 	})
 	t.Run("kernel driver without user-space files", func(t *testing.T) {
 		n := generate(t, simnode.Options{NumGPUs: 2, NoDriver: true})
-		s := discover(t, n.Root)
+		s := discoverAt(t, n.Root)
 		if len(s.GPUs) != 2 || len(s.Files) != 0 {
 			t.Errorf("got %d GPUs and %d files, want 2 and 0", len(s.GPUs), len(s.Files))
 		}
@@ -178,7 +179,7 @@ func TestDiscoverEmptyNodes(t *testing.T) {
 		if err := os.RemoveAll(filepath.Join(n.Root, "proc/driver/nvidia/gpus", n.GPUs[0].BusID)); err != nil {
 			t.Fatal(err)
 		}
-		s := discover(t, n.Root)
+		s := discoverAt(t, n.Root)
 		if !s.Empty() || !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "lists no GPU") }) {
 			t.Errorf("GPUs %v, warnings %q", s.GPUs, s.Warnings)
 		}
@@ -210,7 +211,7 @@ func TestDiscoverBrokenGPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := discover(t, n.Root)
+	s := discoverAt(t, n.Root)
 	if len(s.GPUs) != 1 {
 		t.Fatalf("got GPUs %+v, want only the last one", s.GPUs)
 	}
@@ -269,7 +270,7 @@ func TestDiscoverHostileDriverRoot(t *testing.T) {
 	must(t, os.Remove(filepath.Join(n.Root, "usr/bin/nvidia-smi")))
 	must(t, os.Symlink("../../../../../../../../../../../../bin/true", filepath.Join(n.Root, "usr/bin/nvidia-smi")))
 
-	s := discover(t, n.Root)
+	s := discoverAt(t, n.Root)
 	for _, f := range s.Files {
 		if !strings.HasPrefix(f.HostPath, n.Root+"/") {
 			t.Errorf("file outside the driver root: %+v", f)
@@ -294,7 +295,7 @@ func TestDiscoverWithoutLDCache(t *testing.T) {
 	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1, Layout: simnode.LayoutDebian})
 	mustWrite(t, filepath.Join(n.Root, "etc/ld.so.cache"), "garbage")
-	s := discover(t, n.Root)
+	s := discoverAt(t, n.Root)
 	if !slices.ContainsFunc(s.Files, func(f inventory.DriverFile) bool { return f.Name == "libcuda.so.1" }) {
 		t.Errorf("libcuda.so.1 not found by directory search: %+v", s.Files)
 	}
@@ -310,7 +311,7 @@ func TestDiscoverVersionMismatch(t *testing.T) {
 	n := generate(t, simnode.Options{NumGPUs: 1})
 	mustWrite(t, filepath.Join(n.Root, "proc/driver/nvidia/version"),
 		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.10.01  Release Build  (dvs-builder@U16)  Thu Nov 20 2025\n")
-	s := discover(t, n.Root)
+	s := discoverAt(t, n.Root)
 	if s.DriverVersion != "590.10.01" {
 		t.Fatalf("driver version %q", s.DriverVersion)
 	}

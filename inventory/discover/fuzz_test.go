@@ -1,10 +1,12 @@
-package inventory
+package discover
 
 import (
 	"bytes"
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // allocBound fails when one call of fn allocates more than a multiple of
@@ -69,7 +71,7 @@ func FuzzParseGPUInformation(f *testing.F) {
 		if info.Minor < 0 || info.Minor > 254 || !validUUID(info.UUID) {
 			t.Fatalf("accepted %+v", info)
 		}
-		if b, err := NormalizeBusID(info.BusID); info.BusID != "" && (err != nil || b != info.BusID) {
+		if b, err := inventory.NormalizeBusID(info.BusID); info.BusID != "" && (err != nil || b != info.BusID) {
 			t.Fatalf("bus id %q not normalized (%q, %v)", info.BusID, b, err)
 		}
 	})
@@ -102,7 +104,7 @@ func FuzzParseDriverVersion(f *testing.F) {
 			t.Fatalf("accepted version %q", v)
 		}
 		if err == nil {
-			CUDAVersion(v)
+			inventory.CUDAVersion(v)
 		}
 	})
 }

@@ -1,4 +1,10 @@
-package inventory
+// Package discover finds what an NVIDIA node offers (GPUs, device nodes,
+// driver files per capability, driver and kernel versions) in procfs,
+// devfs and the driver's files, without NVML, and returns it as an
+// inventory.Snapshot. It is the only code that reads the host for NVIDIA
+// devices; every path it follows is resolved inside the host or driver
+// root, so a hostile symbolic link cannot lead it elsewhere.
+package discover
 
 import (
 	"cmp"
@@ -13,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +47,7 @@ const maxLDCache = 32 << 20
 // Discover reads the node and returns its snapshot. A node without GPUs or
 // without a driver is a valid, empty snapshot with a warning; an error is
 // returned only when a root cannot be opened at all.
-func Discover(opts Options) (*Snapshot, error) {
+func Discover(opts Options) (*inventory.Snapshot, error) {
 	if opts.HostRoot == "" {
 		opts.HostRoot = "/"
 	}
@@ -61,7 +68,7 @@ func Discover(opts Options) (*Snapshot, error) {
 	}
 	defer drv.Close()
 
-	d := &discovery{host: host, drv: drv, snap: &Snapshot{
+	d := &discovery{host: host, drv: drv, snap: &inventory.Snapshot{
 		HostRoot:   opts.HostRoot,
 		DriverRoot: opts.DriverRoot,
 	}}
@@ -75,7 +82,7 @@ func Discover(opts Options) (*Snapshot, error) {
 // discovery holds the state of one Discover call.
 type discovery struct {
 	host, drv *os.Root
-	snap      *Snapshot
+	snap      *inventory.Snapshot
 	dirCache  map[string][]string
 }
 
@@ -162,7 +169,7 @@ func (d *discovery) gpus(nvMajor int64) {
 	}
 	var all []found
 	for _, e := range entries {
-		bus, err := NormalizeBusID(e.Name())
+		bus, err := inventory.NormalizeBusID(e.Name())
 		if err != nil {
 			d.warnf("ignoring /proc/driver/nvidia/gpus/%s: not a PCI bus id", e.Name())
 			continue
@@ -204,7 +211,7 @@ func (d *discovery) gpus(nvMajor int64) {
 			d.warnf("GPU %s (index %d): device node /dev/nvidia%d is missing or wrong: unusable", f.bus, i, f.info.Minor)
 			continue
 		}
-		d.snap.GPUs = append(d.snap.GPUs, GPU{
+		d.snap.GPUs = append(d.snap.GPUs, inventory.GPU{
 			Index: i,
 			Minor: f.info.Minor,
 			UUID:  strings.ToUpper(f.info.UUID[:3]) + "-" + strings.ToLower(f.info.UUID[4:]),
@@ -221,7 +228,7 @@ func (d *discovery) gpus(nvMajor int64) {
 // node returns the device node at p (under hostRoot) when it is a
 // character device with the expected numbers, or nil. Its permission bits
 // are taken over as the container node's mode.
-func (d *discovery) node(p string, major, minor int64) *DeviceNode {
+func (d *discovery) node(p string, major, minor int64) *inventory.DeviceNode {
 	n, err := CharDevice(d.host, p)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -239,19 +246,19 @@ func (d *discovery) node(p string, major, minor int64) *DeviceNode {
 // CharDevice returns the character device node at p (an absolute path,
 // looked up under root without following a final symbolic link), with the
 // host node's numbers and permission bits.
-func CharDevice(root *os.Root, p string) (DeviceNode, error) {
+func CharDevice(root *os.Root, p string) (inventory.DeviceNode, error) {
 	fi, err := root.Lstat(strings.TrimPrefix(path.Clean(p), "/"))
 	if err != nil {
-		return DeviceNode{}, err
+		return inventory.DeviceNode{}, err
 	}
 	if fi.Mode()&fs.ModeCharDevice == 0 {
-		return DeviceNode{}, fmt.Errorf("%s is not a character device", p)
+		return inventory.DeviceNode{}, fmt.Errorf("%s is not a character device", p)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return DeviceNode{}, fmt.Errorf("%s: no device number", p)
+		return inventory.DeviceNode{}, fmt.Errorf("%s: no device number", p)
 	}
-	return DeviceNode{Path: p, Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev)), Mode: fi.Mode().Perm()}, nil
+	return inventory.DeviceNode{Path: p, Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev)), Mode: fi.Mode().Perm()}, nil
 }
 
 // driverFiles discovers libraries, binaries and firmware under the driver
@@ -266,17 +273,17 @@ func (d *discovery) driverFiles() {
 		d.warnf("reading ld.so.cache of the driver root: %v: searching the usual directories only", err)
 	}
 
-	for _, c := range capabilityNames {
-		for _, base := range libraryNames[c.cap] {
-			if f, ok := d.library(cache, base, c.cap, true); ok {
+	for _, c := range inventory.AllCapabilities.List() {
+		for _, base := range libraryNames[c] {
+			if f, ok := d.library(cache, base, c, true); ok {
 				d.snap.Files = append(d.snap.Files, f)
 			}
-			if f, ok := d.library(cache, base, c.cap, false); ok {
+			if f, ok := d.library(cache, base, c, false); ok {
 				d.snap.Files = append(d.snap.Files, f)
 			}
 		}
-		for _, name := range binaryNames[c.cap] {
-			if f, ok := d.binary(name, c.cap); ok {
+		for _, name := range binaryNames[c] {
+			if f, ok := d.binary(name, c); ok {
 				d.snap.Files = append(d.snap.Files, f)
 			}
 		}
@@ -291,17 +298,17 @@ func (d *discovery) driverFiles() {
 			continue
 		}
 		if fi, err := d.drv.Stat(resolved); err == nil && fi.IsDir() {
-			d.snap.Files = append(d.snap.Files, DriverFile{
-				Kind: FirmwareDir, HostPath: d.hostPath(resolved), Name: d.snap.DriverVersion,
+			d.snap.Files = append(d.snap.Files, inventory.DriverFile{
+				Kind: inventory.FirmwareDir, HostPath: d.hostPath(resolved), Name: d.snap.DriverVersion,
 			})
 			break
 		}
 	}
 
-	if !slices.ContainsFunc(d.snap.Files, func(f DriverFile) bool { return f.Kind == Library }) {
+	if !slices.ContainsFunc(d.snap.Files, func(f inventory.DriverFile) bool { return f.Kind == inventory.Library }) {
 		d.warnf("no driver library found under driverRoot %s: containers get device nodes only", d.snap.DriverRoot)
 	}
-	slices.SortStableFunc(d.snap.Files, func(a, b DriverFile) int {
+	slices.SortStableFunc(d.snap.Files, func(a, b inventory.DriverFile) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
 }
@@ -310,7 +317,7 @@ func (d *discovery) driverFiles() {
 // Candidates come from ld.so.cache, then from the usual directories; the
 // first one that resolves inside the driver root to a shared object whose
 // SONAME starts with base wins, preferring a file of the driver's version.
-func (d *discovery) library(cache []LDCacheEntry, base string, c Capability, want64 bool) (DriverFile, bool) {
+func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capability, want64 bool) (inventory.DriverFile, bool) {
 	var candidates []string
 	for _, e := range cache {
 		if (e.Name == base || strings.HasPrefix(e.Name, base+".")) &&
@@ -330,7 +337,7 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c Capability, wan
 		}
 	}
 
-	var best *DriverFile
+	var best *inventory.DriverFile
 	bestVersioned := false
 	seen := map[string]bool{}
 	for _, cand := range candidates {
@@ -366,15 +373,15 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c Capability, wan
 		if best != nil && (bestVersioned || !versioned) {
 			continue
 		}
-		kind := Library
+		kind := inventory.Library
 		if !want64 {
-			kind = Library32
+			kind = inventory.Library32
 		}
-		best = &DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME}
+		best = &inventory.DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME}
 		bestVersioned = versioned
 	}
 	if best == nil {
-		return DriverFile{}, false
+		return inventory.DriverFile{}, false
 	}
 	if !bestVersioned {
 		d.warnf("%s does not carry the kernel module's version %s: the driver install may be broken", best.HostPath, d.snap.DriverVersion)
@@ -383,7 +390,7 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c Capability, wan
 }
 
 // binary finds the driver binary name in the usual directories.
-func (d *discovery) binary(name string, c Capability) (DriverFile, bool) {
+func (d *discovery) binary(name string, c inventory.Capability) (inventory.DriverFile, bool) {
 	for _, dir := range binaryDirs {
 		rel, err := resolveInRoot(d.drv, path.Join(dir, name))
 		if err != nil {
@@ -396,9 +403,9 @@ func (d *discovery) binary(name string, c Capability) (DriverFile, bool) {
 		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 			continue
 		}
-		return DriverFile{Kind: Binary, Capability: c, HostPath: d.hostPath(rel), Name: name}, true
+		return inventory.DriverFile{Kind: inventory.Binary, Capability: c, HostPath: d.hostPath(rel), Name: name}, true
 	}
-	return DriverFile{}, false
+	return inventory.DriverFile{}, false
 }
 
 // readDir lists a directory of the driver root once per discovery.

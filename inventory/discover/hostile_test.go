@@ -1,4 +1,4 @@
-package inventory_test
+package discover_test
 
 import (
 	"os"
@@ -42,7 +42,7 @@ func TestDiscoverHostileNode(t *testing.T) {
 	must(t, os.Symlink("../../../../../../../../../../../../lib/firmware/nvidia", fw))
 
 	done := make(chan *inventory.Snapshot, 1)
-	go func() { done <- discover(t, n.Root) }()
+	go func() { done <- discoverAt(t, n.Root) }()
 	var s *inventory.Snapshot
 	select {
 	case s = <-done:

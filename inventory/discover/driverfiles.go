@@ -1,4 +1,6 @@
-package inventory
+package discover
+
+import "github.com/nri-gpu/nri-gpu/inventory"
 
 // The driver's user-space files by capability, after the NVIDIA container
 // toolkit's lists (see shared/node-facts.md). Names of libraries are the
@@ -6,27 +8,27 @@ package inventory
 // version as suffix and are found through ld.so.cache or the usual
 // directories.
 var (
-	libraryNames = map[Capability][]string{
-		Utility: {"libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"},
-		Compute: {
+	libraryNames = map[inventory.Capability][]string{
+		inventory.Utility: {"libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"},
+		inventory.Compute: {
 			"libcuda.so", "libcudadebugger.so", "libnvidia-opencl.so",
 			"libnvidia-gpucomp.so", "libnvidia-ptxjitcompiler.so",
 			"libnvidia-allocator.so", "libnvidia-pkcs11.so",
 			"libnvidia-pkcs11-openssl3.so", "libnvidia-nvvm.so",
 		},
-		Video: {"libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"},
-		Graphics: {
+		inventory.Video: {"libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"},
+		inventory.Graphics: {
 			"libnvidia-eglcore.so", "libnvidia-glcore.so", "libnvidia-tls.so",
 			"libnvidia-glsi.so", "libnvidia-fbc.so", "libnvidia-rtcore.so",
 			"libnvoptix.so", "libGLX_nvidia.so", "libEGL_nvidia.so",
 			"libGLESv2_nvidia.so", "libGLESv1_CM_nvidia.so", "libnvidia-glvkspirv.so",
 		},
-		NGX: {"libnvidia-ngx.so"},
+		inventory.NGX: {"libnvidia-ngx.so"},
 	}
 
-	binaryNames = map[Capability][]string{
-		Utility: {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"},
-		Compute: {"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"},
+	binaryNames = map[inventory.Capability][]string{
+		inventory.Utility: {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"},
+		inventory.Compute: {"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"},
 	}
 
 	// libraryDirs are searched (besides ld.so.cache) for 64-bit libraries,
