@@ -355,7 +355,7 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 	}
 	for i := range e.Devices {
 		d, n := &devs[i], &e.Devices[i]
-		modes[i].Value = uint32(n.Mode)
+		modes[i].Value = n.Mode
 		d.Path, d.Type, d.Major, d.Minor, d.FileMode = n.Path, "c", n.Major, n.Minor, &modes[i]
 		adj.Linux.Devices[i] = d
 	}

@@ -225,7 +225,7 @@ func (c checker) node(n *specs.DeviceNode) (inventory.DeviceNode, error) {
 	}
 	mode := host.Mode
 	if n.FileMode != nil {
-		mode = n.FileMode.Perm()
+		mode = uint32(n.FileMode.Perm())
 	}
 	return inventory.DeviceNode{Path: path.Clean(n.Path), Major: major, Minor: minor, Mode: mode}, nil
 }

@@ -77,7 +77,7 @@ func Generate(prep *adjust.Prepared, caps inventory.Capabilities) (*specs.Spec, 
 func deviceNodes(nodes []inventory.DeviceNode) []*specs.DeviceNode {
 	out := make([]*specs.DeviceNode, 0, len(nodes))
 	for _, n := range nodes {
-		mode := n.Mode
+		mode := os.FileMode(n.Mode)
 		out = append(out, &specs.DeviceNode{
 			Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor,
 			FileMode: &mode, Permissions: "rw",

@@ -9,10 +9,7 @@
 // a test checks that no package it imports, directly or not, does I/O.
 package inventory
 
-import (
-	"fmt"
-	"io/fs"
-)
+import "fmt"
 
 // DeviceNode is a character device node to create in a container.
 type DeviceNode struct {
@@ -20,8 +17,9 @@ type DeviceNode struct {
 	Path  string
 	Major int64
 	Minor int64
-	// Mode is the host node's permission bits.
-	Mode fs.FileMode
+	// Mode is the host node's permission bits (a uint32, not an
+	// fs.FileMode, so that these types import nothing of the file system).
+	Mode uint32
 }
 
 // GPU is one GPU that may be handed out.

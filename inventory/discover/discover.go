@@ -258,7 +258,7 @@ func CharDevice(root *os.Root, p string) (inventory.DeviceNode, error) {
 	if !ok {
 		return inventory.DeviceNode{}, fmt.Errorf("%s: no device number", p)
 	}
-	return inventory.DeviceNode{Path: p, Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev)), Mode: fi.Mode().Perm()}, nil
+	return inventory.DeviceNode{Path: p, Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev)), Mode: uint32(fi.Mode().Perm())}, nil
 }
 
 // driverFiles discovers libraries, binaries and firmware under the driver
