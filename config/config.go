@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/nri-gpu/nri-gpu/policy"
 )
 
@@ -155,24 +153,12 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Parse parses a YAML configuration, rejecting unknown keys, fills in the
-// defaults and validates it.
+// Parse parses a YAML configuration, rejecting unknown, duplicate and
+// wrongly cased keys at every depth, fills in the defaults and validates
+// it.
 func Parse(data []byte) (Config, error) {
 	var c Config
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return Config{}, fmt.Errorf("%s (valid keys: %s)", cleanYAMLError(err), strings.Join(keys, ", "))
-	}
-	// JSON field matching ignores case; keys must be spelled exactly.
-	var raw map[string]any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return Config{}, fmt.Errorf("%s", cleanYAMLError(err))
-	}
-	for k := range raw {
-		if !slices.Contains(keys, k) {
-			return Config{}, fmt.Errorf("unknown field %q (valid keys: %s)", k, strings.Join(keys, ", "))
-		}
-	}
-	if err := checkPolicyKeys(raw["policy"]); err != nil {
+	if err := decodeStrict(data, &c); err != nil {
 		return Config{}, err
 	}
 	c.setDefaults()
@@ -191,9 +177,6 @@ var systemLibDirs = []string{"/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32
 // systemBinDirs are directories of images' own programs, which binaryDir
 // must not cover.
 var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbin", "/usr/local", "/usr/local/bin", "/usr/local/sbin"}
-
-// keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "binaryDir", "firmware", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
 
 // Validate checks that every path is absolute and clean.
 func (c Config) Validate() error {
@@ -285,28 +268,4 @@ func (c Config) Validate() error {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
 	}
 	return c.Policy.Validate()
-}
-
-// cleanYAMLError strips the library's prefix from strict-decoding errors
-// so that the message names the key ("unknown field \"foo\"").
-func cleanYAMLError(err error) string {
-	s := err.Error()
-	s = strings.TrimPrefix(s, "error unmarshaling JSON: while decoding JSON: ")
-	s = strings.TrimPrefix(s, "json: ")
-	return s
-}
-
-// checkPolicyKeys checks that the policy block's keys are spelled exactly
-// (JSON decoding would accept any case).
-func checkPolicyKeys(v any) error {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil // absent, or not a mapping: decoding already said so
-	}
-	for k := range m {
-		if !slices.Contains(policy.Keys, k) {
-			return fmt.Errorf("key policy: unknown field %q (valid keys: %s)", k, strings.Join(policy.Keys, ", "))
-		}
-	}
-	return nil
 }

@@ -77,9 +77,6 @@ type Policy struct {
 	EnvNamespaces []string `json:"envNamespaces,omitempty"`
 }
 
-// Keys lists the keys of the policy block, for error messages.
-var Keys = []string{"annotationNamespaces", "cdiNamespaces", "managementNamespaces", "visibleDevices", "envNamespaces"}
-
 // SetDefaults fills in the default mode.
 func (p *Policy) SetDefaults() {
 	if p.VisibleDevices == "" {
