@@ -34,7 +34,7 @@ func TestParse(t *testing.T) {
 	if c, err := Parse([]byte("binaryDir: /usr/local/nvidia/bin\n")); err != nil || c.BinaryDir != "/usr/local/nvidia/bin" {
 		t.Errorf("binaryDir: %+v, %v", c, err)
 	}
-	for _, v := range []string{"auto", "mount", "skip"} {
+	for _, v := range []Firmware{FirmwareAuto, FirmwareMount, FirmwareSkip} {
 		if c, err := Parse([]byte("firmware: " + v + "\n")); err != nil || c.Firmware != v {
 			t.Errorf("firmware %s: %+v, %v", v, c, err)
 		}
