@@ -3,11 +3,15 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/nri-gpu/nri-gpu/policy"
 )
@@ -236,8 +240,8 @@ func (c Config) Validate() error {
 		{"library32Dir", c.Library32Dir},
 		{"libraryCache", c.LibraryCache},
 	} {
-		if !filepath.IsAbs(p.val) || filepath.Clean(p.val) != p.val {
-			return fmt.Errorf("key %s: %q must be an absolute, clean path", p.key, p.val)
+		if err := checkPath(p.key, p.val); err != nil {
+			return err
 		}
 		if strings.ContainsAny(p.val, ":\x00") {
 			return fmt.Errorf("key %s: %q must not contain ':' or NUL", p.key, p.val)
@@ -255,8 +259,8 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.BinaryDir != "" {
-		if !filepath.IsAbs(c.BinaryDir) || filepath.Clean(c.BinaryDir) != c.BinaryDir {
-			return fmt.Errorf("key binaryDir: %q must be an absolute, clean path", c.BinaryDir)
+		if err := checkPath("binaryDir", c.BinaryDir); err != nil {
+			return err
 		}
 		if strings.ContainsAny(c.BinaryDir, ":\x00") {
 			return fmt.Errorf("key binaryDir: %q must not contain ':' or NUL", c.BinaryDir)
@@ -282,8 +286,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	for _, d := range c.CDISpecDirs {
-		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
-			return fmt.Errorf("key cdiSpecDirs: %q must be an absolute, clean path", d)
+		if err := checkPath("cdiSpecDirs", d); err != nil {
+			return err
 		}
 	}
 	if ci := c.CDIImport; ci != nil {
@@ -291,12 +295,15 @@ func (c Config) Validate() error {
 		if !ok || vendor == "" || class == "" || !strings.Contains(vendor, ".") {
 			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu", ci.Kind)
 		}
+		if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
+			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu: %s", ci.Kind, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
 		if ci.Kind == "nvidia.com/gpu" {
 			return fmt.Errorf("key cdiImport.kind: nvidia.com/gpu is served by nri-gpu's own discovery; remove cdiImport")
 		}
 		for _, d := range ci.SpecDirs {
-			if !filepath.IsAbs(d) || filepath.Clean(d) != d {
-				return fmt.Errorf("key cdiImport.specDirs: %q must be an absolute, clean path", d)
+			if err := checkPath("cdiImport.specDirs", d); err != nil {
+				return err
 			}
 		}
 	}
@@ -310,6 +317,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
 	}
 	return c.Policy.Validate()
+}
+
+// checkPath checks that p, the value of key, is an absolute, clean path of
+// printable characters.
+func checkPath(key, p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("key %s: %q must be an absolute, clean path", key, p)
+	}
+	if strings.ContainsFunc(p, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return fmt.Errorf("key %s: %q must not contain control or other non-printable characters", key, p)
+	}
+	return nil
 }
 
 // checkMode checks that v, the value of key, is one of valid; the error

@@ -75,6 +75,9 @@ func TestParseErrors(t *testing.T) {
 		{"policy:\n  annotationnamespaces: [a]\n", `unknown field "policy.annotationnamespaces"`},
 		{"policy:\n  visibleDevice: deny\n", `unknown field "policy.visibleDevice"`},
 		{"policy: deny\n", `policy`},
+		{"libraryDir: \"/opt/lib\\x80\"\n", `key libraryDir: "/opt/lib\u0080" must not contain control or other non-printable characters`},
+		{"cdiImport:\n  specDirs: [\"/etc/cdi\\t\"]\n  kind: amd.com/gpu\n", `key cdiImport.specDirs: "/etc/cdi\t" must not contain control`},
+		{"cdiImport: {kind: amd.com/g pu}\n", `key cdiImport.kind: "amd.com/g pu" is not a CDI kind such as amd.com/gpu: invalid class. invalid character ' '`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
