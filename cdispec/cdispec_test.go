@@ -26,7 +26,7 @@ func TestGenerate(t *testing.T) {
 	for _, mode := range []string{"files", "directory"} {
 		t.Run(mode, func(t *testing.T) {
 			cfg := config.Default()
-			cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.LibraryMode = n.Root, n.Root, n.Root, mode
+			cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.LibraryMode = n.Root, n.Root, n.Root, config.LibraryMode(mode)
 			log := logrus.New()
 			log.SetOutput(os.Stderr)
 			p, err := plugin.New(cfg, log)

@@ -3,13 +3,15 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
 
-	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/nri-gpu/nri-gpu/policy"
 )
@@ -37,7 +39,7 @@ type Config struct {
 	// bind mount of a directory of hard links prepared in LibraryCache),
 	// "files" (one bind mount per library), or "auto" (directory when the
 	// cache can be made, else files with a warning).
-	LibraryMode string `json:"libraryMode,omitempty"`
+	LibraryMode LibraryMode `json:"libraryMode,omitempty"`
 	// LibraryCache is the directory, inside the driver root, where the
 	// library directories are prepared.
 	LibraryCache string `json:"libraryCache,omitempty"`
@@ -50,18 +52,18 @@ type Config struct {
 	// into containers: "auto" (only where the kernel would read it from
 	// the container's mount namespace: Linux before 5.7, or a kernel
 	// release that cannot be read), "mount" (always) or "skip" (never).
-	Firmware string `json:"firmware,omitempty"`
+	Firmware Firmware `json:"firmware,omitempty"`
 	// Emit says how GPUs are handed to the runtime: "edits" (device
 	// nodes, mounts and env in the adjustment; every runtime) or "cdi"
 	// (CDI device references the runtime resolves, when it can).
-	Emit string `json:"emit,omitempty"`
+	Emit Emit `json:"emit,omitempty"`
 	// CDISpecDirs are the runtime's CDI spec directories, read under
 	// hostRoot, for emit: cdi.
 	CDISpecDirs []string `json:"cdiSpecDirs,omitempty"`
 	// Sharing is the node's policy for requests that do not say
 	// exclusive=: "shared" (GPUs may have several holders) or "exclusive"
 	// (a GPU has one holder).
-	Sharing string `json:"sharing,omitempty"`
+	Sharing Sharing `json:"sharing,omitempty"`
 	// CDIImport, when set, makes the node's devices those of another
 	// vendor's CDI specs instead of NVIDIA GPUs found by discovery.
 	CDIImport *CDIImport `json:"cdiImport,omitempty"`
@@ -79,17 +81,64 @@ type CDIImport struct {
 	AllowHooks bool `json:"allowHooks,omitempty"`
 }
 
+// LibraryMode is the value of the libraryMode key.
+type LibraryMode string
+
+// Library modes.
+const (
+	LibraryAuto      LibraryMode = "auto"
+	LibraryDirectory LibraryMode = "directory"
+	LibraryFiles     LibraryMode = "files"
+)
+
+// Firmware is the value of the firmware key.
+type Firmware string
+
+// Firmware modes.
+const (
+	FirmwareAuto  Firmware = "auto"
+	FirmwareMount Firmware = "mount"
+	FirmwareSkip  Firmware = "skip"
+)
+
+// Emit is the value of the emit key.
+type Emit string
+
+// Emit modes.
+const (
+	EmitEdits Emit = "edits"
+	EmitCDI   Emit = "cdi"
+)
+
+// Sharing is the value of the sharing key (alloc.ParseMode reads it).
+type Sharing string
+
+// Sharing policies.
+const (
+	SharingShared    Sharing = "shared"
+	SharingExclusive Sharing = "exclusive"
+)
+
+// The valid values of each mode key, in the order error messages list
+// them.
+var (
+	libraryModes = []LibraryMode{LibraryAuto, LibraryDirectory, LibraryFiles}
+	firmwares    = []Firmware{FirmwareAuto, FirmwareMount, FirmwareSkip}
+	emits        = []Emit{EmitEdits, EmitCDI}
+	sharings     = []Sharing{SharingShared, SharingExclusive}
+)
+
 // Defaults for the keys of Config.
 const (
 	DefaultHostRoot     = "/"
 	DefaultDriverRoot   = "/"
 	DefaultLibraryDir   = "/usr/local/nvidia/lib64"
 	DefaultLibrary32Dir = "/usr/local/nvidia/lib"
-	DefaultLibraryMode  = "auto"
+	DefaultLibraryMode  = LibraryAuto
 	DefaultLibraryCache = "/var/lib/nri-gpu"
-	DefaultFirmware     = "auto"
-	DefaultEmit         = "edits"
-	DefaultSharing      = "shared"
+	DefaultFirmware     = FirmwareAuto
+	DefaultEmit         = EmitEdits
+	DefaultSharing      = SharingShared
 )
 
 // DefaultCDISpecDirs are the CDI spec directories runtimes read by default.
@@ -155,24 +204,12 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Parse parses a YAML configuration, rejecting unknown keys, fills in the
-// defaults and validates it.
+// Parse parses a YAML configuration, rejecting unknown, duplicate and
+// wrongly cased keys at every depth, fills in the defaults and validates
+// it.
 func Parse(data []byte) (Config, error) {
 	var c Config
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return Config{}, fmt.Errorf("%s (valid keys: %s)", cleanYAMLError(err), strings.Join(keys, ", "))
-	}
-	// JSON field matching ignores case; keys must be spelled exactly.
-	var raw map[string]any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return Config{}, fmt.Errorf("%s", cleanYAMLError(err))
-	}
-	for k := range raw {
-		if !slices.Contains(keys, k) {
-			return Config{}, fmt.Errorf("unknown field %q (valid keys: %s)", k, strings.Join(keys, ", "))
-		}
-	}
-	if err := checkPolicyKeys(raw["policy"]); err != nil {
+	if err := decodeStrict(data, &c); err != nil {
 		return Config{}, err
 	}
 	c.setDefaults()
@@ -192,10 +229,8 @@ var systemLibDirs = []string{"/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32
 // must not cover.
 var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbin", "/usr/local", "/usr/local/bin", "/usr/local/sbin"}
 
-// keys lists the valid top-level keys, for error messages.
-var keys = []string{"hostRoot", "driverRoot", "driverRootMount", "libraryDir", "library32Dir", "libraryMode", "libraryCache", "binaryDir", "firmware", "emit", "cdiSpecDirs", "cdiImport", "sharing", "policy"}
-
-// Validate checks that every path is absolute and clean.
+// Validate checks that every path is absolute and clean and every mode one
+// of its constants.
 func (c Config) Validate() error {
 	for _, p := range []struct{ key, val string }{
 		{"hostRoot", c.HostRoot},
@@ -205,8 +240,8 @@ func (c Config) Validate() error {
 		{"library32Dir", c.Library32Dir},
 		{"libraryCache", c.LibraryCache},
 	} {
-		if !filepath.IsAbs(p.val) || filepath.Clean(p.val) != p.val {
-			return fmt.Errorf("key %s: %q must be an absolute, clean path", p.key, p.val)
+		if err := checkPath(p.key, p.val); err != nil {
+			return err
 		}
 		if strings.ContainsAny(p.val, ":\x00") {
 			return fmt.Errorf("key %s: %q must not contain ':' or NUL", p.key, p.val)
@@ -219,13 +254,13 @@ func (c Config) Validate() error {
 		// In directory mode the prepared directory is mounted whole at
 		// the library directory, hiding what the image has there (its
 		// C library, in a system directory).
-		if c.LibraryMode != "files" && (slices.Contains(systemLibDirs, p.val) || slices.Contains(systemBinDirs, p.val)) {
+		if c.LibraryMode != LibraryFiles && (slices.Contains(systemLibDirs, p.val) || slices.Contains(systemBinDirs, p.val)) {
 			return fmt.Errorf("key %s: %q would hide the image's own files (libraryMode %s mounts one directory there); use a directory images do not have, such as %s, or libraryMode: files", p.key, p.val, c.LibraryMode, map[string]string{"libraryDir": DefaultLibraryDir, "library32Dir": DefaultLibrary32Dir}[p.key])
 		}
 	}
 	if c.BinaryDir != "" {
-		if !filepath.IsAbs(c.BinaryDir) || filepath.Clean(c.BinaryDir) != c.BinaryDir {
-			return fmt.Errorf("key binaryDir: %q must be an absolute, clean path", c.BinaryDir)
+		if err := checkPath("binaryDir", c.BinaryDir); err != nil {
+			return err
 		}
 		if strings.ContainsAny(c.BinaryDir, ":\x00") {
 			return fmt.Errorf("key binaryDir: %q must not contain ':' or NUL", c.BinaryDir)
@@ -237,28 +272,22 @@ func (c Config) Validate() error {
 		if c.BinaryDir == c.LibraryDir || c.BinaryDir == c.Library32Dir {
 			return fmt.Errorf("key binaryDir: %q must differ from libraryDir and library32Dir", c.BinaryDir)
 		}
-		if c.Emit == "cdi" {
+		if c.Emit == EmitCDI {
 			return fmt.Errorf("key binaryDir: not with emit: cdi (a CDI spec can only replace PATH, not append to it)")
 		}
 	}
-	switch c.LibraryMode {
-	case "auto", "directory", "files":
-	default:
-		return fmt.Errorf("key libraryMode: unknown mode %q (valid: auto, directory, files)", c.LibraryMode)
+	if err := checkMode("libraryMode", "mode", c.LibraryMode, libraryModes); err != nil {
+		return err
 	}
-	switch c.Firmware {
-	case "auto", "mount", "skip":
-	default:
-		return fmt.Errorf("key firmware: unknown value %q (valid: auto, mount, skip)", c.Firmware)
+	if err := checkMode("firmware", "value", c.Firmware, firmwares); err != nil {
+		return err
 	}
-	switch c.Emit {
-	case "edits", "cdi":
-	default:
-		return fmt.Errorf("key emit: unknown value %q (valid: edits, cdi)", c.Emit)
+	if err := checkMode("emit", "value", c.Emit, emits); err != nil {
+		return err
 	}
 	for _, d := range c.CDISpecDirs {
-		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
-			return fmt.Errorf("key cdiSpecDirs: %q must be an absolute, clean path", d)
+		if err := checkPath("cdiSpecDirs", d); err != nil {
+			return err
 		}
 	}
 	if ci := c.CDIImport; ci != nil {
@@ -266,20 +295,23 @@ func (c Config) Validate() error {
 		if !ok || vendor == "" || class == "" || !strings.Contains(vendor, ".") {
 			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu", ci.Kind)
 		}
+		if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
+			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu: %s", ci.Kind, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
 		if ci.Kind == "nvidia.com/gpu" {
 			return fmt.Errorf("key cdiImport.kind: nvidia.com/gpu is served by nri-gpu's own discovery; remove cdiImport")
 		}
 		for _, d := range ci.SpecDirs {
-			if !filepath.IsAbs(d) || filepath.Clean(d) != d {
-				return fmt.Errorf("key cdiImport.specDirs: %q must be an absolute, clean path", d)
+			if err := checkPath("cdiImport.specDirs", d); err != nil {
+				return err
 			}
 		}
 	}
 	if c.LibraryCache == "/" {
 		return fmt.Errorf("key libraryCache: must not be /")
 	}
-	if c.Sharing != "shared" && c.Sharing != "exclusive" {
-		return fmt.Errorf("key sharing: unknown policy %q (valid: shared, exclusive)", c.Sharing)
+	if err := checkMode("sharing", "policy", c.Sharing, sharings); err != nil {
+		return err
 	}
 	if c.LibraryDir == c.Library32Dir {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
@@ -287,26 +319,27 @@ func (c Config) Validate() error {
 	return c.Policy.Validate()
 }
 
-// cleanYAMLError strips the library's prefix from strict-decoding errors
-// so that the message names the key ("unknown field \"foo\"").
-func cleanYAMLError(err error) string {
-	s := err.Error()
-	s = strings.TrimPrefix(s, "error unmarshaling JSON: while decoding JSON: ")
-	s = strings.TrimPrefix(s, "json: ")
-	return s
-}
-
-// checkPolicyKeys checks that the policy block's keys are spelled exactly
-// (JSON decoding would accept any case).
-func checkPolicyKeys(v any) error {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil // absent, or not a mapping: decoding already said so
+// checkPath checks that p, the value of key, is an absolute, clean path of
+// printable characters.
+func checkPath(key, p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("key %s: %q must be an absolute, clean path", key, p)
 	}
-	for k := range m {
-		if !slices.Contains(policy.Keys, k) {
-			return fmt.Errorf("key policy: unknown field %q (valid keys: %s)", k, strings.Join(policy.Keys, ", "))
-		}
+	if strings.ContainsFunc(p, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return fmt.Errorf("key %s: %q must not contain control or other non-printable characters", key, p)
 	}
 	return nil
+}
+
+// checkMode checks that v, the value of key, is one of valid; the error
+// names the key, the bad value and the valid ones.
+func checkMode[T ~string](key, noun string, v T, valid []T) error {
+	if slices.Contains(valid, v) {
+		return nil
+	}
+	names := make([]string, len(valid))
+	for i, m := range valid {
+		names[i] = string(m)
+	}
+	return fmt.Errorf("key %s: unknown %s %q (valid: %s)", key, noun, v, strings.Join(names, ", "))
 }

@@ -34,7 +34,7 @@ func TestParse(t *testing.T) {
 	if c, err := Parse([]byte("binaryDir: /usr/local/nvidia/bin\n")); err != nil || c.BinaryDir != "/usr/local/nvidia/bin" {
 		t.Errorf("binaryDir: %+v, %v", c, err)
 	}
-	for _, v := range []string{"auto", "mount", "skip"} {
+	for _, v := range []Firmware{FirmwareAuto, FirmwareMount, FirmwareSkip} {
 		if c, err := Parse([]byte("firmware: " + v + "\n")); err != nil || c.Firmware != v {
 			t.Errorf("firmware %s: %+v, %v", v, c, err)
 		}
@@ -72,14 +72,64 @@ func TestParseErrors(t *testing.T) {
 		{"policy:\n  visibleDevices: namespaces\n", `key policy.envNamespaces: must list at least one namespace`},
 		{"policy:\n  envNamespaces: [ml]\n", `key policy.envNamespaces: only used with policy.visibleDevices: namespaces`},
 		{"policy:\n  cdiNamespaces: [Bad_NS]\n", `key policy.cdiNamespaces: "Bad_NS" is not a Kubernetes namespace name`},
-		{"policy:\n  annotationnamespaces: [a]\n", `key policy: unknown field "annotationnamespaces"`},
-		{"policy:\n  visibleDevice: deny\n", `unknown field "visibleDevice"`},
+		{"policy:\n  annotationnamespaces: [a]\n", `unknown field "policy.annotationnamespaces"`},
+		{"policy:\n  visibleDevice: deny\n", `unknown field "policy.visibleDevice"`},
 		{"policy: deny\n", `policy`},
+		{"libraryDir: \"/opt/lib\\x80\"\n", `key libraryDir: "/opt/lib\u0080" must not contain control or other non-printable characters`},
+		{"cdiImport:\n  specDirs: [\"/etc/cdi\\t\"]\n  kind: amd.com/gpu\n", `key cdiImport.specDirs: "/etc/cdi\t" must not contain control`},
+		{"cdiImport: {kind: amd.com/g pu}\n", `key cdiImport.kind: "amd.com/g pu" is not a CDI kind such as amd.com/gpu: invalid class. invalid character ' '`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) error %v, want one containing %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// TestParseStrictKeys checks that keys are refused at every depth when
+// unknown, repeated or spelled in another case, and that the error names
+// the key's path and the valid keys of its level.
+func TestParseStrictKeys(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"cdiImport: {Kind: amd.com/gpu}\n", []string{`unknown field "cdiImport.Kind"`, `did you mean "kind"?`}},
+		{"cdiImport: {kind: amd.com/gpu, SPECDIRS: [/etc/cdi]}\n", []string{`unknown field "cdiImport.SPECDIRS"`, `did you mean "specDirs"?`}},
+		{"cdiImport: {kind: amd.com/gpu, AllowHooks: true}\n", []string{`unknown field "cdiImport.AllowHooks"`, `did you mean "allowHooks"?`}},
+		{"cdiImport: {Kind: amd.com/gpu, SPECDIRS: [/etc/cdi], AllowHooks: true}\n", []string{
+			`unknown field "cdiImport.Kind"`, `unknown field "cdiImport.SPECDIRS"`, `unknown field "cdiImport.AllowHooks"`,
+			`(valid keys in cdiImport: kind, specDirs, allowHooks)`}},
+		{"cdiImport:\n  kind: amd.com/gpu\n  vendor: amd\n", []string{`unknown field "cdiImport.vendor" (valid keys in cdiImport: kind, specDirs, allowHooks)`}},
+		{"policy:\n  envNamespace: [ml]\n", []string{`unknown field "policy.envNamespace" (valid keys in policy: annotationNamespaces, cdiNamespaces, managementNamespaces, visibleDevices, envNamespaces)`}},
+		{"HostRoot: /host\n", []string{`unknown field "HostRoot": keys are case-sensitive, did you mean "hostRoot"?`, `(valid keys: hostRoot, driverRoot, `}},
+		{"libraryMODE: files\n", []string{`unknown field "libraryMODE"`, `did you mean "libraryMode"?`}},
+		{"policy:\n  VisibleDevices: deny\n", []string{`unknown field "policy.VisibleDevices"`, `did you mean "visibleDevices"?`}},
+		{"policy:\n  CDINamespaces: [ml]\n", []string{`unknown field "policy.CDINamespaces"`, `did you mean "cdiNamespaces"?`}},
+		{"hostRoot: /\nhostRoot: /host\n", []string{`duplicate field "hostRoot"`}},
+		{"cdiImport:\n  kind: amd.com/gpu\n  kind: amd.com/gpu\n", []string{`duplicate field "cdiImport.kind"`}},
+		{"policy:\n  cdiNamespaces: [a]\n  cdiNamespaces: [b]\n", []string{`duplicate field "policy.cdiNamespaces"`}},
+		{"policy:\n  envNamespaces: [123]\n", []string{`key policy.envNamespaces: expected a string, got a number (quote it`}},
+		{"cdiImport: {kind: amd.com/gpu, allowHooks: maybe}\n", []string{`key cdiImport.allowHooks: expected a boolean, got a string`}},
+		{"- hostRoot: /\n", []string{`the configuration must be a mapping of keys, not a list`}},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("Parse(%q) error %v, want one containing %q", tc.yaml, err, w)
+			}
+		}
+	}
+	// The valid keys are the json tags, all of them.
+	_, err := Parse([]byte("bogus: 1\n"))
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy)`
+	if err == nil || err.Error() != want {
+		t.Errorf("unknown key: %v, want %s", err, want)
+	}
+	// Correctly spelled nested keys decode.
+	c, err := Parse([]byte("cdiImport: {kind: amd.com/gpu, specDirs: [/etc/cdi], allowHooks: yes}\n"))
+	if err != nil || c.CDIImport == nil || c.CDIImport.Kind != "amd.com/gpu" || !c.CDIImport.AllowHooks || !reflect.DeepEqual(c.CDIImport.SpecDirs, []string{"/etc/cdi"}) {
+		t.Errorf("cdiImport: %+v, %v", c.CDIImport, err)
 	}
 }
 

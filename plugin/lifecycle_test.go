@@ -24,7 +24,7 @@ func testPlugin(sharing alloc.Mode, log io.Writer) *Plugin {
 	l.SetOutput(log)
 	s := benchSnapshot()
 	cfg := config.Default()
-	cfg.Sharing = sharing.String()
+	cfg.Sharing = config.Sharing(sharing.String())
 	p := &Plugin{log: l, table: tableFor(s)}
 	p.state.Store(&state{cfg: cfg, snap: s, sharing: sharing, prep: adjust.Prepare(s, layout)})
 	return p

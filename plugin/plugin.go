@@ -153,7 +153,7 @@ func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir, BinaryDir: cfg.BinaryDir}
 	if snap.HasFirmware() {
 		var why string
-		layout.SkipFirmware, why = skipFirmware(cfg.Firmware, snap.KernelRelease)
+		layout.SkipFirmware, why = skipFirmware(string(cfg.Firmware), snap.KernelRelease)
 		if layout.SkipFirmware {
 			p.log.Infof("GSP firmware: not mounted into containers: %s", why)
 		} else {
@@ -176,7 +176,7 @@ func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
 			p.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
 		}
 	}
-	sharing, err := alloc.ParseMode(cfg.Sharing)
+	sharing, err := alloc.ParseMode(string(cfg.Sharing))
 	if err != nil {
 		return fmt.Errorf("config: key sharing: %w", err)
 	}

@@ -46,15 +46,19 @@ func (s Source) String() string {
 	return "unknown source"
 }
 
-// VisibleDevices modes: how NVIDIA_VISIBLE_DEVICES requests are handled.
+// VisibleDevicesMode is the value of policy.visibleDevices: how
+// NVIDIA_VISIBLE_DEVICES requests are handled.
+type VisibleDevicesMode string
+
+// VisibleDevices modes.
 const (
 	// VisibleDevicesAllow honours the variable in every namespace, as the
 	// NVIDIA toolkit does.
-	VisibleDevicesAllow = "allow"
+	VisibleDevicesAllow VisibleDevicesMode = "allow"
 	// VisibleDevicesDeny ignores it everywhere.
-	VisibleDevicesDeny = "deny"
+	VisibleDevicesDeny VisibleDevicesMode = "deny"
 	// VisibleDevicesNamespaces honours it only in EnvNamespaces.
-	VisibleDevicesNamespaces = "namespaces"
+	VisibleDevicesNamespaces VisibleDevicesMode = "namespaces"
 )
 
 // Policy is the "policy" block of the configuration file. The zero value
@@ -71,14 +75,11 @@ type Policy struct {
 	// empty means any namespace.
 	ManagementNamespaces []string `json:"managementNamespaces,omitempty"`
 	// VisibleDevices is allow (default), deny or namespaces.
-	VisibleDevices string `json:"visibleDevices,omitempty"`
+	VisibleDevices VisibleDevicesMode `json:"visibleDevices,omitempty"`
 	// EnvNamespaces may use NVIDIA_VISIBLE_DEVICES when VisibleDevices is
 	// namespaces.
 	EnvNamespaces []string `json:"envNamespaces,omitempty"`
 }
-
-// Keys lists the keys of the policy block, for error messages.
-var Keys = []string{"annotationNamespaces", "cdiNamespaces", "managementNamespaces", "visibleDevices", "envNamespaces"}
 
 // SetDefaults fills in the default mode.
 func (p *Policy) SetDefaults() {
@@ -172,7 +173,7 @@ func (p Policy) Setting(s Source) string {
 		if p.VisibleDevices == VisibleDevicesNamespaces {
 			return "policy.visibleDevices: namespaces, policy.envNamespaces: " + list(p.EnvNamespaces)
 		}
-		return "policy.visibleDevices: " + p.VisibleDevices
+		return "policy.visibleDevices: " + string(p.VisibleDevices)
 	}
 	return ""
 }
