@@ -58,9 +58,9 @@ demo: build
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
-	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzRequirement \
-	inventory:FuzzParseLDCache inventory:FuzzParseELF inventory:FuzzParseGPUInformation \
-	inventory:FuzzParseProcDevices inventory:FuzzParseDriverVersion config:FuzzParse \
+	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv require:FuzzRequirement \
+	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
+	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion config:FuzzParse \
 	plugin:FuzzHandle
 
 # A run that fails with a bare "context deadline exceeded" and writes no

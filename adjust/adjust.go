@@ -59,22 +59,12 @@ type Layout struct {
 	SkipFirmware bool
 }
 
-// Mount is a mount of a host path into a container: a read-only bind
-// mount unless Type and Options say otherwise (mounts taken from another
-// vendor's CDI spec).
-type Mount struct {
-	Source      string
-	Destination string
-	Type        string
-	Options     []string
-}
-
 // Edits are the changes that give a container its GPUs. Mounts and
 // LibraryDirs may be shared with other requests' edits: replace them,
 // never write into them.
 type Edits struct {
 	Devices []inventory.DeviceNode
-	Mounts  []Mount
+	Mounts  []inventory.Mount
 	// VisibleDevices is the value of NVIDIA_VISIBLE_DEVICES: the UUIDs of
 	// the GPUs, or "none" when the container gets the driver only.
 	VisibleDevices string
@@ -113,7 +103,7 @@ type Prepared struct {
 
 // plan is the file part of the edits of one set of capabilities.
 type plan struct {
-	mounts  []Mount
+	mounts  []inventory.Mount
 	libDirs []string
 	binDirs []string
 	files   int
@@ -126,7 +116,7 @@ type plan struct {
 type preparedFile struct {
 	kind  inventory.FileKind
 	cap   inventory.Capability
-	mount Mount
+	mount inventory.Mount
 }
 
 // Prepare computes where each driver file of the snapshot goes in a
@@ -161,12 +151,10 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 		default:
 			continue
 		}
-		p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: Mount{Source: f.HostPath, Destination: dst}})
+		p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: inventory.Mount{Source: f.HostPath, Destination: dst}})
 	}
-	if snap.Vendor == "" {
-		for caps := range p.plans {
-			p.plans[caps] = p.plan(inventory.Capabilities(caps))
-		}
+	for caps := range p.plans {
+		p.plans[caps] = p.plan(inventory.Capabilities(caps))
 	}
 	return p
 }
@@ -210,19 +198,19 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 	}
 	if lib64 {
 		if whole64 {
-			pl.mounts = append(pl.mounts, Mount{Source: dir64, Destination: p.layout.LibraryDir})
+			pl.mounts = append(pl.mounts, inventory.Mount{Source: dir64, Destination: p.layout.LibraryDir})
 		}
 		pl.libDirs = append(pl.libDirs, p.layout.LibraryDir)
 	}
 	if lib32 {
 		if whole32 {
-			pl.mounts = append(pl.mounts, Mount{Source: dir32, Destination: p.layout.Library32Dir})
+			pl.mounts = append(pl.mounts, inventory.Mount{Source: dir32, Destination: p.layout.Library32Dir})
 		}
 		pl.libDirs = append(pl.libDirs, p.layout.Library32Dir)
 	}
 	if bin && p.layout.BinaryDir != "" {
 		if wholeBin {
-			pl.mounts = append(pl.mounts, Mount{Source: dirBin, Destination: p.layout.BinaryDir})
+			pl.mounts = append(pl.mounts, inventory.Mount{Source: dirBin, Destination: p.layout.BinaryDir})
 		}
 		pl.binDirs = []string{p.layout.BinaryDir}
 	}
@@ -235,7 +223,7 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 }
 
 // apiMounts returns mounts as NRI messages.
-func apiMounts(ms []Mount) []*api.Mount {
+func apiMounts(ms []inventory.Mount) []*api.Mount {
 	msgs := make([]api.Mount, len(ms))
 	out := make([]*api.Mount, len(ms))
 	for i := range ms {
@@ -252,13 +240,10 @@ func apiMounts(ms []Mount) []*api.Mount {
 // Snapshot returns the snapshot p was prepared from.
 func (p *Prepared) Snapshot() *inventory.Snapshot { return p.snap }
 
-// Build returns the edits for the given GPUs and capabilities: the GPUs'
+// Edits returns the edits for the given GPUs and capabilities: the GPUs'
 // device nodes, the control nodes the capabilities need, and bind mounts of
 // the driver files of the capabilities.
-func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits {
-	if p.snap.Vendor != "" {
-		return buildVendor(p.snap, gpus)
-	}
+func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edits {
 	e := Edits{Devices: make([]inventory.DeviceNode, 0, len(gpus)+4)}
 	for _, g := range gpus {
 		e.Devices = append(e.Devices, g.Node)
@@ -295,46 +280,6 @@ func Build(p *Prepared, gpus []inventory.GPU, caps inventory.Capabilities) Edits
 		e.VisibleDevices = b.String()
 	}
 	return e
-}
-
-// buildVendor returns the edits of devices taken from another vendor's
-// CDI spec: the spec's own edits, then each device's, as CDI applies them.
-// Capabilities and NVIDIA_VISIBLE_DEVICES are NVIDIA's and do not apply.
-func buildVendor(snap *inventory.Snapshot, gpus []inventory.GPU) Edits {
-	var e Edits
-	add := func(x *inventory.Edits) {
-		if x == nil {
-			return
-		}
-		e.Devices = append(e.Devices, x.Nodes...)
-		for _, m := range x.Mounts {
-			e.Mounts = append(e.Mounts, Mount{Source: m.Source, Destination: m.Destination, Type: m.Type, Options: m.Options})
-		}
-		e.Env = append(e.Env, x.Env...)
-		e.Hooks = append(e.Hooks, x.Hooks...)
-	}
-	add(snap.Common)
-	for _, g := range gpus {
-		e.Devices = append(e.Devices, g.Node)
-		add(g.Edits)
-	}
-	e.Devices = dedupNodes(e.Devices)
-	e.Files = len(e.Mounts)
-	return e
-}
-
-// dedupNodes drops repeated nodes (a node both in a spec's edits and a
-// device's), keeping the first.
-func dedupNodes(nodes []inventory.DeviceNode) []inventory.DeviceNode {
-	out := nodes[:0]
-	seen := map[string]bool{}
-	for _, n := range nodes {
-		if !seen[n.Path] {
-			seen[n.Path] = true
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // Adjustment returns the NRI adjustment that applies the edits to a

@@ -61,7 +61,7 @@ func TestBuild(t *testing.T) {
 		gpus        []inventory.GPU
 		caps        inventory.Capabilities
 		wantDevices []string
-		wantMounts  []Mount
+		wantMounts  []inventory.Mount
 		wantVisible string
 		wantDirs    []string
 	}{
@@ -70,7 +70,7 @@ func TestBuild(t *testing.T) {
 			gpus:        []inventory.GPU{s.GPUs[0], s.GPUs[2]},
 			caps:        inventory.DefaultCapabilities,
 			wantDevices: []string{"/dev/nvidia3", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
-			wantMounts: []Mount{
+			wantMounts: []inventory.Mount{
 				{Source: "/usr/lib64/libcuda.so.580.126.09", Destination: "/usr/local/nvidia/lib64/libcuda.so.1"},
 				{Source: "/usr/lib64/libnvidia-ml.so.580.126.09", Destination: "/usr/local/nvidia/lib64/libnvidia-ml.so.1"},
 				{Source: "/usr/bin/nvidia-smi", Destination: "/usr/bin/nvidia-smi"},
@@ -85,7 +85,7 @@ func TestBuild(t *testing.T) {
 			gpus:        s.GPUs[1:2],
 			caps:        caps(inventory.Utility),
 			wantDevices: []string{"/dev/nvidia2", "/dev/nvidiactl"},
-			wantMounts: []Mount{
+			wantMounts: []inventory.Mount{
 				{Source: "/usr/lib64/libnvidia-ml.so.580.126.09", Destination: "/usr/local/nvidia/lib64/libnvidia-ml.so.1"},
 				{Source: "/usr/bin/nvidia-smi", Destination: "/usr/bin/nvidia-smi"},
 				{Source: "/lib/firmware/nvidia/580.126.09", Destination: "/lib/firmware/nvidia/580.126.09"},
@@ -98,7 +98,7 @@ func TestBuild(t *testing.T) {
 			gpus:        nil,
 			caps:        caps(inventory.Display, inventory.Compat32, inventory.Compute),
 			wantDevices: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
-			wantMounts: []Mount{
+			wantMounts: []inventory.Mount{
 				{Source: "/usr/lib64/libcuda.so.580.126.09", Destination: "/usr/local/nvidia/lib64/libcuda.so.1"},
 				{Source: "/usr/lib/libcuda.so.580.126.09", Destination: "/usr/local/nvidia/lib/libcuda.so.1"},
 				{Source: "/usr/bin/nvidia-cuda-mps-control", Destination: "/usr/bin/nvidia-cuda-mps-control"},
@@ -109,7 +109,7 @@ func TestBuild(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := Build(Prepare(s, layout), tc.gpus, tc.caps)
+			e := Prepare(s, layout).Edits(tc.gpus, tc.caps)
 			var devs []string
 			for _, d := range e.Devices {
 				devs = append(devs, d.Path)
@@ -141,8 +141,8 @@ func TestSkipFirmware(t *testing.T) {
 	skip.SkipFirmware = true
 	with, without := Prepare(s, layout), Prepare(s, skip)
 	for _, caps := range []inventory.Capabilities{inventory.DefaultCapabilities, inventory.AllCapabilities, 0} {
-		a, b := Build(with, s.GPUs[:1], caps), Build(without, s.GPUs[:1], caps)
-		var want []Mount
+		a, b := with.Edits(s.GPUs[:1], caps), without.Edits(s.GPUs[:1], caps)
+		var want []inventory.Mount
 		for _, m := range a.Mounts {
 			if m.Destination != "/lib/firmware/nvidia/580.126.09" {
 				want = append(want, m)
@@ -162,7 +162,7 @@ func TestSkipFirmware(t *testing.T) {
 
 func TestAdjustment(t *testing.T) {
 	s := snapshot()
-	e := Build(Prepare(s, layout), s.GPUs[:1], inventory.DefaultCapabilities)
+	e := Prepare(s, layout).Edits(s.GPUs[:1], inventory.DefaultCapabilities)
 	adj := e.Adjustment([]string{"PATH=/bin"})
 
 	want := &api.ContainerAdjustment{}
@@ -220,8 +220,8 @@ func TestBinaryDir(t *testing.T) {
 	s := snapshot()
 	l := layout
 	l.BinaryDir = "/usr/local/nvidia/bin"
-	perFile := Build(Prepare(s, l), s.GPUs[:1], inventory.DefaultCapabilities)
-	var bins []Mount
+	perFile := Prepare(s, l).Edits(s.GPUs[:1], inventory.DefaultCapabilities)
+	var bins []inventory.Mount
 	for _, m := range perFile.Mounts {
 		if strings.HasPrefix(m.Destination, "/usr/bin/") {
 			t.Errorf("binary at /usr/bin with binaryDir set: %+v", m)
@@ -230,7 +230,7 @@ func TestBinaryDir(t *testing.T) {
 			bins = append(bins, m)
 		}
 	}
-	want := []Mount{
+	want := []inventory.Mount{
 		{Source: "/usr/bin/nvidia-smi", Destination: "/usr/local/nvidia/bin/nvidia-smi"},
 		{Source: "/usr/bin/nvidia-cuda-mps-control", Destination: "/usr/local/nvidia/bin/nvidia-cuda-mps-control"},
 	}
@@ -246,21 +246,21 @@ func TestBinaryDir(t *testing.T) {
 		utility:                         "/cache/bin-utility",
 		utility.With(inventory.Compute): "/cache/bin-compute+utility",
 	}
-	whole := Build(Prepare(s, l), s.GPUs[:1], inventory.DefaultCapabilities)
-	var got []Mount
+	whole := Prepare(s, l).Edits(s.GPUs[:1], inventory.DefaultCapabilities)
+	var got []inventory.Mount
 	for _, m := range whole.Mounts {
 		if strings.Contains(m.Destination, "/bin") {
 			got = append(got, m)
 		}
 	}
-	if diff := cmp.Diff([]Mount{{Source: "/cache/bin-compute+utility", Destination: l.BinaryDir}}, got); diff != "" {
+	if diff := cmp.Diff([]inventory.Mount{{Source: "/cache/bin-compute+utility", Destination: l.BinaryDir}}, got); diff != "" {
 		t.Errorf("binary directory mount (-want +got):\n%s", diff)
 	}
 	if whole.Files != perFile.Files {
 		t.Errorf("Files = %d with the directory, %d without: a directory counts for what it holds", whole.Files, perFile.Files)
 	}
 	// Capabilities without binaries get neither the mount nor PATH.
-	if e := Build(Prepare(s, l), nil, inventory.Capabilities(0).With(inventory.Graphics)); len(e.BinaryDirs) != 0 {
+	if e := Prepare(s, l).Edits(nil, inventory.Capabilities(0).With(inventory.Graphics)); len(e.BinaryDirs) != 0 {
 		t.Errorf("graphics only: binary dirs %v", e.BinaryDirs)
 	}
 
@@ -285,7 +285,7 @@ func TestBinaryDir(t *testing.T) {
 			t.Errorf("%s: PATH %q, want %q", tc.name, path, tc.want)
 		}
 	}
-	plain := Build(Prepare(s, layout), s.GPUs[:1], inventory.DefaultCapabilities)
+	plain := Prepare(s, layout).Edits(s.GPUs[:1], inventory.DefaultCapabilities)
 	if adj := plain.Adjustment(nil); slices.ContainsFunc(adj.Env, func(kv *api.KeyValue) bool { return kv.Key == EnvPath }) {
 		t.Error("binaries at /usr/bin must leave PATH alone")
 	}
@@ -296,8 +296,8 @@ func TestBinaryDir(t *testing.T) {
 // mounts were changed get messages of their own.
 func TestAdjustmentSharesPlanMounts(t *testing.T) {
 	p := Prepare(snapshot(), layout)
-	e1 := Build(p, nil, inventory.DefaultCapabilities)
-	e2 := Build(p, nil, inventory.DefaultCapabilities)
+	e1 := p.Edits(nil, inventory.DefaultCapabilities)
+	e2 := p.Edits(nil, inventory.DefaultCapabilities)
 	a1, a2 := e1.Adjustment(nil), e2.Adjustment(nil)
 	if len(a1.Mounts) == 0 || a1.Mounts[0] != a2.Mounts[0] {
 		t.Fatal("adjustments of one capability set do not share the prepared mounts")
@@ -312,35 +312,30 @@ func TestAdjustmentSharesPlanMounts(t *testing.T) {
 	}
 }
 
-// TestVendorAdjustment checks the edits of another vendor's CDI devices:
-// the spec's own edits then the device's, hooks at their stage with their
-// explicit env, and nothing of NVIDIA's.
-func TestVendorAdjustment(t *testing.T) {
-	kfd := inventory.DeviceNode{Path: "/dev/kfd", Major: 240, Mode: 0o666}
-	s := &inventory.Snapshot{
-		Vendor: "amd.com/gpu",
-		Common: &inventory.Edits{Nodes: []inventory.DeviceNode{kfd}, Env: []string{"HSA=1"},
-			Mounts: []inventory.Mount{{Source: "/opt/rocm/lib", Destination: "/opt/rocm/lib", Type: "bind", Options: []string{"ro", "rbind"}}}},
-		GPUs: []inventory.GPU{{Index: 0, Name: "0", Node: inventory.DeviceNode{Path: "/dev/dri/renderD128", Major: 226, Minor: 128, Mode: 0o666},
-			Edits: &inventory.Edits{Nodes: []inventory.DeviceNode{kfd}, Hooks: []inventory.Hook{{Stage: "createContainer", Path: "/bin/true", Env: []string{"PATH=/bin"}}}}}},
+// TestEditsByCapability checks which driver files each set of
+// capabilities brings: 32-bit libraries only with compat32, and then only
+// those of the set's other capabilities; the firmware with every set.
+func TestEditsByCapability(t *testing.T) {
+	s := &inventory.Snapshot{Files: []inventory.DriverFile{
+		{Kind: inventory.Library, Capability: inventory.Compute, Name: "libcuda.so.1", HostPath: "/lib64/libcuda.so.1"},
+		{Kind: inventory.Library32, Capability: inventory.Compute, Name: "libcuda.so.1", HostPath: "/lib32/libcuda.so.1"},
+		{Kind: inventory.Library32, Capability: inventory.Graphics, Name: "libGLX_nvidia.so.0", HostPath: "/lib32/libGLX_nvidia.so.0"},
+		{Kind: inventory.Binary, Capability: inventory.Utility, Name: "nvidia-smi", HostPath: "/bin/nvidia-smi"},
+		{Kind: inventory.FirmwareDir, Name: "580", HostPath: "/lib/firmware/nvidia/580"},
+	}}
+	p := Prepare(s, layout)
+	sources := func(caps inventory.Capabilities) []string {
+		var out []string
+		for _, m := range p.Edits(nil, caps).Mounts {
+			out = append(out, m.Source)
+		}
+		return out
 	}
-	e := Build(Prepare(s, layout), s.GPUs, inventory.AllCapabilities)
-	adj := e.Adjustment(nil)
-	var devs []string
-	for _, d := range adj.Linux.Devices {
-		devs = append(devs, d.Path)
+	if diff := cmp.Diff([]string{"/lib64/libcuda.so.1", "/lib32/libcuda.so.1", "/lib/firmware/nvidia/580"},
+		sources(inventory.Capabilities(inventory.Compute).With(inventory.Compat32))); diff != "" {
+		t.Errorf("compute,compat32 (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"/dev/kfd", "/dev/dri/renderD128"}, devs); diff != "" {
-		t.Errorf("devices (-want +got):\n%s", diff)
-	}
-	if len(adj.Mounts) != 1 || adj.Mounts[0].Type != "bind" || len(adj.Mounts[0].Options) != 2 {
-		t.Errorf("mounts %v", adj.Mounts)
-	}
-	if len(adj.Env) != 1 || adj.Env[0].Key != "HSA" || adj.Env[0].Value != "1" {
-		t.Errorf("env %v, want only the spec's", adj.Env)
-	}
-	h := adj.GetHooks().GetCreateContainer()
-	if len(h) != 1 || h[0].Path != "/bin/true" || len(h[0].Env) != 1 || h[0].Env[0] != "PATH=/bin" || len(adj.GetHooks().GetPrestart()) != 0 {
-		t.Errorf("hooks %v", adj.GetHooks())
+	if diff := cmp.Diff([]string{"/bin/nvidia-smi", "/lib/firmware/nvidia/580"}, sources(inventory.Capabilities(inventory.Utility))); diff != "" {
+		t.Errorf("utility (-want +got):\n%s", diff)
 	}
 }

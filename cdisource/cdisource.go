@@ -10,6 +10,7 @@
 package cdisource
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -23,6 +24,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/discover"
 )
@@ -45,8 +47,32 @@ type Options struct {
 // none: never the container's.
 var HookEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
-// Discover reads the specs and returns the snapshot of Kind's devices.
-func Discover(o Options) (*inventory.Snapshot, error) {
+// Source is the adjust.Source of another vendor's CDI devices. Each device
+// brings the spec's own edits and its own, as CDI applies them; NVIDIA's
+// capabilities and requirement variables do not apply.
+type Source struct {
+	kind string
+	snap *inventory.Snapshot
+	// common are the spec's own edits, nil when it has none; edits[i] are
+	// device i's besides its main node.
+	common *edits
+	edits  []*edits
+}
+
+var _ adjust.Source = (*Source)(nil)
+
+// edits are container edits taken from a CDI spec. Paths of mounts are
+// host paths as the runtime sees them, checked to exist at discovery.
+type edits struct {
+	nodes  []inventory.DeviceNode
+	mounts []inventory.Mount
+	// env entries are KEY=VALUE; they set (replace) the variable.
+	env   []string
+	hooks []inventory.Hook
+}
+
+// Discover reads the specs and returns the source of Kind's devices.
+func Discover(o Options) (*Source, error) {
 	vendor, class := parser.ParseQualifier(o.Kind)
 	if err := parser.ValidateVendorName(vendor); err != nil {
 		return nil, fmt.Errorf("cdi kind %q: %w", o.Kind, err)
@@ -60,7 +86,8 @@ func Discover(o Options) (*inventory.Snapshot, error) {
 	}
 	defer host.Close()
 
-	snap := &inventory.Snapshot{HostRoot: o.HostRoot, Vendor: o.Kind}
+	snap := &inventory.Snapshot{HostRoot: o.HostRoot}
+	src := &Source{kind: o.Kind, snap: snap}
 	warnf := func(format string, args ...any) {
 		snap.Warnings = append(snap.Warnings, fmt.Sprintf(format, args...))
 	}
@@ -77,10 +104,10 @@ func Discover(o Options) (*inventory.Snapshot, error) {
 	c := checker{host: host, allowHooks: o.AllowHooks}
 	type found struct {
 		name  string
-		edits *inventory.Edits
+		edits *edits
 	}
 	var devices []found
-	var common *inventory.Edits
+	var common *edits
 	for _, spec := range cache.GetVendorSpecs(vendor) {
 		if spec.GetClass() != class {
 			continue
@@ -106,14 +133,14 @@ func Discover(o Options) (*inventory.Snapshot, error) {
 				warnf("CDI device %s=%s: not offered: %v", o.Kind, d.Name, err)
 				continue
 			}
-			if len(e.Nodes) == 0 {
+			if len(e.nodes) == 0 {
 				warnf("CDI device %s=%s: not offered: it has no device node", o.Kind, d.Name)
 				continue
 			}
 			devices = append(devices, found{name: d.Name, edits: e})
 		}
 	}
-	snap.Common = common
+	src.common = common
 
 	// Numeric names first by value (as their vendors number devices),
 	// then the others by name; the index is the position.
@@ -131,17 +158,18 @@ func Discover(o Options) (*inventory.Snapshot, error) {
 		return devices[i].name < devices[j].name
 	})
 	for i, d := range devices {
-		main := d.edits.Nodes[0]
+		main := d.edits.nodes[0]
 		rest := *d.edits
-		rest.Nodes = slices.Clone(d.edits.Nodes[1:])
+		rest.nodes = slices.Clone(d.edits.nodes[1:])
 		snap.GPUs = append(snap.GPUs, inventory.GPU{
-			Index: i, Minor: int(main.Minor), Name: d.name, Node: main, Edits: &rest,
+			Index: i, Minor: int(main.Minor), Name: d.name, Node: main,
 		})
+		src.edits = append(src.edits, &rest)
 	}
 	if len(snap.GPUs) == 0 {
 		warnf("no usable CDI device of kind %s in %v", o.Kind, o.SpecDirs)
 	}
-	return snap, nil
+	return src, nil
 }
 
 // checker turns a spec's edits into inventory edits, checking them
@@ -151,12 +179,12 @@ type checker struct {
 	allowHooks bool
 }
 
-func isEmpty(e *inventory.Edits) bool {
-	return len(e.Nodes) == 0 && len(e.Mounts) == 0 && len(e.Env) == 0 && len(e.Hooks) == 0
+func isEmpty(e *edits) bool {
+	return len(e.nodes) == 0 && len(e.mounts) == 0 && len(e.env) == 0 && len(e.hooks) == 0
 }
 
-func (c checker) edits(ce specs.ContainerEdits) (*inventory.Edits, error) {
-	e := &inventory.Edits{}
+func (c checker) edits(ce specs.ContainerEdits) (*edits, error) {
+	e := &edits{}
 	if len(ce.NetDevices) > 0 || ce.IntelRdt != nil || len(ce.AdditionalGIDs) > 0 {
 		return nil, fmt.Errorf("edits nri-gpu does not inject (network devices, RDT, additional GIDs)")
 	}
@@ -165,7 +193,7 @@ func (c checker) edits(ce specs.ContainerEdits) (*inventory.Edits, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.Nodes = append(e.Nodes, node)
+		e.nodes = append(e.nodes, node)
 	}
 	for _, m := range ce.Mounts {
 		if !filepath.IsAbs(m.HostPath) || !filepath.IsAbs(m.ContainerPath) {
@@ -178,13 +206,13 @@ func (c checker) edits(ce specs.ContainerEdits) (*inventory.Edits, error) {
 		if typ == "" {
 			typ = "bind"
 		}
-		e.Mounts = append(e.Mounts, inventory.Mount{Source: path.Clean(m.HostPath), Destination: path.Clean(m.ContainerPath), Type: typ, Options: slices.Clone(m.Options)})
+		e.mounts = append(e.mounts, inventory.Mount{Source: path.Clean(m.HostPath), Destination: path.Clean(m.ContainerPath), Type: typ, Options: slices.Clone(m.Options)})
 	}
 	for _, kv := range ce.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return nil, fmt.Errorf("env entry %q is not KEY=VALUE", kv)
 		}
-		e.Env = append(e.Env, kv)
+		e.env = append(e.env, kv)
 	}
 	for _, h := range ce.Hooks {
 		if !c.allowHooks {
@@ -200,7 +228,7 @@ func (c checker) edits(ce specs.ContainerEdits) (*inventory.Edits, error) {
 		if len(env) == 0 {
 			env = slices.Clone(HookEnv)
 		}
-		e.Hooks = append(e.Hooks, inventory.Hook{Stage: h.HookName, Path: h.Path, Args: slices.Clone(h.Args), Env: env, Timeout: h.Timeout})
+		e.hooks = append(e.hooks, inventory.Hook{Stage: h.HookName, Path: h.Path, Args: slices.Clone(h.Args), Env: env, Timeout: h.Timeout})
 	}
 	return e, nil
 }
@@ -228,4 +256,90 @@ func (c checker) node(n *specs.DeviceNode) (inventory.DeviceNode, error) {
 		mode = uint32(n.FileMode.Perm())
 	}
 	return inventory.DeviceNode{Path: path.Clean(n.Path), Major: major, Minor: minor, Mode: mode}, nil
+}
+
+// Snapshot returns the devices found, with the warnings of discovery.
+func (s *Source) Snapshot() *inventory.Snapshot { return s.snap }
+
+// Kind returns the CDI kind served, "amd.com/gpu".
+func (s *Source) Kind() string { return s.kind }
+
+// Devices returns the devices found, by index.
+func (s *Source) Devices() []inventory.GPU { return s.snap.GPUs }
+
+// Problem returns "": the devices found can always be served.
+func (s *Source) Problem() string { return "" }
+
+// Control returns nothing: the specs' node-wide nodes come with every
+// device's edits.
+func (s *Source) Control() []inventory.DeviceNode { return nil }
+
+// Check returns nil: requirement variables are NVIDIA's and say nothing
+// about other vendors' devices.
+func (s *Source) Check([]string, []inventory.GPU) error { return nil }
+
+// Lookup finds a device by its CDI name or, as for GPUs, by its index.
+func (s *Source) Lookup(id string) (inventory.GPU, error) {
+	names := make([]string, 0, len(s.snap.GPUs))
+	for _, g := range s.snap.GPUs {
+		if g.Name == id {
+			return g, nil
+		}
+		names = append(names, g.Name)
+	}
+	if n, err := strconv.Atoi(id); err == nil && id != "" && strings.Trim(id, "0123456789") == "" {
+		for _, g := range s.snap.GPUs {
+			if g.Index == n {
+				return g, nil
+			}
+		}
+	}
+	return inventory.GPU{}, errors.New("unknown device " + quote(id) + " (" + s.kind + " devices of the node: " + quote(strings.Join(names, ",")) + ")")
+}
+
+// Edits returns the spec's own edits, then each device's, as CDI applies
+// them; a node named twice is created once.
+func (s *Source) Edits(devs []inventory.GPU, _ inventory.Capabilities) adjust.Edits {
+	var e adjust.Edits
+	add := func(x *edits) {
+		if x == nil {
+			return
+		}
+		e.Devices = append(e.Devices, x.nodes...)
+		e.Mounts = append(e.Mounts, x.mounts...)
+		e.Env = append(e.Env, x.env...)
+		e.Hooks = append(e.Hooks, x.hooks...)
+	}
+	add(s.common)
+	for _, g := range devs {
+		e.Devices = append(e.Devices, g.Node)
+		if g.Index >= 0 && g.Index < len(s.edits) {
+			add(s.edits[g.Index])
+		}
+	}
+	e.Devices = dedupNodes(e.Devices)
+	e.Files = len(e.Mounts)
+	return e
+}
+
+// dedupNodes drops repeated nodes (a node both in a spec's edits and a
+// device's), keeping the first.
+func dedupNodes(nodes []inventory.DeviceNode) []inventory.DeviceNode {
+	out := nodes[:0]
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if !seen[n.Path] {
+			seen[n.Path] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// quote quotes a user's token for a message, cutting very long ones.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strconv.Quote(s)
 }

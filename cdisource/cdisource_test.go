@@ -27,14 +27,15 @@ func vendorNode(t *testing.T, extra ...string) *simnode.VendorNode {
 
 func TestDiscover(t *testing.T) {
 	v := vendorNode(t)
-	snap, err := cdisource.Discover(cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
+	src, err := cdisource.Discover(cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	snap := src.Snapshot()
 	if len(snap.Warnings) > 0 {
 		t.Errorf("warnings: %q", snap.Warnings)
 	}
-	if snap.Vendor != "amd.com/gpu" || len(snap.GPUs) != 2 {
+	if src.Kind() != "amd.com/gpu" || len(snap.GPUs) != 2 {
 		t.Fatalf("snapshot %+v", snap)
 	}
 	for i, g := range snap.GPUs {
@@ -43,8 +44,9 @@ func TestDiscover(t *testing.T) {
 			t.Errorf("device %d = %+v", i, g)
 		}
 	}
-	c := snap.Common
-	if c == nil || len(c.Nodes) != 1 || c.Nodes[0].Path != "/dev/kfd" || c.Nodes[0].Major != simnode.KFDMajor ||
+	// The spec's own edits are what every device brings.
+	c := src.Edits(nil, 0)
+	if len(c.Devices) != 1 || c.Devices[0].Path != "/dev/kfd" || c.Devices[0].Major != simnode.KFDMajor ||
 		!slices.Equal(c.Env, []string{"HSA_SIM=1"}) || len(c.Mounts) != 1 || c.Mounts[0].Destination != "/opt/rocm/lib" {
 		t.Errorf("common edits %+v", c)
 	}
@@ -85,10 +87,11 @@ func TestDiscoverRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v2.SpecPath)}, HostRoot: "/"}
-	snap, err := cdisource.Discover(opts)
+	src, err := cdisource.Discover(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	snap := src.Snapshot()
 	var names []string
 	for _, g := range snap.GPUs {
 		names = append(names, g.Name)
@@ -103,15 +106,16 @@ func TestDiscoverRefuses(t *testing.T) {
 	}
 
 	opts.AllowHooks = true
-	snap, err = cdisource.Discover(opts)
+	src, err = cdisource.Discover(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	snap = src.Snapshot()
 	i := slices.IndexFunc(snap.GPUs, func(g inventory.GPU) bool { return g.Name == "hooked" })
 	if i < 0 {
 		t.Fatalf("hooked device not offered with allowHooks: %q", snap.Warnings)
 	}
-	h := snap.GPUs[i].Edits.Hooks
+	h := src.Edits(snap.GPUs[i:i+1], 0).Hooks
 	if len(h) != 1 || h[0].Path != "/bin/true" || !slices.Equal(h[0].Env, cdisource.HookEnv) || h[0].Stage != "createContainer" {
 		t.Errorf("hook %+v: want an explicit environment", h)
 	}
@@ -122,10 +126,11 @@ func TestDiscoverBadSpecs(t *testing.T) {
 	// A spec the CDI library refuses (bad device name), beside the good one.
 	bad := filepath.Join(filepath.Dir(v.SpecPath), "bad.yaml")
 	os.WriteFile(bad, []byte("cdiVersion: 0.6.0\nkind: amd.com/gpu\ndevices:\n  - name: \"bad name!\"\n    containerEdits:\n      env: [A=1]\n"), 0o644)
-	snap, err := cdisource.Discover(cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
+	src, err := cdisource.Discover(cdisource.Options{Kind: "amd.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	snap := src.Snapshot()
 	if len(snap.GPUs) != 2 || !slices.ContainsFunc(snap.Warnings, func(w string) bool { return strings.Contains(w, "bad.yaml refused") }) {
 		t.Errorf("GPUs %d, warnings %q", len(snap.GPUs), snap.Warnings)
 	}
@@ -133,7 +138,7 @@ func TestDiscoverBadSpecs(t *testing.T) {
 		t.Error("a bad kind was accepted")
 	}
 	empty, err := cdisource.Discover(cdisource.Options{Kind: "intel.com/gpu", SpecDirs: []string{filepath.Dir(v.SpecPath)}, HostRoot: "/"})
-	if err != nil || len(empty.GPUs) != 0 || len(empty.Warnings) == 0 {
+	if err != nil || len(empty.Devices()) != 0 || len(empty.Snapshot().Warnings) == 0 {
 		t.Errorf("another kind: %+v, %v", empty, err)
 	}
 }

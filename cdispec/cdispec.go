@@ -5,6 +5,7 @@
 package cdispec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 )
 
 // Kind is the CDI kind of the exported GPUs.
-const Kind = "nvidia.com/gpu"
+const Kind = inventory.KindNVIDIA
 
 // Generate returns a CDI spec with one device per GPU, named both by index
 // and by UUID, and a device "all". Each GPU device holds its device node;
@@ -32,12 +33,15 @@ const Kind = "nvidia.com/gpu"
 // edits replace a variable, so LD_LIBRARY_PATH is set rather than appended
 // to the image's own value; and a list-valued NVIDIA_VISIBLE_DEVICES cannot
 // be merged from several devices, so only the device "all" sets it.
-func Generate(prep *adjust.Prepared, caps inventory.Capabilities) (*specs.Spec, error) {
-	snap := prep.Snapshot()
-	if snap.DriverVersion == "" {
-		return nil, fmt.Errorf("the node has no usable NVIDIA driver (see nri-gpu inventory)")
+func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, error) {
+	if src.Kind() != Kind {
+		return nil, fmt.Errorf("the node serves %s devices (cdiImport), which come from CDI specs already; a spec is generated for %s only", src.Kind(), Kind)
 	}
-	common := adjust.Build(prep, nil, caps)
+	if p := src.Problem(); p != "" {
+		return nil, errors.New(p)
+	}
+	snap := src.Snapshot()
+	common := src.Edits(nil, caps)
 	if len(common.BinaryDirs) > 0 {
 		return nil, fmt.Errorf("binaryDir cannot be expressed in a CDI spec: its environment edits replace PATH instead of appending to it; generate the spec from a configuration without binaryDir")
 	}
@@ -86,7 +90,7 @@ func deviceNodes(nodes []inventory.DeviceNode) []*specs.DeviceNode {
 	return out
 }
 
-func mounts(ms []adjust.Mount) []*specs.Mount {
+func mounts(ms []inventory.Mount) []*specs.Mount {
 	out := make([]*specs.Mount, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, &specs.Mount{

@@ -11,7 +11,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -29,11 +29,11 @@ func TestGenerate(t *testing.T) {
 			cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.LibraryMode = n.Root, n.Root, n.Root, config.LibraryMode(mode)
 			log := logrus.New()
 			log.SetOutput(os.Stderr)
-			p, err := plugin.New(cfg, log)
+			p, err := node.New(cfg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, err := cdispec.Generate(p.Prepared(), inventory.Capabilities(inventory.Utility))
+			spec, err := cdispec.Generate(p.State().Source, inventory.Capabilities(inventory.Utility))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,11 +70,11 @@ func TestGenerate(t *testing.T) {
 	// not a spec that replaces the image's PATH or lacks the binaries.
 	cfg := config.Default()
 	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.BinaryDir = n.Root, n.Root, n.Root, "/usr/local/nvidia/bin"
-	p, err := plugin.New(cfg, logrus.New())
+	p, err := node.New(cfg, logrus.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cdispec.Generate(p.Prepared(), inventory.DefaultCapabilities); err == nil || !strings.Contains(err.Error(), "binaryDir cannot be expressed in a CDI spec") {
+	if _, err := cdispec.Generate(p.State().Source, inventory.DefaultCapabilities); err == nil || !strings.Contains(err.Error(), "binaryDir cannot be expressed in a CDI spec") {
 		t.Errorf("Generate with binaryDir: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/policy"
 )
 
@@ -298,7 +299,7 @@ func (c Config) Validate() error {
 		if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
 			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu: %s", ci.Kind, strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
-		if ci.Kind == "nvidia.com/gpu" {
+		if ci.Kind == inventory.KindNVIDIA {
 			return fmt.Errorf("key cdiImport.kind: nvidia.com/gpu is served by nri-gpu's own discovery; remove cdiImport")
 		}
 		for _, d := range ci.SpecDirs {

@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/config"
-	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/status"
 )
 
 // Status is a check's outcome.
@@ -96,7 +96,7 @@ func (o *Options) defaults() {
 		o.CRIOConfig = o.host("/etc/crio/crio.conf")
 	}
 	if o.StatusSocket == "" {
-		o.StatusSocket = o.host(plugin.DefaultStatusSocket)
+		o.StatusSocket = o.host(status.DefaultSocket)
 	}
 	if o.Name == "" {
 		o.Name = "nri-gpu"

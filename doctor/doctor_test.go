@@ -18,6 +18,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/status"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -260,14 +261,14 @@ func TestEachFailure(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			if err := p.ServeStatus(ctx, f.n.HostPath(plugin.DefaultStatusSocket)); err != nil {
+			if err := status.Serve(ctx, f.n.HostPath(status.DefaultSocket), p, log); err != nil {
 				t.Fatal(err)
 			}
 		}, "registration", Fail, "not ready: not connected to the runtime"},
 		{"status socket: stale", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.o.HealthURL = ""
 			f.write(t, "/run/nri-gpu/.keep", "")
-			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.n.HostPath(plugin.DefaultStatusSocket), Net: "unix"})
+			l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.n.HostPath(status.DefaultSocket), Net: "unix"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,10 @@ package inventory
 
 import "fmt"
 
+// KindNVIDIA is the CDI kind of NVIDIA GPUs: how CDI specs, the NVIDIA
+// toolkit's annotations and the Kubernetes device plugin name them.
+const KindNVIDIA = "nvidia.com/gpu"
+
 // DeviceNode is a character device node to create in a container.
 type DeviceNode struct {
 	// Path is the node's path, the same on the host and in the container.
@@ -34,11 +38,8 @@ type GPU struct {
 	Model string
 	Node  DeviceNode
 	// Name is the device's CDI name when it comes from another vendor's
-	// CDI spec (Snapshot.Vendor set); requests may name it.
+	// CDI spec (package cdisource); requests may name it.
 	Name string
-	// Edits are the device's own edits besides Node, for devices that
-	// come from a CDI spec; nil for NVIDIA GPUs found by discovery.
-	Edits *Edits
 }
 
 // ID names the GPU whatever the inventory's order: its UUID, or the CDI
@@ -50,18 +51,9 @@ func (g GPU) ID() string {
 	return g.Name
 }
 
-// Edits are container edits taken from a CDI spec: what a device brings
-// besides its main node. Paths of mounts are host paths as the runtime
-// sees them, checked to exist at discovery.
-type Edits struct {
-	Nodes  []DeviceNode
-	Mounts []Mount
-	// Env entries are KEY=VALUE; they set (replace) the variable.
-	Env   []string
-	Hooks []Hook
-}
-
-// Mount is a mount of a host path into a container.
+// Mount is a mount of a host path into a container: a read-only bind
+// mount of a driver file unless Type and Options say otherwise (mounts
+// taken from another vendor's CDI spec).
 type Mount struct {
 	Source      string
 	Destination string
@@ -151,13 +143,6 @@ type Snapshot struct {
 	Files []DriverFile
 	// Warnings say what discovery found wrong or missing.
 	Warnings []string
-
-	// Vendor is the CDI kind ("amd.com/gpu") of a snapshot whose devices
-	// come from another vendor's CDI specs; empty for NVIDIA discovery.
-	// Such a snapshot has no driver files or control nodes; its devices'
-	// edits come from the specs, and Common holds the specs' own edits.
-	Vendor string
-	Common *Edits
 }
 
 // HasFirmware reports whether discovery found the driver's GSP firmware.
@@ -173,51 +158,29 @@ func (s *Snapshot) HasFirmware() bool {
 // Empty reports whether the snapshot offers no GPU.
 func (s *Snapshot) Empty() bool { return len(s.GPUs) == 0 }
 
-// Usable reports whether requests can be served at all: an NVIDIA driver
-// with its control node, or another vendor's CDI devices.
-func (s *Snapshot) Usable() bool {
-	if s.Vendor != "" {
-		return true
-	}
-	return s.DriverVersion != "" && s.Control.Ctl != nil
-}
-
-// FilesFor returns the driver files that the given capabilities bring,
-// including those every injection gets, in the snapshot's order. 32-bit
-// libraries come only with compat32, and then for the other capabilities
-// of the set.
-func (s *Snapshot) FilesFor(caps Capabilities) []DriverFile {
-	out := make([]DriverFile, 0, len(s.Files))
-	for _, f := range s.Files {
-		if f.Kind == Library32 && !caps.Has(Compat32) {
-			continue
-		}
-		if f.Capability == 0 || caps.Has(f.Capability) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
 // IndexRange describes the GPU indexes for error messages: "0-3", "0,2-3",
 // or "none".
-func (s *Snapshot) IndexRange() string {
-	if len(s.GPUs) == 0 {
+func (s *Snapshot) IndexRange() string { return IndexRange(s.GPUs) }
+
+// IndexRange describes the indexes of gpus (sorted by index) for error
+// messages: "0-3", "0,2-3", or "none".
+func IndexRange(gpus []GPU) string {
+	if len(gpus) == 0 {
 		return "none"
 	}
 	out := ""
-	for i := 0; i < len(s.GPUs); {
+	for i := 0; i < len(gpus); {
 		j := i
-		for j+1 < len(s.GPUs) && s.GPUs[j+1].Index == s.GPUs[j].Index+1 {
+		for j+1 < len(gpus) && gpus[j+1].Index == gpus[j].Index+1 {
 			j++
 		}
 		if out != "" {
 			out += ","
 		}
 		if i == j {
-			out += fmt.Sprint(s.GPUs[i].Index)
+			out += fmt.Sprint(gpus[i].Index)
 		} else {
-			out += fmt.Sprintf("%d-%d", s.GPUs[i].Index, s.GPUs[j].Index)
+			out += fmt.Sprintf("%d-%d", gpus[i].Index, gpus[j].Index)
 		}
 		i = j + 1
 	}

@@ -2,43 +2,30 @@ package plugin
 
 import (
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/containerd/nri/pkg/api"
+
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/node"
+	"github.com/nri-gpu/nri-gpu/pipeline"
 	"github.com/nri-gpu/nri-gpu/request"
 )
 
-// Observer is told what the plugin does, so that it can be counted (the
-// metrics package implements it). Its methods are called on the request
-// path and from the refresh loop: they must be cheap, must not block and
-// must be safe for concurrent use.
+// Observer is told what the plugin and its node do, so that it can be
+// counted (the metrics package implements it). Its methods are called on
+// the request path and from the refresh loop: they must be cheap, must not
+// block and must be safe for concurrent use.
 type Observer interface {
-	// Request is called once per CreateContainer with the request's
-	// source (SourceContainerAnnotation, ...), its outcome
+	node.Observer
+	// Request is called once per CreateContainer with the label of the
+	// request's source (request.SourceKind.Label), its outcome
 	// (OutcomeInjected, ...), the GPUs injected and the time it took.
 	Request(source, outcome string, gpus []inventory.GPU, took time.Duration)
-	// Refresh is called once per rediscovery of the node with its result
-	// (RefreshChanged, ...).
-	Refresh(result string)
-	// Inventory is called each time a snapshot becomes current.
-	Inventory(snap *inventory.Snapshot)
 	// Connected is called each time the runtime synchronizes the plugin
 	// on a new connection.
 	Connected()
 }
-
-// Request sources, as told to an Observer. The container's name is not
-// part of them, so that they stay few.
-const (
-	SourceContainerAnnotation = "container-annotation"
-	SourcePodAnnotation       = "pod-annotation"
-	SourceCDIAnnotation       = "cdi-annotation"
-	SourceDeviceList          = "device-list"
-	SourceEnv                 = "env"
-	SourceNone                = "none"
-)
 
 // Request outcomes, as told to an Observer.
 const (
@@ -51,26 +38,11 @@ const (
 	OutcomeRefused = "refused"
 )
 
-// Refresh results, as told to an Observer.
-const (
-	// RefreshChanged: the node changed and the new snapshot is current.
-	RefreshChanged = "changed"
-	// RefreshUnchanged: the node is as it was; nothing was swapped.
-	RefreshUnchanged = "unchanged"
-	// RefreshRejected: discovery found a broken driver; the last good
-	// snapshot stays.
-	RefreshRejected = "rejected"
-	// RefreshError: discovery failed; the last good snapshot stays.
-	RefreshError = "error"
-)
-
-// SetObserver makes o the plugin's observer and tells it the current
-// inventory. Call it before Run and Watch.
+// SetObserver makes o the observer of the plugin and of its node, and
+// tells it the current inventory. Call it before Run and before watching.
 func (p *Plugin) SetObserver(o Observer) {
 	p.obs = o
-	if st := p.state.Load(); st != nil {
-		o.Inventory(st.snap)
-	}
+	p.node.SetObserver(o)
 }
 
 // observer returns the plugin's observer, or one that ignores everything.
@@ -88,45 +60,27 @@ func (nopObserver) Refresh(string)                                         {}
 func (nopObserver) Inventory(*inventory.Snapshot)                          {}
 func (nopObserver) Connected()                                             {}
 
-// observeRequest tells the observer how a CreateContainer went.
-func (p *Plugin) observeRequest(res Result, adj bool, err error, took time.Duration) {
-	src := res.Request.Source
+// observeRequest tells the observer how a CreateContainer went. A
+// refused request counts under the source its error names (the variable
+// that was wrong); an ignored NVIDIA_VISIBLE_DEVICES answers with an
+// adjustment (the variable set to void) but injects nothing.
+func (p *Plugin) observeRequest(res *pipeline.Result, adj *api.ContainerAdjustment, err error, took time.Duration) {
+	src := res.Request.Source.Kind
 	var rerr *request.Error
-	var aerr *alloc.Error
-	switch {
-	case errors.As(err, &rerr):
-		src = rerr.Source
-	case errors.As(err, &aerr):
-		src = aerr.Source
+	if errors.As(err, &rerr) {
+		src = rerr.Source.Kind
 	}
 	outcome := OutcomeUntouched
+	injected := adj != nil && res.Injected()
 	switch {
 	case err != nil:
 		outcome = OutcomeRefused
-	case adj:
+	case injected:
 		outcome = OutcomeInjected
 	}
 	var gpus []inventory.GPU
-	if adj {
+	if injected {
 		gpus = res.GPUs
 	}
-	p.observer().Request(sourceLabel(src), outcome, gpus, took)
-}
-
-// sourceLabel maps a request's source ("annotation
-// gpus.nri-gpu.dev/container.train") to one of the Source constants.
-func sourceLabel(src string) string {
-	switch {
-	case strings.HasPrefix(src, "annotation "+request.AnnotationCDIContainerPrefix), src == "annotation "+request.AnnotationCDIPod:
-		return SourceCDIAnnotation
-	case strings.HasPrefix(src, "mounts "):
-		return SourceDeviceList
-	case strings.HasPrefix(src, "annotation "+request.AnnotationContainerPrefix):
-		return SourceContainerAnnotation
-	case strings.HasPrefix(src, "annotation "):
-		return SourcePodAnnotation
-	case strings.HasPrefix(src, "env "):
-		return SourceEnv
-	}
-	return SourceNone
+	p.observer().Request(src.Label(), outcome, gpus, took)
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/metrics"
 )
@@ -17,9 +16,7 @@ import (
 func benchCreate(b *testing.B, obs Observer) {
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel) // no injection log line: measure the rest
-	s := benchSnapshot()
-	p := &Plugin{log: log, table: tableFor(s)}
-	p.state.Store(&state{cfg: config.Default(), snap: s, prep: adjust.Prepare(s, layout)})
+	p := memPlugin(config.Default(), log)
 	if obs != nil {
 		p.SetObserver(obs)
 	}

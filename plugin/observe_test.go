@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -37,9 +36,7 @@ func (r *requestRecorder) Connected()                    {}
 func TestObserveRequests(t *testing.T) {
 	log := logrus.New()
 	log.SetLevel(logrus.PanicLevel)
-	snap := benchSnapshot()
-	p := &Plugin{log: log, table: tableFor(snap)}
-	p.state.Store(&state{cfg: config.Default(), snap: snap, prep: adjust.Prepare(snap, layout)})
+	p := memPlugin(config.Default(), log)
 	rec := &requestRecorder{}
 	p.SetObserver(rec)
 	for i, tc := range []struct {
@@ -73,11 +70,9 @@ func TestObserveRequests(t *testing.T) {
 func TestObserveIgnoredEnv(t *testing.T) {
 	log := logrus.New()
 	log.SetLevel(logrus.PanicLevel)
-	snap := benchSnapshot()
 	cfg := config.Default()
 	cfg.Policy.VisibleDevices = "deny"
-	p := &Plugin{log: log, table: tableFor(snap)}
-	p.state.Store(&state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout)})
+	p := memPlugin(cfg, log)
 	rec := &requestRecorder{}
 	p.SetObserver(rec)
 	adj, _, err := p.CreateContainer(context.Background(), &api.PodSandbox{Id: "pod"}, &api.Container{Id: "ctr", PodSandboxId: "pod", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})

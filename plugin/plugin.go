@@ -1,15 +1,15 @@
-// Package plugin is nri-gpu's NRI plugin: it wires the request, inventory
-// and adjust packages to the NRI stub, holds the current inventory snapshot
-// and keeps the plugin connected to the runtime.
+// Package plugin is nri-gpu's NRI plugin: the runtime's callbacks and the
+// connection loop, nothing else. CreateContainer runs the request path
+// (package pipeline) on the node's current state (package node); the
+// other events keep the allocation table in step with the runtime's
+// containers, and Synchronize rebuilds it after a restart of either side.
 package plugin
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -18,38 +18,20 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/mod/semver"
 
-	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/cdisource"
-	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
-	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/inventory/discover"
-	"github.com/nri-gpu/nri-gpu/libcache"
-	"github.com/nri-gpu/nri-gpu/policy"
-	"github.com/nri-gpu/nri-gpu/request"
+	"github.com/nri-gpu/nri-gpu/node"
+	"github.com/nri-gpu/nri-gpu/pipeline"
+	"github.com/nri-gpu/nri-gpu/status"
 )
-
-// state is what the request path reads: a configuration and the snapshot
-// discovered with it. It is replaced whole, never modified.
-type state struct {
-	cfg  config.Config
-	snap *inventory.Snapshot
-	prep *adjust.Prepared
-	// cdiNames maps GPU UUIDs to the CDI device names the runtime's
-	// specs define for them (emit: cdi).
-	cdiNames map[string]string
-	// sharing is cfg.Sharing parsed.
-	sharing alloc.Mode
-}
 
 // Plugin answers the runtime's CreateContainer requests with GPU
 // adjustments.
 type Plugin struct {
-	log   *logrus.Logger
-	state atomic.Pointer[state]
-	// refreshMu serializes discoveries.
-	refreshMu sync.Mutex
+	log  *logrus.Logger
+	node *node.Node
+	// table is who holds which GPUs; rebuilt on every Synchronize.
+	table *alloc.Table
 	// synced is set once the runtime has synchronized the plugin on the
 	// current connection, and cleared when the connection is lost.
 	synced atomic.Bool
@@ -58,200 +40,47 @@ type Plugin struct {
 	// runtimeCDI is set when the connected runtime's NRI resolves CDI
 	// device references in adjustments.
 	runtimeCDI atomic.Bool
-	// table is who holds which GPUs; rebuilt on every Synchronize.
-	table *alloc.Table
 	// obs is told what the plugin does (metrics); set before Run.
 	obs Observer
-	// lastProblem is the last reason an Update was refused, logged once;
-	// guarded by refreshMu.
-	lastProblem string
 }
+
+// events are the NRI events the plugin subscribes to: creation to inject
+// and book GPUs, the others to release them.
+var events = []string{"CreateContainer", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"}
 
 // minCDINRIVersion is the first NRI version whose runtimes inject CDI
 // devices named in an adjustment.
 const minCDINRIVersion = "v0.10.0"
 
-// Ready reports whether the plugin is connected to the runtime and
-// synchronized with it, with an inventory loaded: whether containers
-// created now get their GPUs.
-func (p *Plugin) Ready() bool { return p.synced.Load() && p.state.Load() != nil }
-
-// cleanLibraryCache removes the library directories of replaced driver
-// versions that none of the runtime's containers mounts.
-func (p *Plugin) cleanLibraryCache(ctrs []*api.Container) {
-	st := p.state.Load()
-	if st.cfg.LibraryMode == "files" {
-		return
-	}
-	sources := map[string]bool{}
-	for _, c := range ctrs {
-		for _, m := range c.GetMounts() {
-			sources[m.GetSource()] = true
-		}
-	}
-	removed, err := libcache.Clean(cacheOptions(st.cfg), st.snap.DriverVersion, func(dir string) bool { return sources[dir] })
-	if err != nil {
-		p.log.WithError(err).Warn("cleaning the library cache")
-	}
-	for _, r := range removed {
-		p.log.Infof("removed unused library directories %s", r)
-	}
-}
-
 // New discovers the node with cfg and returns a plugin serving it.
 func New(cfg config.Config, log *logrus.Logger) (*Plugin, error) {
+	return newPlugin(log, func(opts ...node.Option) (*node.Node, error) { return node.New(cfg, log, opts...) })
+}
+
+// newPlugin returns a plugin serving the node that mk makes with the
+// options it is given.
+func newPlugin(log *logrus.Logger, mk func(...node.Option) (*node.Node, error)) (*Plugin, error) {
 	p := &Plugin{log: log, table: alloc.New(nil)}
-	if err := p.Reload(cfg); err != nil {
+	n, err := mk(node.OnChange(p.stateChanged))
+	if err != nil {
 		return nil, err
 	}
+	p.node = n
 	return p, nil
 }
 
-// Discover runs inventory discovery for cfg: NVIDIA discovery, or the
-// devices of another vendor's CDI specs with cdiImport.
-func Discover(cfg config.Config) (*inventory.Snapshot, error) {
-	if ci := cfg.CDIImport; ci != nil {
-		dirs := make([]string, 0, len(ci.SpecDirs))
-		for _, d := range ci.SpecDirs {
-			dirs = append(dirs, filepath.Join(cfg.HostRoot, d))
-		}
-		return cdisource.Discover(cdisource.Options{Kind: ci.Kind, SpecDirs: dirs, HostRoot: cfg.HostRoot, AllowHooks: ci.AllowHooks})
-	}
-	return discover.Discover(discover.Options{
-		HostRoot:        cfg.HostRoot,
-		DriverRoot:      cfg.DriverRoot,
-		DriverRootMount: cfg.DriverRootMount,
-	})
-}
-
-// Reload discovers the node with cfg and, when that succeeds, makes cfg
-// and the new snapshot current. Requests in flight finish with the old
-// ones.
-func (p *Plugin) Reload(cfg config.Config) error {
-	p.refreshMu.Lock()
-	defer p.refreshMu.Unlock()
-	snap, err := Discover(cfg)
-	if err != nil {
-		return fmt.Errorf("inventory: %w", err)
-	}
-	return p.install(cfg, snap)
-}
-
-// install logs snap, prepares it for requests (library directories, CDI
-// names) and makes it current with cfg. The caller holds refreshMu. On
-// error nothing changes.
-func (p *Plugin) install(cfg config.Config, snap *inventory.Snapshot) error {
-	for _, w := range snap.Warnings {
-		p.log.Warnf("inventory: %s", w)
-	}
-	p.log.WithFields(logrus.Fields{
-		"vendor": snap.Vendor,
-		"driver": snap.DriverVersion,
-		"gpus":   len(snap.GPUs),
-		"files":  len(snap.Files),
-	}).Info("inventory discovered")
-	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir, BinaryDir: cfg.BinaryDir}
-	if snap.HasFirmware() {
-		var why string
-		layout.SkipFirmware, why = skipFirmware(string(cfg.Firmware), snap.KernelRelease)
-		if layout.SkipFirmware {
-			p.log.Infof("GSP firmware: not mounted into containers: %s", why)
-		} else {
-			p.log.Infof("GSP firmware: mounted into containers: %s", why)
-		}
-	}
-	if cfg.LibraryMode != "files" && snap.DriverVersion != "" && len(snap.Files) > 0 {
-		cache, err := libcache.Build(snap, cacheOptions(cfg))
-		switch {
-		case err == nil:
-			layout.HostLibraryDirs, layout.HostLibrary32Dirs, layout.HostBinaryDirs = cache.Dirs, cache.Dirs32, cache.DirsBin
-			p.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
-				Infof("library directories ready in %s", filepath.Join(cfg.DriverRoot, cfg.LibraryCache))
-			if cfg.BinaryDir != "" {
-				p.log.Infof("binaries: one directory mount at %s, appended to PATH (binaryDir)", cfg.BinaryDir)
-			}
-		case cfg.LibraryMode == "directory":
-			return fmt.Errorf("libraryMode directory: preparing library directories in %s: %w", cfg.LibraryCache, err)
-		default:
-			p.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
-		}
-	}
-	sharing, err := alloc.ParseMode(string(cfg.Sharing))
-	if err != nil {
-		return fmt.Errorf("config: key sharing: %w", err)
-	}
-	st := &state{cfg: cfg, snap: snap, sharing: sharing, prep: adjust.Prepare(snap, layout)}
-	if cfg.Emit == "cdi" {
-		var dirs []string
-		for _, d := range cfg.CDISpecDirs {
-			dirs = append(dirs, filepath.Join(cfg.HostRoot, d))
-		}
-		names, warnings := cdispec.Resolvable(snap, dirs)
-		for _, w := range warnings {
-			p.log.Warn(w)
-		}
-		st.cdiNames = names
-		p.log.Infof("emit cdi: %d of %d GPUs defined as %s devices in %v", len(names), len(snap.GPUs), cdispec.Kind, cfg.CDISpecDirs)
-	}
-	p.state.Store(st)
-	idx := make([]int, len(snap.GPUs))
-	for i, g := range snap.GPUs {
+// stateChanged sizes the allocation table to a new state's devices.
+func (p *Plugin) stateChanged(st *node.State) {
+	devs := st.Source.Devices()
+	idx := make([]int, len(devs))
+	for i, g := range devs {
 		idx[i] = g.Index
 	}
 	p.table.SetGPUs(idx)
-	p.observer().Inventory(snap)
-	return nil
 }
 
-// skipFirmware decides, for the firmware key's mode and the kernel
-// release, whether containers go without the GSP firmware directory, and
-// says why. Under "auto" only a kernel known to read firmware from the
-// mount namespace of init (Linux 5.7 and later) goes without: an older or
-// unreadable release keeps the mount, since there the driver may read
-// the firmware through a container's root when a container is the first
-// to open a GPU.
-func skipFirmware(mode, kernel string) (bool, string) {
-	switch mode {
-	case "mount":
-		return false, "firmware: mount"
-	case "skip":
-		return true, "firmware: skip"
-	}
-	if kernel == "" {
-		return false, "firmware: auto, and the kernel release could not be read"
-	}
-	fromInit, err := discover.FirmwareFromInitNamespace(kernel)
-	switch {
-	case err != nil:
-		return false, fmt.Sprintf("firmware: auto, and %v", err)
-	case fromInit:
-		return true, fmt.Sprintf("kernel %s reads firmware from the host's mount namespace (Linux 5.7 and later; firmware: auto)", kernel)
-	default:
-		return false, fmt.Sprintf("kernel %s reads firmware from the mount namespace of the process that opens the GPU (before Linux 5.7; firmware: auto)", kernel)
-	}
-}
-
-// cacheOptions locates the library cache of cfg.
-func cacheOptions(cfg config.Config) libcache.Options {
-	return libcache.Options{
-		DriverRoot:      cfg.DriverRoot,
-		DriverRootMount: cfg.DriverRootMount,
-		Dir:             strings.TrimPrefix(cfg.LibraryCache, "/"),
-		Binaries:        cfg.BinaryDir != "",
-	}
-}
-
-// Refresh rediscovers the node with the current configuration.
-func (p *Plugin) Refresh() error { return p.Reload(p.Config()) }
-
-// Config returns the current configuration.
-func (p *Plugin) Config() config.Config { return p.state.Load().cfg }
-
-// Snapshot returns the current inventory snapshot.
-func (p *Plugin) Snapshot() *inventory.Snapshot { return p.state.Load().snap }
-
-// Prepared returns the current snapshot prepared for requests.
-func (p *Plugin) Prepared() *adjust.Prepared { return p.state.Load().prep }
+// Node returns the node the plugin serves: its state, reload and watch.
+func (p *Plugin) Node() *node.Node { return p.node }
 
 // Configure handles the runtime's Configure request. A pre-registered
 // plugin gets its configuration file's contents here; an empty config keeps
@@ -268,21 +97,28 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 		if err != nil {
 			return 0, fmt.Errorf("nri-gpu: configuration from the runtime: %w", err)
 		}
-		if err := p.Reload(c); err != nil {
+		if err := p.node.Reload(c); err != nil {
 			return 0, err
 		}
 	}
 	return api.MustParseEventMask(events...), nil
 }
 
-// CreateContainer handles the runtime's CreateContainer request.
+// path returns the request path of the current state.
+func (p *Plugin) path(st *node.State) pipeline.Path {
+	return pipeline.Path{
+		Source: st.Source, Table: p.table, Sharing: st.Sharing, Policy: st.Config.Policy,
+		EmitCDI: st.Config.Emit == config.EmitCDI, CDINames: st.CDINames, RuntimeCDI: p.runtimeCDI.Load(),
+	}
+}
+
+// CreateContainer handles the runtime's CreateContainer request: the
+// request path on the current state.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
-	st := p.state.Load()
-	adj, res, err := HandleWithPolicy(st.prep, p.table, st.sharing, st.cfg.Policy, pod, ctr)
-	// An ignored NVIDIA_VISIBLE_DEVICES answers with an adjustment (the
-	// variable set to void) but injects nothing.
-	p.observeRequest(res, adj != nil && (len(res.Edits.Devices) > 0 || len(res.Edits.Mounts) > 0), err, time.Since(start))
+	path := p.path(p.node.State())
+	adj, res, err := path.Handle(pod, ctr)
+	p.observeRequest(&res, adj, err, time.Since(start))
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
@@ -295,14 +131,10 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	case res.Selection.Note != "":
 		p.log.WithFields(fields).Info(res.Selection.Note)
 	case adj != nil:
-		// Management containers get control nodes that no GPU's CDI
-		// device carries: always edits.
-		if st.cfg.Emit == "cdi" && !res.Request.Management {
-			var how string
-			adj, how = p.emitCDI(st, res, adj)
-			fields["emit"] = how
+		if res.Emit != "" {
+			fields["emit"] = res.Emit
 		}
-		fields["source"] = res.Request.Source
+		fields["source"] = res.Request.Source.String()
 		fields["gpus"] = res.Edits.VisibleDevices
 		fields["capabilities"] = res.Selection.Caps.String()
 		fields["files"] = res.Edits.Files
@@ -318,64 +150,122 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return adj, nil, nil
 }
 
-// emitCDI returns the CDI form of an answer when the runtime can resolve
-// it and its specs define every GPU of the selection; otherwise the edits,
-// with the reason.
-func (p *Plugin) emitCDI(st *state, res Result, edits *api.ContainerAdjustment) (*api.ContainerAdjustment, string) {
-	if !p.runtimeCDI.Load() {
-		return edits, "edits (the runtime's NRI does not inject CDI devices)"
+// Synchronize handles the runtime's Synchronize request, sent once per
+// connection with the pods and containers that exist: the allocation table
+// is rebuilt from them (see pipeline.Holdings), so that it survives
+// restarts of the plugin and of the runtime without a state file.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	st := p.node.State()
+	hs, warnings := pipeline.Holdings(st.Source, st.Sharing, pods, ctrs)
+	for _, w := range warnings {
+		p.log.Warn("synchronize: " + w)
 	}
-	if len(res.GPUs) == 0 {
-		return edits, "edits (no GPU to name)"
-	}
-	names := make([]string, 0, len(res.GPUs))
-	for _, g := range res.GPUs {
-		n, ok := st.cdiNames[g.UUID]
-		if !ok {
-			return edits, "edits (no CDI spec defines " + cdispec.Kind + "=" + g.UUID + ")"
-		}
-		names = append(names, n)
-	}
-	cdi := adjust.CDIAdjustment(names, res.Edits.VisibleDevices)
-	// The booking's record goes with either form.
-	if v, ok := edits.GetAnnotations()[alloc.Annotation]; ok {
-		cdi.AddAnnotation(alloc.Annotation, v)
-	}
-	return cdi, "cdi"
-}
-
-// Result tells what Handle decided, for logging.
-type Result struct {
-	Request   request.Request
-	Selection request.Selection
-	// GPUs are the GPUs the container gets: those named, or those the
-	// allocator picked for a count.
-	GPUs []inventory.GPU
-	// Holding is what the container now holds in the allocation table;
-	// nil when it holds no GPU.
-	Holding *alloc.Holding
-	Edits   adjust.Edits
-}
-
-// Handle is the request path with the default policy (every source
-// allowed everywhere); see HandleWithPolicy. It touches no file. A nil
-// adjustment with a nil error leaves the container untouched.
-func Handle(prep *adjust.Prepared, table *alloc.Table, sharing alloc.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
-	return HandleWithPolicy(prep, table, sharing, policy.Policy{}, pod, ctr)
-}
-
-// byIndex returns the snapshot's GPUs of the given indices, in that order.
-func byIndex(snap *inventory.Snapshot, idx []int) []inventory.GPU {
-	out := make([]inventory.GPU, 0, len(idx))
-	for _, i := range idx {
-		for _, g := range snap.GPUs {
-			if g.Index == i {
-				out = append(out, g)
-				break
-			}
+	p.table.Rebuild(hs)
+	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs), "holders": len(hs)}).Info("synchronized with the runtime")
+	p.logTable("rebuilt from the runtime's containers")
+	p.synced.Store(true)
+	sources := map[string]bool{}
+	for _, c := range ctrs {
+		for _, m := range c.GetMounts() {
+			sources[m.GetSource()] = true
 		}
 	}
-	return out
+	p.node.CleanLibraryCache(func(dir string) bool { return sources[dir] })
+	p.observer().Connected()
+	return nil, nil
+}
+
+// StopContainer releases the GPUs of a container that stopped (or whose
+// creation failed after the plugin answered: the runtime then stops and
+// removes it).
+func (p *Plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	p.release(pipeline.HolderOf(pod, ctr), "stopped")
+	return nil, nil
+}
+
+// RemoveContainer releases the GPUs of a removed container.
+func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.release(pipeline.HolderOf(pod, ctr), "removed")
+	return nil
+}
+
+// StopPodSandbox releases the GPUs of every container of a stopped pod.
+func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.releasePod(pod, "stopped")
+	return nil
+}
+
+// RemovePodSandbox releases the GPUs of every container of a removed pod.
+func (p *Plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.releasePod(pod, "removed")
+	return nil
+}
+
+func (p *Plugin) release(h alloc.Holder, why string) {
+	if p.table.Release(h.ID) {
+		p.logTable("released by " + h.String() + " (" + why + ")")
+	}
+}
+
+func (p *Plugin) releasePod(pod *api.PodSandbox, why string) {
+	if n := p.table.ReleasePod(pod.GetId()); n > 0 {
+		p.logTable("released by the " + strconv.Itoa(n) + " containers of pod " + pod.GetNamespace() + "/" + pod.GetName() + " (" + why + ")")
+	}
+}
+
+// logTable logs the allocation table after a change.
+func (p *Plugin) logTable(change string) {
+	if !p.log.IsLevelEnabled(logrus.InfoLevel) {
+		return
+	}
+	p.log.WithField("table", alloc.Summary(p.table.State())).Info("allocation: " + change)
+}
+
+// Ready reports whether the plugin is connected to the runtime and
+// synchronized with it, with an inventory loaded: whether containers
+// created now get their GPUs.
+func (p *Plugin) Ready() bool { return p.notReady() == "" }
+
+// notReady says why the plugin is not ready, or "" when it is.
+func (p *Plugin) notReady() string {
+	switch {
+	case p.node == nil || p.node.State() == nil:
+		return "no inventory loaded"
+	case !p.synced.Load():
+		return "not connected to the runtime, or not yet synchronized with it"
+	}
+	return ""
+}
+
+// NotReady returns nil when the plugin is ready (see Ready), or an error
+// saying why it is not, for the /readyz endpoint.
+func (p *Plugin) NotReady() error {
+	if r := p.notReady(); r != "" {
+		return errors.New(r)
+	}
+	return nil
+}
+
+// Status returns the plugin's readiness and allocation table, for the
+// status API.
+func (p *Plugin) Status() status.Status {
+	var st *node.State
+	if p.node != nil {
+		st = p.node.State()
+	}
+	s := status.Status{Reason: p.notReady(), GPUs: []status.GPUStatus{}}
+	s.Ready = s.Reason == ""
+	ids := map[int]string{}
+	if st != nil {
+		s.Sharing = st.Sharing.String()
+		for _, g := range st.Source.Devices() {
+			ids[g.Index] = g.ID()
+		}
+	}
+	for _, row := range p.table.State() {
+		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index]})
+	}
+	return s
 }
 
 // RunOptions say how to reach the runtime.

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/status"
 )
 
 func get(t *testing.T, socket, path string) (int, string) {
@@ -49,14 +50,14 @@ func TestStatusSocket(t *testing.T) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
-	if err := p.ServeStatus(ctx, socket); err != nil {
+	if err := status.Serve(ctx, socket, p, p.log); err != nil {
 		t.Fatalf("ServeStatus over a stale socket: %v", err)
 	}
 	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o660 {
 		t.Errorf("socket mode: %v, %v", fi.Mode(), err)
 	}
 	// A live one is not taken over.
-	if err := testPlugin(alloc.Shared, io.Discard).ServeStatus(ctx, socket); err == nil || !strings.Contains(err.Error(), "another process serves it") {
+	if err := status.Serve(ctx, socket, testPlugin(alloc.Shared, io.Discard), p.log); err == nil || !strings.Contains(err.Error(), "another process serves it") {
 		t.Errorf("second ServeStatus: %v", err)
 	}
 
@@ -75,7 +76,7 @@ func TestStatusSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body := get(t, socket, "/status")
-	var s Status
+	var s status.Status
 	if err := json.Unmarshal([]byte(body), &s); code != 200 || err != nil {
 		t.Fatalf("/status: %d %v %s", code, err, body)
 	}

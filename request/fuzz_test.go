@@ -3,6 +3,8 @@ package request
 import (
 	"strings"
 	"testing"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // checkOutcome checks what any request parser and Select may produce from
@@ -17,7 +19,7 @@ func checkOutcome(t *testing.T, r Request, err error) {
 		}
 		return
 	}
-	sel, err := Select(r, snap)
+	sel, err := Select(r, nvidia(snap))
 	if err != nil {
 		if !strings.HasPrefix(err.Error(), "nri-gpu: ") {
 			t.Fatalf("error %q lacks the nri-gpu: prefix", err)
@@ -92,28 +94,9 @@ func FuzzParseEnv(f *testing.F) {
 	f.Fuzz(func(t *testing.T, devices, caps, mount string) {
 		in := Input{Name: "c", Env: []string{EnvVisibleDevices + "=" + devices, EnvDriverCapabilities + "=" + caps}}
 		if mount != "" {
-			in.Mounts = []Mount{{Source: "/dev/null", Destination: mount}}
+			in.Mounts = []inventory.Mount{{Source: "/dev/null", Destination: mount}}
 		}
 		r, err := ParseInput(in)
 		checkOutcome(t, r, err)
-	})
-}
-
-// FuzzRequirement fuzzes NVIDIA_REQUIRE_* expressions.
-func FuzzRequirement(f *testing.F) {
-	for _, s := range []string{"cuda>=12.8", "cuda>=12.8 brand=tesla,driver>=470,driver<471", "arch>=9.0", "brand!=geforce",
-		"cudnn>=9", "cuda=>12", "driver>=1.2.3.4.5", ",,, ,", "cuda>=99999999999"} {
-		f.Add(s)
-	}
-	gpus := testSnapshot(2).GPUs
-	f.Fuzz(func(t *testing.T, expr string) {
-		_, perr := ParseRequirement(expr)
-		err := CheckRequirements([]string{"NVIDIA_REQUIRE_CUDA=" + expr}, NodeFacts{CUDA: "13.0", Driver: "580.126.09"}, gpus)
-		if perr != nil && err == nil {
-			t.Fatalf("ParseRequirement(%q) failed (%v) but the check passed", expr, perr)
-		}
-		if err != nil && !strings.HasPrefix(err.Error(), "nri-gpu: env NVIDIA_REQUIRE_CUDA: requirement error: ") {
-			t.Fatalf("error %q", err)
-		}
 	})
 }

@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/policy"
 )
 
 // Annotation keys and environment variables that carry requests.
@@ -47,13 +46,8 @@ const (
 // Request is a parsed GPU request, not yet checked against a node.
 type Request struct {
 	Kind Kind
-	// Source names where the request came from, for messages:
-	// "annotation gpus.nri-gpu.dev/container.train" or
-	// "env NVIDIA_VISIBLE_DEVICES".
-	Source string
-	// Origin is the kind of source, for the policy; zero for Nothing.
-	Origin  policy.Source
-	FromEnv bool
+	// Source is where the request came from.
+	Source Source
 	// Management is set for management.nvidia.com/gpu=all: every GPU and
 	// every control node, without a workload's NVIDIA_VISIBLE_DEVICES.
 	Management bool
@@ -61,8 +55,8 @@ type Request struct {
 	// IDs are the device IDs as the user wrote them (trimmed).
 	IDs  []string
 	Caps inventory.Capabilities
-	// CapsSource names where Caps came from; empty for the default.
-	CapsSource string
+	// CapsSource is where Caps came from; zero for the default.
+	CapsSource Source
 	// Exclusive is the annotation's exclusive= field: nil when absent
 	// (the node's sharing policy applies).
 	Exclusive *bool
@@ -71,13 +65,13 @@ type Request struct {
 // Error is a request that cannot be parsed or met. Its message names the
 // source, the bad token and what would have been valid.
 type Error struct {
-	Source string
+	Source Source
 	Msg    string
 }
 
-func (e *Error) Error() string { return "nri-gpu: " + e.Source + ": " + e.Msg }
+func (e *Error) Error() string { return "nri-gpu: " + e.Source.String() + ": " + e.Msg }
 
-func errorf(source, format string, args ...any) *Error {
+func errorf(source Source, format string, args ...any) *Error {
 	return &Error{Source: source, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -94,7 +88,7 @@ func getenv(env []string, key string) (string, bool) {
 
 // parseEnv parses the NVIDIA toolkit's variables.
 func parseEnv(env []string) (Request, error) {
-	const src = "env " + EnvVisibleDevices
+	src := envSource(EnvVisibleDevices)
 	val, _ := getenv(env, EnvVisibleDevices)
 	ids := make([]string, 0, strings.Count(val, ",")+1)
 	for more := true; more; {
@@ -104,9 +98,7 @@ func parseEnv(env []string) (Request, error) {
 			ids = append(ids, id)
 		}
 	}
-	r, err := visibleDevices(src, ids, env)
-	r.FromEnv = r.Kind != Nothing
-	return r, err
+	return visibleDevices(src, ids, env)
 }
 
 // visibleDevices turns a list of device IDs (trimmed, non-empty) into a
@@ -114,7 +106,7 @@ func parseEnv(env []string) (Request, error) {
 // empty list is nothing; the special values win over device IDs, in the
 // order void (nothing), none (the driver without a GPU), all; otherwise
 // the IDs, duplicates dropped, in their order. It reuses ids.
-func visibleDevices(src string, ids []string, env []string) (Request, error) {
+func visibleDevices(src Source, ids []string, env []string) (Request, error) {
 	r := Request{Source: src}
 	switch {
 	case len(ids) == 0 || slices.Contains(ids, "void"):
@@ -142,15 +134,15 @@ func visibleDevices(src string, ids []string, env []string) (Request, error) {
 
 // envCapabilities parses NVIDIA_DRIVER_CAPABILITIES; unset or empty gives
 // the default set.
-func envCapabilities(env []string) (inventory.Capabilities, string, error) {
+func envCapabilities(env []string) (inventory.Capabilities, Source, error) {
 	val, ok := getenv(env, EnvDriverCapabilities)
 	if !ok || strings.TrimSpace(val) == "" {
-		return inventory.DefaultCapabilities, "", nil
+		return inventory.DefaultCapabilities, Source{}, nil
 	}
-	src := "env " + EnvDriverCapabilities
+	src := envSource(EnvDriverCapabilities)
 	caps, err := ParseCapabilities(val)
 	if err != nil {
-		return 0, "", errorf(src, "%v", err)
+		return 0, Source{}, errorf(src, "%v", err)
 	}
 	return caps, src, nil
 }
@@ -191,7 +183,7 @@ const maxAnnotation = 4096
 // comma-separated CSV fields, each "all", a count, or key=value with keys
 // count, device, capabilities, driver and exclusive. A field holding commas
 // (device=0,2) is quoted, as Docker requires: "device=0,2".
-func parseAnnotation(src, val string, env []string) (Request, error) {
+func parseAnnotation(src Source, val string, env []string) (Request, error) {
 	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false"`
 	if len(val) > maxAnnotation {
 		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -42,55 +43,55 @@ func TestParse(t *testing.T) {
 		{"no request", nil, nil, Request{}},
 		{"unrelated env", nil, []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICESX=all"}, Request{}},
 		{"annotation all", ann(ctrKey, "all"), nil,
-			Request{Kind: All, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: All, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation count", ann(ctrKey, "2"), nil,
-			Request{Kind: Count, Count: 2, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Count, Count: 2, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation count=", ann(ctrKey, "count=3"), nil,
-			Request{Kind: Count, Count: 3, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Count, Count: 3, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation count=all", ann(ctrKey, "count=all"), nil,
-			Request{Kind: All, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: All, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation quoted device list", ann(ctrKey, `"device=0,2"`), nil,
-			Request{Kind: Devices, IDs: []string{"0", "2"}, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Devices, IDs: []string{"0", "2"}, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation single device", ann(ctrKey, "device=GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7"), nil,
-			Request{Kind: Devices, IDs: []string{"GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7"}, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Devices, IDs: []string{"GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7"}, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation device and capabilities", ann(ctrKey, `"device=0,1","capabilities=compute,utility,video",driver=nvidia`), nil,
-			Request{Kind: Devices, IDs: []string{"0", "1"}, Source: "annotation " + ctrKey,
-				Caps: caps(inventory.Compute, inventory.Utility, inventory.Video), CapsSource: "annotation " + ctrKey}},
+			Request{Kind: Devices, IDs: []string{"0", "1"}, Source: Source{ContainerAnnotation, ctrKey},
+				Caps: caps(inventory.Compute, inventory.Utility, inventory.Video), CapsSource: Source{ContainerAnnotation, ctrKey}}},
 		{"annotation capabilities all", ann(ctrKey, "all,capabilities=all"), nil,
-			Request{Kind: All, Source: "annotation " + ctrKey, Caps: inventory.AllCapabilities, CapsSource: "annotation " + ctrKey}},
+			Request{Kind: All, Source: Source{ContainerAnnotation, ctrKey}, Caps: inventory.AllCapabilities, CapsSource: Source{ContainerAnnotation, ctrKey}}},
 		{"annotation spaces", ann(ctrKey, "  count=1 , driver=nvidia "), nil,
-			Request{Kind: Count, Count: 1, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Count, Count: 1, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"annotation takes caps from env", ann(ctrKey, "1"), []string{"NVIDIA_DRIVER_CAPABILITIES=utility"},
-			Request{Kind: Count, Count: 1, Source: "annotation " + ctrKey, Caps: caps(inventory.Utility), CapsSource: "env NVIDIA_DRIVER_CAPABILITIES"}},
+			Request{Kind: Count, Count: 1, Source: Source{ContainerAnnotation, ctrKey}, Caps: caps(inventory.Utility), CapsSource: envSource(EnvDriverCapabilities)}},
 		{"annotation exclusive", ann(ctrKey, "2,exclusive=true"), nil,
-			Request{Kind: Count, Count: 2, Source: "annotation " + ctrKey, Caps: def, Exclusive: ptr(true)}},
+			Request{Kind: Count, Count: 2, Source: Source{ContainerAnnotation, ctrKey}, Caps: def, Exclusive: ptr(true)}},
 		{"annotation shared device", ann(ctrKey, "exclusive=false,device=1"), nil,
-			Request{Kind: Devices, IDs: []string{"1"}, Source: "annotation " + ctrKey, Caps: def, Exclusive: ptr(false)}},
+			Request{Kind: Devices, IDs: []string{"1"}, Source: Source{ContainerAnnotation, ctrKey}, Caps: def, Exclusive: ptr(false)}},
 		{"pod annotation", ann(podKey, "1"), nil,
-			Request{Kind: Count, Count: 1, Source: "annotation " + podKey, Caps: def}},
+			Request{Kind: Count, Count: 1, Source: Source{PodAnnotation, podKey}, Caps: def}},
 		{"container annotation wins over pod", ann(podKey, "1", ctrKey, "2"), nil,
-			Request{Kind: Count, Count: 2, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Count, Count: 2, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"other container's annotation ignored", ann("gpus.nri-gpu.dev/container.other", "1"), nil, Request{}},
 		{"annotation wins over env", ann(ctrKey, "1"), []string{"NVIDIA_VISIBLE_DEVICES=all"},
-			Request{Kind: Count, Count: 1, Source: "annotation " + ctrKey, Caps: def}},
+			Request{Kind: Count, Count: 1, Source: Source{ContainerAnnotation, ctrKey}, Caps: def}},
 		{"env all", nil, []string{"NVIDIA_VISIBLE_DEVICES=all"},
-			Request{Kind: All, Source: "env NVIDIA_VISIBLE_DEVICES", FromEnv: true, Caps: def}},
+			Request{Kind: All, Source: envSource(EnvVisibleDevices), Caps: def}},
 		{"env none", nil, []string{"NVIDIA_VISIBLE_DEVICES=none"},
-			Request{Kind: DriverOnly, Source: "env NVIDIA_VISIBLE_DEVICES", FromEnv: true, Caps: def}},
+			Request{Kind: DriverOnly, Source: envSource(EnvVisibleDevices), Caps: def}},
 		{"env void", nil, []string{"NVIDIA_VISIBLE_DEVICES=void"}, Request{}},
 		{"env empty", nil, []string{"NVIDIA_VISIBLE_DEVICES="}, Request{}},
 		{"env only commas", nil, []string{"NVIDIA_VISIBLE_DEVICES= , ,"}, Request{}},
 		{"env list with spaces", nil, []string{"NVIDIA_VISIBLE_DEVICES= 0, GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7 ,0000:38:00.0"},
 			Request{Kind: Devices, IDs: []string{"0", "GPU-3e953d37-558d-fb20-8eca-25de8b98f5a7", "0000:38:00.0"},
-				Source: "env NVIDIA_VISIBLE_DEVICES", FromEnv: true, Caps: def}},
+				Source: envSource(EnvVisibleDevices), Caps: def}},
 		{"env caps", nil, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES= compute , graphics"},
-			Request{Kind: Devices, IDs: []string{"0"}, Source: "env NVIDIA_VISIBLE_DEVICES", FromEnv: true,
-				Caps: caps(inventory.Compute, inventory.Graphics), CapsSource: "env NVIDIA_DRIVER_CAPABILITIES"}},
+			Request{Kind: Devices, IDs: []string{"0"}, Source: envSource(EnvVisibleDevices),
+				Caps: caps(inventory.Compute, inventory.Graphics), CapsSource: envSource(EnvDriverCapabilities)}},
 		{"env caps all", nil, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"},
-			Request{Kind: Devices, IDs: []string{"0"}, Source: "env NVIDIA_VISIBLE_DEVICES", FromEnv: true,
-				Caps: inventory.AllCapabilities, CapsSource: "env NVIDIA_DRIVER_CAPABILITIES"}},
+			Request{Kind: Devices, IDs: []string{"0"}, Source: envSource(EnvVisibleDevices),
+				Caps: inventory.AllCapabilities, CapsSource: envSource(EnvDriverCapabilities)}},
 		{"env empty caps is default", nil, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES="},
-			Request{Kind: Devices, IDs: []string{"0"}, Source: "env NVIDIA_VISIBLE_DEVICES", FromEnv: true, Caps: def}},
+			Request{Kind: Devices, IDs: []string{"0"}, Source: envSource(EnvVisibleDevices), Caps: def}},
 		{"first env entry wins", nil, []string{"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=all"}, Request{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,6 +177,11 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// nvidia returns the device source of NVIDIA GPUs of snap.
+func nvidia(snap *inventory.Snapshot) adjust.Source {
+	return adjust.Prepare(snap, adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"})
+}
+
 // testSnapshot returns a snapshot of n GPUs whose minors run backwards, so
 // that index and minor differ.
 func testSnapshot(n int) *inventory.Snapshot {
@@ -231,7 +237,7 @@ func TestSelect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sel, err := Select(r, snap)
+			sel, err := Select(r, nvidia(snap))
 			if err != nil {
 				t.Fatalf("Select: %v", err)
 			}
@@ -259,7 +265,7 @@ func TestSelectCount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sel, err := Select(r, testSnapshot(4))
+		sel, err := Select(r, nvidia(testSnapshot(4)))
 		if err != nil || !sel.Inject || sel.Count != n || len(sel.GPUs) != 0 {
 			t.Errorf("count %d: %+v, %v", n, sel, err)
 		}
@@ -298,7 +304,7 @@ func TestSelectErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sel, err := Select(r, snap)
+			sel, err := Select(r, nvidia(snap))
 			if err == nil {
 				t.Fatalf("Select succeeded with %v, want error containing %q", indexes(sel.GPUs), tc.want)
 			}
@@ -339,7 +345,7 @@ func TestSelectEmptyNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sel, err := Select(r, tc.snap)
+			sel, err := Select(r, nvidia(tc.snap))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -361,7 +367,7 @@ func TestDriverOnlySelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sel, err := Select(r, testSnapshot(2))
+	sel, err := Select(r, nvidia(testSnapshot(2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,6 +382,5 @@ func TestDriverOnlySelection(t *testing.T) {
 // request counts as is checked in sources_test.go, so it is left out here.
 func parse(ann map[string]string, name string, env []string) (Request, error) {
 	r, err := ParseInput(Input{Annotations: ann, Name: name, Env: env})
-	r.Origin = 0
 	return r, err
 }

@@ -4,9 +4,8 @@ import (
 	"path"
 	"strings"
 
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"tags.cncf.io/container-device-interface/pkg/parser"
-
-	"github.com/nri-gpu/nri-gpu/policy"
 )
 
 // Request sources besides nri-gpu's own annotations and the environment.
@@ -21,20 +20,13 @@ const (
 	// sets NVIDIA_VISIBLE_DEVICES to this directory.
 	DeviceListRoot = "/var/run/nvidia-container-devices"
 	// CDI kinds nri-gpu serves.
-	CDIKindGPU        = "nvidia.com/gpu"
+	CDIKindGPU        = inventory.KindNVIDIA
 	CDIKindManagement = "management.nvidia.com/gpu"
 )
 
 // maxDeviceList bounds the device IDs taken from mounts or a CDI list; a
 // node has at most a few dozen GPUs.
 const maxDeviceList = 256
-
-// Mount is a mount the runtime already gives the container, as far as a
-// request is concerned.
-type Mount struct {
-	Source      string
-	Destination string
-}
 
 // Input is everything of a container that may carry a GPU request.
 type Input struct {
@@ -45,7 +37,7 @@ type Input struct {
 	// Env is the container's environment, "KEY=value" entries.
 	Env []string
 	// Mounts are the container's mounts.
-	Mounts []Mount
+	Mounts []inventory.Mount
 }
 
 // ParseInput finds and parses the container's request. Sources, the first
@@ -56,37 +48,31 @@ type Input struct {
 //  3. the device plugin's /dev/null mounts under /var/run/nvidia-container-devices;
 //  4. env NVIDIA_VISIBLE_DEVICES.
 //
-// The request's Origin says which one it was, for the policy.
+// The request's Source says which one it was.
 func ParseInput(in Input) (Request, error) {
-	for _, key := range [...]string{AnnotationContainerPrefix + in.Name, AnnotationPod} {
-		if val, ok := in.Annotations[key]; ok {
-			r, err := parseAnnotation("annotation "+key, val, in.Env)
-			r.Origin = policy.Annotation
-			return r, err
+	for _, src := range [...]Source{{ContainerAnnotation, AnnotationContainerPrefix + in.Name}, {PodAnnotation, AnnotationPod}} {
+		if val, ok := in.Annotations[src.Key]; ok {
+			return parseAnnotation(src, val, in.Env)
 		}
 	}
 	for _, key := range [...]string{AnnotationCDIContainerPrefix + in.Name, AnnotationCDIPod} {
 		if val, ok := in.Annotations[key]; ok {
-			return parseCDI("annotation "+key, val, in.Env)
+			return parseCDI(Source{CDIAnnotation, key}, val, in.Env)
 		}
 	}
 	if ids := deviceListFromMounts(in.Mounts); len(ids) > 0 {
 		return parseDeviceList(ids, in.Env)
 	}
-	r, err := parseEnv(in.Env)
-	if r.Kind != Nothing {
-		r.Origin = policy.Env
-	}
-	return r, err
+	return parseEnv(in.Env)
 }
 
 // parseCDI parses a comma list of CDI device names. nvidia.com/gpu=<ID>
 // names a GPU by index, UUID or bus id as NVIDIA_VISIBLE_DEVICES does, and
 // nvidia.com/gpu=all every GPU; management.nvidia.com/gpu=all is every GPU
 // and every control node, for management tools.
-func parseCDI(src, val string, env []string) (Request, error) {
+func parseCDI(src Source, val string, env []string) (Request, error) {
 	const valid = "valid: " + CDIKindGPU + "=<index|GPU-uuid|bus id|all>, " + CDIKindManagement + "=all"
-	r := Request{Source: src, Origin: policy.CDI}
+	r := Request{Source: src}
 	if len(val) > maxAnnotation {
 		return r, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
 	}
@@ -118,7 +104,7 @@ func parseCDI(src, val string, env []string) (Request, error) {
 	}
 	switch {
 	case r.Management:
-		r.Kind, r.Origin, r.IDs = All, policy.Management, nil
+		r.Kind, r.IDs = All, nil
 	case all:
 		r.Kind, r.IDs = All, nil
 	case len(r.IDs) > 0:
@@ -139,7 +125,7 @@ func parseCDI(src, val string, env []string) (Request, error) {
 // /var/run/nvidia-container-devices/<ID>, as the NVIDIA toolkit reads
 // them (paths cleaned, duplicates and the bare directory dropped, IMEX
 // channels ignored).
-func deviceListFromMounts(mounts []Mount) []string {
+func deviceListFromMounts(mounts []inventory.Mount) []string {
 	var ids []string
 	for _, m := range mounts {
 		if path.Clean(m.Source) != "/dev/null" {
@@ -171,9 +157,9 @@ func containsString(list []string, s string) bool {
 // "all", "none" and "void" as in NVIDIA_VISIBLE_DEVICES, "cdi/<vendor>/<class>/<name>"
 // or "cdi/<vendor>/<class>=<name>" as a CDI name.
 func parseDeviceList(ids []string, env []string) (Request, error) {
-	const src = "mounts " + DeviceListRoot
+	src := Source{DeviceList, DeviceListRoot}
 	if len(ids) > maxDeviceList {
-		return Request{Source: src, Origin: policy.DeviceList}, errorf(src, "more than %d devices", maxDeviceList)
+		return Request{Source: src}, errorf(src, "more than %d devices", maxDeviceList)
 	}
 	var names []string
 	for _, id := range ids {
@@ -188,16 +174,9 @@ func parseDeviceList(ids []string, env []string) (Request, error) {
 	}
 	if len(names) > 0 {
 		if len(names) != len(ids) {
-			return Request{Source: src, Origin: policy.DeviceList}, errorf(src, "mixes CDI names and device IDs")
+			return Request{Source: src}, errorf(src, "mixes CDI names and device IDs")
 		}
-		r, err := parseCDI(src, strings.Join(names, ","), env)
-		if !r.Management {
-			r.Origin = policy.DeviceList
-		}
-		return r, err
+		return parseCDI(src, strings.Join(names, ","), env)
 	}
-	r, err := visibleDevices(src, ids, env)
-	r.Origin = policy.DeviceList
-	r.FromEnv = false
-	return r, err
+	return visibleDevices(src, ids, env)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/policy"
 )
 
@@ -56,7 +57,7 @@ func TestVisibleDevicesFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sel, err := Select(r, snap)
+			sel, err := Select(r, nvidia(snap))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,8 +67,8 @@ func TestVisibleDevicesFixtures(t *testing.T) {
 					t.Errorf("%q: got %v, want nothing", f.value, indexes(sel.GPUs))
 				}
 			default:
-				if !sel.Inject || r.Origin != policy.Env || !cmp.Equal(indexes(sel.GPUs), f.want) {
-					t.Errorf("%q: got %v (inject %v, origin %v), want %v", f.value, indexes(sel.GPUs), sel.Inject, r.Origin, f.want)
+				if !sel.Inject || r.PolicySource() != policy.Env || !cmp.Equal(indexes(sel.GPUs), f.want) {
+					t.Errorf("%q: got %v (inject %v, origin %v), want %v", f.value, indexes(sel.GPUs), sel.Inject, r.PolicySource(), f.want)
 				}
 			}
 		})
@@ -76,10 +77,10 @@ func TestVisibleDevicesFixtures(t *testing.T) {
 
 func TestParseInputSources(t *testing.T) {
 	const uuid1 = "GPU-00000001-1111-2222-3333-000000000001"
-	dl := func(ids ...string) []Mount {
-		var ms []Mount
+	dl := func(ids ...string) []inventory.Mount {
+		var ms []inventory.Mount
 		for _, id := range ids {
-			ms = append(ms, Mount{Source: "/dev/null", Destination: DeviceListRoot + "/" + id})
+			ms = append(ms, inventory.Mount{Source: "/dev/null", Destination: DeviceListRoot + "/" + id})
 		}
 		return ms
 	}
@@ -107,11 +108,11 @@ func TestParseInputSources(t *testing.T) {
 			Devices, []string{"0", "1"}, policy.DeviceList, false},
 		{"device list before env", Input{Name: "c", Mounts: dl("0"), Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
 			Devices, []string{"0"}, policy.DeviceList, false},
-		{"mount not from /dev/null is no request", Input{Name: "c", Mounts: []Mount{{Source: "/tmp/x", Destination: DeviceListRoot + "/0"}}},
+		{"mount not from /dev/null is no request", Input{Name: "c", Mounts: []inventory.Mount{{Source: "/tmp/x", Destination: DeviceListRoot + "/0"}}},
 			Nothing, nil, 0, false},
-		{"bare device list directory is no request", Input{Name: "c", Mounts: []Mount{{Source: "/dev/null", Destination: DeviceListRoot}}},
+		{"bare device list directory is no request", Input{Name: "c", Mounts: []inventory.Mount{{Source: "/dev/null", Destination: DeviceListRoot}}},
 			Nothing, nil, 0, false},
-		{"unclean paths are cleaned", Input{Name: "c", Mounts: []Mount{{Source: "/dev//null", Destination: DeviceListRoot + "//x/../1/"}}},
+		{"unclean paths are cleaned", Input{Name: "c", Mounts: []inventory.Mount{{Source: "/dev//null", Destination: DeviceListRoot + "//x/../1/"}}},
 			Devices, []string{"1"}, policy.DeviceList, false},
 		{"imex channels ignored", Input{Name: "c", Mounts: dl("imex/0")}, Nothing, nil, 0, false},
 	} {
@@ -120,7 +121,7 @@ func TestParseInputSources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Kind != tc.kind || !cmp.Equal(r.IDs, tc.ids) || r.Origin != tc.origin || r.Management != tc.mgmt {
+			if r.Kind != tc.kind || !cmp.Equal(r.IDs, tc.ids) || r.PolicySource() != tc.origin || r.Management != tc.mgmt {
 				t.Errorf("got %+v, want kind %v IDs %v origin %v management %v", r, tc.kind, tc.ids, tc.origin, tc.mgmt)
 			}
 		})
@@ -147,7 +148,7 @@ func TestParseCDIErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Select(r, testSnapshot(4)); err == nil || !strings.Contains(err.Error(), `nri-gpu: annotation nvidia.cdi.k8s.io/pod: unknown GPU "9" (node has 0-3)`) {
+	if _, err := Select(r, nvidia(testSnapshot(4))); err == nil || !strings.Contains(err.Error(), `nri-gpu: annotation nvidia.cdi.k8s.io/pod: unknown GPU "9" (node has 0-3)`) {
 		t.Errorf("unknown GPU: %v", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/request"
 )
 
@@ -39,11 +39,11 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	log := logrus.New()
 	log.SetOutput(stderr)
 	log.SetLevel(logrus.WarnLevel)
-	p, err := plugin.New(cfg, log)
+	n, err := node.New(cfg, log)
 	if err != nil {
 		return err
 	}
-	spec, err := cdispec.Generate(p.Prepared(), caps)
+	spec, err := cdispec.Generate(n.State().Source, caps)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/status"
 )
 
 // Version is set at build time (-ldflags "-X main.Version=...").
@@ -136,9 +138,9 @@ func runCmd(args []string, stderr io.Writer) error {
 	name := fs.String("name", "nri-gpu", "plugin name to register with")
 	idx := fs.String("idx", "10", "plugin index (two digits) to register with")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	statusSocket := fs.String("status-socket", plugin.DefaultStatusSocket, "unix socket serving nri-gpu status and readiness (empty: none)")
+	statusSocket := fs.String("status-socket", status.DefaultSocket, "unix socket serving nri-gpu status and readiness (empty: none)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on [HOST]:PORT (HOST defaults to 127.0.0.1); off when empty")
-	watchInterval := fs.Duration("watch-interval", plugin.DefaultWatchInterval, "rediscover the node this often besides on file events; 0: only on file events")
+	watchInterval := fs.Duration("watch-interval", node.DefaultWatchInterval, "rediscover the node this often besides on file events; 0: only on file events")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -186,7 +188,7 @@ func runCmd(args []string, stderr io.Writer) error {
 	// Without its status socket the plugin still serves the runtime: GPUs
 	// matter more than their report (a readiness probe then fails).
 	if *statusSocket != "" {
-		if err := p.ServeStatus(ctx, *statusSocket); err != nil {
+		if err := status.Serve(ctx, *statusSocket, p, log); err != nil {
 			log.WithError(err).Error("not serving status")
 		}
 	}
@@ -219,7 +221,7 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	snap, err := plugin.Discover(cfg)
+	snap, err := node.Discover(cfg)
 	if err != nil {
 		return err
 	}

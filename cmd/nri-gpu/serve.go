@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/metrics"
+	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/plugin"
 )
 
@@ -25,8 +26,8 @@ func startMetrics(ctx context.Context, addr string, p *plugin.Plugin, log *logru
 	p.SetObserver(m)
 	m.SetAllocations(func() []metrics.Allocation {
 		var out []metrics.Allocation
-		for _, a := range p.Allocations() {
-			out = append(out, metrics.Allocation{Index: a.Index, UUID: a.UUID, Holders: a.Holders})
+		for _, g := range p.Status().GPUs {
+			out = append(out, metrics.Allocation{Index: g.Index, UUID: g.UUID, Holders: len(g.Holders)})
 		}
 		return out
 	})
@@ -45,11 +46,11 @@ func startMetrics(ctx context.Context, addr string, p *plugin.Plugin, log *logru
 
 // startWatcher follows the node and the configuration file until ctx is
 // done.
-func startWatcher(ctx context.Context, p *plugin.Plugin, cfgPath string, interval time.Duration) (*plugin.Watcher, error) {
+func startWatcher(ctx context.Context, p *plugin.Plugin, cfgPath string, interval time.Duration) (*node.Watcher, error) {
 	if interval == 0 {
 		interval = -1 // the flag's 0 means no periodic rediscovery
 	}
-	w, err := p.NewWatcher(plugin.WatchOptions{ConfigPath: cfgPath, Interval: interval})
+	w, err := p.Node().NewWatcher(node.WatchOptions{ConfigPath: cfgPath, Interval: interval})
 	if err != nil {
 		return nil, err
 	}

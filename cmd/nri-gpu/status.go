@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/status"
 )
 
 // errNotReady makes `nri-gpu status --ready` exit 1 once it has said why.
@@ -23,7 +23,7 @@ var errNotReady = errors.New("not ready")
 func statusCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	socket := fs.String("status-socket", plugin.DefaultStatusSocket, "the plugin's status socket")
+	socket := fs.String("status-socket", status.DefaultSocket, "the plugin's status socket")
 	ready := fs.Bool("ready", false, "only check readiness: exit 0 when the plugin is connected and synchronized, 1 otherwise")
 	format := fs.String("o", "table", "output format: table or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -66,7 +66,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 		_, err := stdout.Write(body)
 		return err
 	}
-	var s plugin.Status
+	var s status.Status
 	if err := json.Unmarshal(body, &s); err != nil {
 		return fmt.Errorf("bad status from %s: %w", *socket, err)
 	}
@@ -74,7 +74,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 // writeStatus prints the allocation table.
-func writeStatus(w io.Writer, s plugin.Status) error {
+func writeStatus(w io.Writer, s status.Status) error {
 	if s.Ready {
 		fmt.Fprintf(w, "Ready: yes\n")
 	} else {

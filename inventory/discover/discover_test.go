@@ -328,30 +328,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
-func TestFilesFor(t *testing.T) {
-	s := &inventory.Snapshot{Files: []inventory.DriverFile{
-		{Kind: inventory.Library, Capability: inventory.Compute, Name: "libcuda.so.1"},
-		{Kind: inventory.Library32, Capability: inventory.Compute, Name: "libcuda.so.1"},
-		{Kind: inventory.Library32, Capability: inventory.Graphics, Name: "libGLX_nvidia.so.0"},
-		{Kind: inventory.Binary, Capability: inventory.Utility, Name: "nvidia-smi"},
-		{Kind: inventory.FirmwareDir, Name: "580"},
-	}}
-	names := func(fs []inventory.DriverFile) []string {
-		var out []string
-		for _, f := range fs {
-			out = append(out, f.Kind.String()+":"+f.Name)
-		}
-		return out
-	}
-	got := names(s.FilesFor(inventory.Capabilities(inventory.Compute).With(inventory.Compat32)))
-	want := []string{"library:libcuda.so.1", "library32:libcuda.so.1", "firmware:580"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("compute,compat32 (-want +got):\n%s", diff)
-	}
-	got = names(s.FilesFor(inventory.Capabilities(inventory.Utility)))
-	want = []string{"binary:nvidia-smi", "firmware:580"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("utility (-want +got):\n%s", diff)
-	}
-}

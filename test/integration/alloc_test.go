@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/plugin"
+	"github.com/nri-gpu/nri-gpu/status"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -134,7 +134,7 @@ func (r *runtimeSide) removePod(name string) {
 
 // status runs `nri-gpu status` with args and returns its output and exit
 // code.
-func status(t *testing.T, socket string, args ...string) (string, int) {
+func statusCmd(t *testing.T, socket string, args ...string) (string, int) {
 	t.Helper()
 	out, err := exec.Command(binary, append([]string{"status", "--status-socket", socket}, args...)...).CombinedOutput()
 	code := 0
@@ -150,8 +150,8 @@ func status(t *testing.T, socket string, args ...string) (string, int) {
 // from `nri-gpu status -o json`.
 func table(t *testing.T, socket string) string {
 	t.Helper()
-	out, code := status(t, socket, "-o", "json")
-	var s plugin.Status
+	out, code := statusCmd(t, socket, "-o", "json")
+	var s status.Status
 	if err := json.Unmarshal([]byte(out), &s); code != 0 || err != nil {
 		t.Fatalf("nri-gpu status -o json: exit %d, %v\n%s", code, err, out)
 	}
@@ -224,7 +224,7 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 	if want := "0=exclusive[default/pod-a/a] 1=exclusive[default/pod-a/a] 2=exclusive[default/pod-b/b] 3=free"; before != want {
 		t.Fatalf("table %s\nwant %s", before, want)
 	}
-	out, code := status(t, socket)
+	out, code := statusCmd(t, socket)
 	t.Logf("nri-gpu status:\n%s", out)
 	for _, w := range []string{"Ready: yes", "Sharing policy: exclusive", n.GPUs[2].UUID, "default/pod-b/b (exclusive)"} {
 		if code != 0 || !strings.Contains(out, w) {
@@ -243,7 +243,7 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 	top := t // the restarted plugin must outlive the subtest
 	t.Run("plugin restart", func(t *testing.T) {
 		stopPlugin(t, p)
-		if _, code := status(t, socket, "--ready"); code != 1 {
+		if _, code := statusCmd(t, socket, "--ready"); code != 1 {
 			t.Errorf("status --ready with the plugin stopped: exit %d, want 1", code)
 		}
 		p = startPlugin(top, append(args, "--socket", r.socket)...)
@@ -293,7 +293,7 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 	// Once the runtime is gone, the plugin is not ready.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, code := status(t, socket, "--ready")
+		out, code := statusCmd(t, socket, "--ready")
 		if code == 1 && strings.Contains(out, "not ready: not connected to the runtime") {
 			break
 		}

@@ -63,7 +63,7 @@ func computeAdjustments(cases []fixedCase, log *logrus.Logger) (map[string]*api.
 			}
 			plugins[c.Config] = p
 		}
-		cfg := p.Config()
+		cfg := p.Node().Config()
 		pod := &api.PodSandbox{Name: "fixed", Namespace: "default", Annotations: map[string]string{"gpus.nri-gpu.dev/container." + benchContainer: c.Request}}
 		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: benchContainer})
 		if err != nil {

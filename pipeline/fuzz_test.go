@@ -1,4 +1,4 @@
-package plugin
+package pipeline
 
 import (
 	"strings"
@@ -39,7 +39,7 @@ func FuzzHandle(f *testing.F) {
 		pod := &api.PodSandbox{Namespace: ns, Annotations: map[string]string{key: val}}
 		ctr := &api.Container{Name: "c", Env: []string{env}, Mounts: []*api.Mount{{Source: mountSrc, Destination: mountDst}}}
 		for _, pol := range policies {
-			adj, _, err := HandleWithPolicy(prep, tableFor(snap), alloc.Shared, pol, pod, ctr)
+			adj, _, err := handleWithPolicy(prep, tableFor(snap), alloc.Shared, pol, pod, ctr)
 			if err != nil {
 				if adj != nil {
 					t.Fatalf("error %v with an adjustment", err)

@@ -1,4 +1,9 @@
-package plugin
+// Package status is nri-gpu's report about itself on a unix socket:
+// readiness and the allocation table, as JSON (GET /status) and as a
+// readiness check (GET /ready), for `nri-gpu status`, probes and
+// `nri-gpu doctor`. It knows nothing of NRI: a Reporter says what to
+// report.
+package status
 
 import (
 	"context"
@@ -12,11 +17,18 @@ import (
 	"time"
 
 	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/sirupsen/logrus"
 )
 
-// DefaultStatusSocket is where `nri-gpu run` serves its status and
+// DefaultSocket is where `nri-gpu run` serves its status and
 // `nri-gpu status` asks for it.
-const DefaultStatusSocket = "/run/nri-gpu/status.sock"
+const DefaultSocket = "/run/nri-gpu/status.sock"
+
+// Reporter is what the status API reports on: the plugin.
+type Reporter interface {
+	// Status returns the current status.
+	Status() Status
+}
 
 // Status is what the plugin reports about itself: readiness and the
 // allocation table.
@@ -35,49 +47,18 @@ type GPUStatus struct {
 	UUID string `json:"uuid,omitempty"`
 }
 
-// notReady says why the plugin is not ready, or "" when it is.
-func (p *Plugin) notReady() string {
-	switch {
-	case p.state.Load() == nil:
-		return "no inventory loaded"
-	case !p.synced.Load():
-		return "not connected to the runtime, or not yet synchronized with it"
-	}
-	return ""
-}
-
-// Status returns the plugin's readiness and allocation table.
-func (p *Plugin) Status() Status {
-	st := p.state.Load()
-	s := Status{Reason: p.notReady(), GPUs: []GPUStatus{}}
-	s.Ready = s.Reason == ""
-	if st != nil {
-		s.Sharing = st.sharing.String()
-	}
-	for _, row := range p.table.State() {
-		g := GPUStatus{GPUState: row}
-		if st != nil {
-			if gs := byIndex(st.snap, []int{row.Index}); len(gs) == 1 {
-				g.UUID = gs[0].ID()
-			}
-		}
-		s.GPUs = append(s.GPUs, g)
-	}
-	return s
-}
-
-// StatusHandler serves the status API: GET /status returns Status as
-// JSON; GET /ready answers 200 when the plugin is ready and 503 with the
-// reason when it is not.
-func (p *Plugin) StatusHandler() http.Handler {
+// Handler serves the status API: GET /status returns r's Status as JSON;
+// GET /ready answers 200 when the plugin is ready and 503 with the reason
+// when it is not.
+func Handler(r Reporter) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(p.Status())
+		_ = json.NewEncoder(w).Encode(r.Status())
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
-		if r := p.notReady(); r != "" {
-			http.Error(w, "not ready: "+r, http.StatusServiceUnavailable)
+		if s := r.Status(); !s.Ready {
+			http.Error(w, "not ready: "+s.Reason, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
@@ -85,11 +66,11 @@ func (p *Plugin) StatusHandler() http.Handler {
 	return mux
 }
 
-// ServeStatus serves StatusHandler on a unix socket at path (mode 0660,
-// its directory created) until ctx is done. A stale socket left by a
-// killed plugin is replaced; one that another process still serves is an
-// error. It returns once the socket listens.
-func (p *Plugin) ServeStatus(ctx context.Context, path string) error {
+// Serve serves Handler(r) on a unix socket at path (mode 0660, its
+// directory created) until ctx is done. A stale socket left by a killed
+// plugin is replaced; one that another process still serves is an error.
+// It returns once the socket listens; log hears of a server that stops.
+func Serve(ctx context.Context, path string, r Reporter, log logrus.FieldLogger) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("status socket: %w", err)
 	}
@@ -113,16 +94,16 @@ func (p *Plugin) ServeStatus(ctx context.Context, path string) error {
 		l.Close()
 		return fmt.Errorf("status socket: %w", err)
 	}
-	srv := &http.Server{Handler: p.StatusHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: Handler(r), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
 	}()
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			p.log.WithError(err).Error("status socket stopped")
+			log.WithError(err).Error("status socket stopped")
 		}
 	}()
-	p.log.Infof("serving status on %s", path)
+	log.Infof("serving status on %s", path)
 	return nil
 }

@@ -1,8 +1,10 @@
-package plugin
+package node
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/nri-gpu/nri-gpu/config"
 )
 
 func TestSkipFirmware(t *testing.T) {
@@ -20,7 +22,7 @@ func TestSkipFirmware(t *testing.T) {
 		{"mount", "6.8.0", false, "firmware: mount"},
 		{"skip", "4.18.0", true, "firmware: skip"},
 	} {
-		skip, why := skipFirmware(tc.mode, tc.kernel)
+		skip, why := skipFirmware(config.Firmware(tc.mode), tc.kernel)
 		if skip != tc.skip || !strings.Contains(why, tc.why) {
 			t.Errorf("skipFirmware(%q, %q) = %v, %q; want %v, %q", tc.mode, tc.kernel, skip, why, tc.skip, tc.why)
 		}

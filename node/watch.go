@@ -1,4 +1,4 @@
-package plugin
+package node
 
 import (
 	"bytes"
@@ -38,81 +38,73 @@ const (
 // to the current state is not swapped. why names what caused the update,
 // for the log. The connection to the runtime is not touched: requests in
 // flight finish with the old snapshot, later ones get the new.
-func (p *Plugin) Update(cfg config.Config, why string) (string, error) {
-	p.refreshMu.Lock()
-	defer p.refreshMu.Unlock()
-	cur := p.state.Load()
-	log := p.log.WithField("cause", why)
-	snap, err := Discover(cfg)
+func (n *Node) Update(cfg config.Config, why string) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := n.state.Load()
+	log := n.log.WithField("cause", why)
+	d, err := discoverFor(cfg)
 	if err != nil {
 		err = fmt.Errorf("inventory: %w", err)
-		p.logProblem(log, err.Error())
-		p.observer().Refresh(RefreshError)
+		n.logProblem(log, err.Error())
+		n.observer().Refresh(RefreshError)
 		return RefreshError, err
 	}
+	snap := d.snap
 	if problem := snap.DriverProblem(); problem != "" && cur != nil {
-		p.logProblem(log, "broken driver: "+problem)
-		p.observer().Refresh(RefreshRejected)
+		n.logProblem(log, "broken driver: "+problem)
+		n.observer().Refresh(RefreshRejected)
 		return RefreshRejected, fmt.Errorf("inventory: broken driver: %s", problem)
 	}
-	p.lastProblem = ""
-	if cur != nil && reflect.DeepEqual(cur.cfg, cfg) && reflect.DeepEqual(cur.snap, snap) && !cdiNamesChanged(cur, cfg, snap) {
+	n.lastProblem = ""
+	if cur != nil && reflect.DeepEqual(cur.Config, cfg) && reflect.DeepEqual(cur.Snapshot(), snap) && !cdiNamesChanged(cur, cfg, snap) {
 		log.Debug("inventory unchanged")
-		p.observer().Refresh(RefreshUnchanged)
+		n.observer().Refresh(RefreshUnchanged)
 		return RefreshUnchanged, nil
 	}
 	if cur != nil {
 		fields := logrus.Fields{}
-		if cur.snap.DriverVersion != snap.DriverVersion {
-			fields["from"], fields["to"] = cur.snap.DriverVersion, snap.DriverVersion
+		if old := cur.Snapshot().DriverVersion; old != snap.DriverVersion {
+			fields["from"], fields["to"] = old, snap.DriverVersion
 		}
-		if !reflect.DeepEqual(cur.cfg, cfg) {
+		if !reflect.DeepEqual(cur.Config, cfg) {
 			fields["config"] = "changed"
 		}
 		log.WithFields(fields).Info("inventory refreshed")
 	}
-	if err := p.install(cfg, snap); err != nil {
-		p.logProblem(log, err.Error())
-		p.observer().Refresh(RefreshError)
+	if err := n.install(cfg, d); err != nil {
+		n.logProblem(log, err.Error())
+		n.observer().Refresh(RefreshError)
 		return RefreshError, err
 	}
-	p.observer().Refresh(RefreshChanged)
+	n.observer().Refresh(RefreshChanged)
 	return RefreshChanged, nil
 }
 
 // cdiNamesChanged reports whether, with emit: cdi, the runtime's CDI specs
 // now define other GPUs than the current state names (a spec was
 // regenerated while the node itself stayed the same).
-func cdiNamesChanged(cur *state, cfg config.Config, snap *inventory.Snapshot) bool {
-	if cfg.Emit != "cdi" {
+func cdiNamesChanged(cur *State, cfg config.Config, snap *inventory.Snapshot) bool {
+	if cfg.Emit != config.EmitCDI {
 		return false
 	}
 	names, _ := cdispec.Resolvable(snap, underRoot(cfg.HostRoot, cfg.CDISpecDirs))
-	return !maps.Equal(names, cur.cdiNames)
-}
-
-// underRoot returns dirs as read under root.
-func underRoot(root string, dirs []string) []string {
-	out := make([]string, 0, len(dirs))
-	for _, d := range dirs {
-		out = append(out, filepath.Join(root, d))
-	}
-	return out
+	return !maps.Equal(names, cur.CDINames)
 }
 
 // logProblem logs why an update was not applied: as a warning the first
 // time, at debug level while the same problem persists. The caller holds
-// refreshMu.
-func (p *Plugin) logProblem(log *logrus.Entry, problem string) {
-	cur := p.state.Load()
-	if cur != nil {
-		log = log.WithFields(logrus.Fields{"driver": cur.snap.DriverVersion, "gpus": len(cur.snap.GPUs), "files": len(cur.snap.Files)})
+// mu.
+func (n *Node) logProblem(log *logrus.Entry, problem string) {
+	if cur := n.state.Load(); cur != nil {
+		s := cur.Snapshot()
+		log = log.WithFields(logrus.Fields{"driver": s.DriverVersion, "gpus": len(s.GPUs), "files": len(s.Files)})
 	}
-	if problem == p.lastProblem {
+	if problem == n.lastProblem {
 		log.Debugf("%s: keeping the last good inventory", problem)
 		return
 	}
-	p.lastProblem = problem
+	n.lastProblem = problem
 	log.Warnf("%s: keeping the last good inventory", problem)
 }
 
@@ -131,9 +123,9 @@ type WatchOptions struct {
 // Watcher follows the node and the configuration file: it rediscovers the
 // node when the driver's files, the kernel module's version or the
 // configuration file change (fsnotify, with a periodic fallback) and
-// swaps the result in through Update.
+// swaps the result in through Node.Update.
 type Watcher struct {
-	p       *Plugin
+	n       *Node
 	o       WatchOptions
 	fsw     *fsnotify.Watcher
 	kick    chan string
@@ -144,9 +136,9 @@ type Watcher struct {
 	desired config.Config
 }
 
-// NewWatcher returns a watcher of p's node and of o.ConfigPath. The
-// configuration p runs with is taken as the file's current content.
-func (p *Plugin) NewWatcher(o WatchOptions) (*Watcher, error) {
+// NewWatcher returns a watcher of the node and of o.ConfigPath. The
+// configuration the node runs with is taken as the file's current content.
+func (n *Node) NewWatcher(o WatchOptions) (*Watcher, error) {
 	if o.Interval == 0 {
 		o.Interval = DefaultWatchInterval
 	}
@@ -157,7 +149,7 @@ func (p *Plugin) NewWatcher(o WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watching files: %w", err)
 	}
-	w := &Watcher{p: p, o: o, fsw: fsw, kick: make(chan string, 1), desired: p.Config()}
+	w := &Watcher{n: n, o: o, fsw: fsw, kick: make(chan string, 1), desired: n.Config()}
 	if o.ConfigPath != "" {
 		w.cfgData, _ = os.ReadFile(o.ConfigPath)
 	}
@@ -202,7 +194,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			if !ok {
 				return
 			}
-			w.p.log.WithError(err).Warn("watching files; the periodic rediscovery continues")
+			w.n.log.WithError(err).Warn("watching files; the periodic rediscovery continues")
 		case why := <-w.kick:
 			w.refresh(why, true)
 		case <-debounce.C:
@@ -217,8 +209,8 @@ func (w *Watcher) Run(ctx context.Context) {
 // refresh rereads the configuration file when it changed (or when forced)
 // and updates the plugin.
 func (w *Watcher) refresh(why string, force bool) {
-	log := w.p.log.WithField("cause", why)
-	cfg := w.p.Config() // a pre-registered plugin's came from the runtime
+	log := w.n.log.WithField("cause", why)
+	cfg := w.n.Config() // a pre-registered plugin's came from the runtime
 	if w.o.ConfigPath != "" {
 		data, err := os.ReadFile(w.o.ConfigPath)
 		switch {
@@ -241,7 +233,7 @@ func (w *Watcher) refresh(why string, force bool) {
 		}
 		cfg = w.desired
 	}
-	if _, err := w.p.Update(cfg, why); err == nil {
+	if _, err := w.n.Update(cfg, why); err == nil {
 		w.rewatch()
 	}
 }
@@ -254,8 +246,8 @@ func (w *Watcher) refresh(why string, force bool) {
 // ConfigMap swaps a symbolic link). Directories that
 // do not exist are skipped; the periodic rediscovery covers them.
 func (w *Watcher) rewatch() {
-	st := w.p.state.Load()
-	cfg, snap := st.cfg, st.snap
+	st := w.n.state.Load()
+	cfg, snap := st.Config, st.Snapshot()
 	mount := func(hostPath string) string {
 		rel, err := filepath.Rel(cfg.DriverRoot, hostPath)
 		if err != nil || strings.HasPrefix(rel, "..") {
@@ -273,7 +265,7 @@ func (w *Watcher) rewatch() {
 		dirs = append(dirs, filepath.Join(cfg.DriverRootMount, d))
 	}
 	dirs = append(dirs, filepath.Join(cfg.HostRoot, "proc/driver/nvidia"), filepath.Join(cfg.HostRoot, "dev"))
-	if cfg.Emit == "cdi" {
+	if cfg.Emit == config.EmitCDI {
 		dirs = append(dirs, underRoot(cfg.HostRoot, cfg.CDISpecDirs)...)
 	}
 	if cfg.CDIImport != nil {
@@ -295,7 +287,7 @@ func (w *Watcher) rewatch() {
 			continue
 		}
 		if err := w.fsw.Add(d); err != nil {
-			w.p.log.WithError(err).Debugf("not watching %s", d)
+			w.n.log.WithError(err).Debugf("not watching %s", d)
 			continue
 		}
 		w.watched = append(w.watched, d)

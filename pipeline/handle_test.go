@@ -1,11 +1,10 @@
-package plugin
+package pipeline
 
 import (
-	"fmt"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,57 +14,34 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/policy"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
 var layout = adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"}
 
-// benchSnapshot is a node with 8 GPUs and about 40 driver files of every
-// capability, built in memory.
-func benchSnapshot() *inventory.Snapshot {
-	s := &inventory.Snapshot{
-		DriverVersion: "580.126.09",
-		Control: inventory.ControlNodes{
-			Ctl:      &inventory.DeviceNode{Path: "/dev/nvidiactl", Major: 195, Minor: 255, Mode: 0o666},
-			UVM:      &inventory.DeviceNode{Path: "/dev/nvidia-uvm", Major: 510, Minor: 0, Mode: 0o666},
-			UVMTools: &inventory.DeviceNode{Path: "/dev/nvidia-uvm-tools", Major: 510, Minor: 1, Mode: 0o666},
-			Modeset:  &inventory.DeviceNode{Path: "/dev/nvidia-modeset", Major: 195, Minor: 254, Mode: 0o666},
-		},
-	}
-	for i := 0; i < 8; i++ {
-		s.GPUs = append(s.GPUs, inventory.GPU{
-			Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%08x-558d-fb20-8eca-25de8b98f5a7", i),
-			BusID: fmt.Sprintf("0000:%02x:00.0", 0x18+i*0x10),
-			Node:  inventory.DeviceNode{Path: "/dev/nvidia" + strconv.Itoa(i), Major: 195, Minor: int64(i), Mode: 0o666},
-		})
-	}
-	caps := []inventory.Capability{inventory.Utility, inventory.Compute, inventory.Video, inventory.Graphics, inventory.NGX}
-	for i := 0; i < 38; i++ {
-		c := caps[i%len(caps)]
-		s.Files = append(s.Files, inventory.DriverFile{
-			Kind: inventory.Library, Capability: c,
-			HostPath: fmt.Sprintf("/usr/lib64/libnvidia-%d.so.580.126.09", i), Name: fmt.Sprintf("libnvidia-%d.so.1", i),
-		})
-	}
-	s.Files = append(s.Files,
-		inventory.DriverFile{Kind: inventory.Binary, Capability: inventory.Utility, HostPath: "/usr/bin/nvidia-smi", Name: "nvidia-smi"},
-		inventory.DriverFile{Kind: inventory.FirmwareDir, HostPath: "/lib/firmware/nvidia/580.126.09", Name: "580.126.09"},
-	)
-	return s
-}
+// benchSnapshot is the in-memory node of 8 GPUs and 40 driver files.
+func benchSnapshot() *inventory.Snapshot { return simnode.MemorySnapshot() }
 
 // tableFor returns an empty allocation table for the GPUs of s.
-func tableFor(s *inventory.Snapshot) *alloc.Table {
-	var idx []int
-	for _, g := range s.GPUs {
-		idx = append(idx, g.Index)
-	}
-	return alloc.New(idx)
+func tableFor(s *inventory.Snapshot) *alloc.Table { return simnode.TableFor(s) }
+
+// handleWithPolicy runs the request path of src's node under pol.
+func handleWithPolicy(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pol policy.Policy, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	p := Path{Source: src, Table: table, Sharing: sharing, Policy: pol}
+	return p.Handle(pod, ctr)
+}
+
+// handle runs the request path with the default policy (every source
+// allowed everywhere).
+func handle(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	return handleWithPolicy(src, table, sharing, policy.Policy{}, pod, ctr)
 }
 
 func TestHandle(t *testing.T) {
 	s := benchSnapshot()
 	pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.a": `"device=1,GPU-00000003-558d-fb20-8eca-25de8b98f5a7",capabilities=all`}}
-	adj, res, err := Handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}})
+	adj, res, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,11 +68,11 @@ func TestHandle(t *testing.T) {
 
 	// A container of another name in the same pod is left alone; so is
 	// a failed request.
-	if adj, _, err := Handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "b"}); adj != nil || err != nil {
+	if adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "b"}); adj != nil || err != nil {
 		t.Errorf("other container: %v, %v", adj, err)
 	}
 	bad := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "device=8"}}
-	if adj, _, err := Handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, bad, &api.Container{Name: "b"}); adj != nil || err == nil {
+	if adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, bad, &api.Container{Name: "b"}); adj != nil || err == nil {
 		t.Errorf("bad request: %v, %v", adj, err)
 	}
 }
@@ -113,7 +89,7 @@ func BenchmarkHandle(b *testing.B) {
 	table := tableFor(s)
 	b.ReportAllocs()
 	for b.Loop() {
-		adj, _, err := Handle(prep, table, alloc.Shared, pod, ctr)
+		adj, _, err := handle(prep, table, alloc.Shared, pod, ctr)
 		if err != nil || len(adj.Mounts) != 40 {
 			b.Fatal(err)
 		}
@@ -130,18 +106,28 @@ func BenchmarkHandleEnv(b *testing.B) {
 	table := tableFor(s)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := Handle(prep, table, alloc.Shared, pod, ctr); err != nil {
+		if _, _, err := handle(prep, table, alloc.Shared, pod, ctr); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// TestRequestPathImportsNoIO checks that the packages of the request path
-// cannot touch the file system or the network: none of them imports a
-// package that could.
+// TestRequestPathImportsNoIO checks that the request path cannot touch
+// the file system or the network: neither this package nor any package of
+// the module that it imports, directly or through others, imports a
+// package that does I/O. The module's packages are followed from their
+// source; packages of other modules are the NRI protocol and CDI name
+// parsing, which the path uses for types and pure functions.
 func TestRequestPathImportsNoIO(t *testing.T) {
+	const module = "github.com/nri-gpu/nri-gpu"
 	forbidden := []string{"os", "io/fs", "io/ioutil", "syscall", "net", "os/exec", "golang.org/x/sys/unix", "path/filepath"}
-	for _, dir := range []string{"../request", "../alloc", "../adjust"} {
+	seen := map[string]bool{}
+	var visit func(pkg, dir string)
+	visit = func(pkg, dir string) {
+		if seen[pkg] {
+			return
+		}
+		seen[pkg] = true
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("no files in %s: %v", dir, err)
@@ -156,15 +142,21 @@ func TestRequestPathImportsNoIO(t *testing.T) {
 			}
 			for _, imp := range af.Imports {
 				p, _ := strconv.Unquote(imp.Path.Value)
-				for _, bad := range forbidden {
-					if p == bad {
-						t.Errorf("%s imports %s: the request path must not do I/O", f, p)
-					}
+				if slices.Contains(forbidden, p) {
+					t.Errorf("%s imports %s: the request path must not do I/O", f, p)
+				}
+				if rel, ok := strings.CutPrefix(p, module+"/"); ok {
+					visit(p, filepath.Join("..", filepath.FromSlash(rel)))
 				}
 			}
 		}
 	}
-	if _, err := os.Stat("../request"); err != nil {
-		t.Fatal(err)
+	visit(module+"/pipeline", ".")
+	// The path reaches every stage's package; a test that followed
+	// nothing would pass without checking.
+	for _, want := range []string{"request", "policy", "alloc", "adjust", "require", "inventory"} {
+		if !seen[module+"/"+want] {
+			t.Errorf("the request path does not import %s: the test no longer follows it", want)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package request
+package require
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
-func TestCheckRequirements(t *testing.T) {
+func TestCheck(t *testing.T) {
 	node := NodeFacts{CUDA: "13.0", Driver: "580.126.09"}
 	h100 := []inventory.GPU{{Index: 0, Model: "NVIDIA H100 80GB HBM3"}}
 	t4 := []inventory.GPU{{Index: 0, Model: "Tesla T4"}}
@@ -55,7 +55,7 @@ func TestCheckRequirements(t *testing.T) {
 				n.CUDA = ""
 				tc.fail = "cuda>=1.0"
 			}
-			err := CheckRequirements(tc.env, n, tc.gpus)
+			err := Check(tc.env, n, tc.gpus)
 			switch {
 			case tc.fail == "" && err != nil:
 				t.Errorf("unexpected error: %v", err)
@@ -85,4 +85,23 @@ func TestGPUArchAndBrand(t *testing.T) {
 			t.Errorf("%q: arch %q brand %q, want %q %q", tc.model, a, b, tc.arch, tc.brand)
 		}
 	}
+}
+
+// FuzzRequirement fuzzes NVIDIA_REQUIRE_* expressions.
+func FuzzRequirement(f *testing.F) {
+	for _, s := range []string{"cuda>=12.8", "cuda>=12.8 brand=tesla,driver>=470,driver<471", "arch>=9.0", "brand!=geforce",
+		"cudnn>=9", "cuda=>12", "driver>=1.2.3.4.5", ",,, ,", "cuda>=99999999999"} {
+		f.Add(s)
+	}
+	gpus := []inventory.GPU{{Index: 0, Model: "NVIDIA H100 80GB HBM3"}, {Index: 1, Model: "Tesla T4"}}
+	f.Fuzz(func(t *testing.T, expr string) {
+		_, perr := ParseRequirement(expr)
+		err := Check([]string{"NVIDIA_REQUIRE_CUDA=" + expr}, NodeFacts{CUDA: "13.0", Driver: "580.126.09"}, gpus)
+		if perr != nil && err == nil {
+			t.Fatalf("ParseRequirement(%q) failed (%v) but the check passed", expr, perr)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "nri-gpu: env NVIDIA_REQUIRE_CUDA: requirement error: ") {
+			t.Fatalf("error %q", err)
+		}
+	})
 }

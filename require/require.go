@@ -1,4 +1,8 @@
-package request
+// Package require checks the NVIDIA toolkit's requirement variables
+// (NVIDIA_REQUIRE_*, and CUDA_VERSION of legacy images) of a container
+// against the driver and the GPUs it is to get, with the toolkit's grammar
+// and wording. Everything here is pure.
+package require
 
 import (
 	"fmt"
@@ -19,6 +23,20 @@ const (
 	// cuda>=<major.minor>.
 	EnvCUDAVersion = "CUDA_VERSION"
 )
+
+// Error is a requirement that does not hold or cannot be parsed. It names
+// the variable that carries it.
+type Error struct {
+	// Variable is the environment variable, "NVIDIA_REQUIRE_CUDA".
+	Variable string
+	Msg      string
+}
+
+func (e *Error) Error() string { return "nri-gpu: env " + e.Variable + ": " + e.Msg }
+
+func errorf(variable, format string, args ...any) *Error {
+	return &Error{Variable: variable, Msg: fmt.Sprintf(format, args...)}
+}
 
 // NodeFacts is what requirements are checked against.
 type NodeFacts struct {
@@ -112,7 +130,7 @@ func parseVersion(s string) ([4]int, bool) {
 		return v, false
 	}
 	for i, p := range parts {
-		if !isDigits(p) || len(p) > 9 {
+		if p == "" || len(p) > 9 || strings.Trim(p, "0123456789") != "" {
 			return v, false
 		}
 		v[i], _ = strconv.Atoi(p)
@@ -206,12 +224,12 @@ func (r Requirement) holds(n NodeFacts, gpus []inventory.GPU) bool {
 	return true
 }
 
-// CheckRequirements checks the container's NVIDIA_REQUIRE_* variables
+// Check checks the container's NVIDIA_REQUIRE_* variables
 // (each must hold) against the node and the GPUs it is to get, unless
 // NVIDIA_DISABLE_REQUIRE is true. A legacy image's CUDA_VERSION without
 // NVIDIA_REQUIRE_CUDA requires cuda>=<its major.minor>. The error has the
 // toolkit's wording.
-func CheckRequirements(env []string, n NodeFacts, gpus []inventory.GPU) error {
+func Check(env []string, n NodeFacts, gpus []inventory.GPU) error {
 	if v, ok := getenv(env, EnvDisableRequire); ok {
 		if b, _ := strconv.ParseBool(strings.TrimSpace(v)); b {
 			return nil
@@ -234,7 +252,7 @@ func CheckRequirements(env []string, n NodeFacts, gpus []inventory.GPU) error {
 	if v, ok := getenv(env, EnvCUDAVersion); ok && !hasCUDA && strings.TrimSpace(v) != "" {
 		mv, ok := parseVersion(majorMinor(strings.TrimSpace(v)))
 		if !ok {
-			return errorf("env "+EnvCUDAVersion, "invalid CUDA version %s", quote(v))
+			return errorf(EnvCUDAVersion, "invalid CUDA version %s", quote(v))
 		}
 		reqs = append(reqs, req{EnvCUDAVersion, fmt.Sprintf("cuda>=%d.%d", mv[0], mv[1])})
 	}
@@ -242,10 +260,10 @@ func CheckRequirements(env []string, n NodeFacts, gpus []inventory.GPU) error {
 	for _, rq := range reqs {
 		r, err := ParseRequirement(rq.val)
 		if err != nil {
-			return errorf("env "+rq.key, "requirement error: %v", err)
+			return errorf(rq.key, "requirement error: %v", err)
 		}
 		if !r.holds(n, gpus) {
-			return errorf("env "+rq.key, "requirement error: unsatisfied condition: %s, please update your driver to a newer version, or use an earlier cuda container", strings.Join(strings.Fields(truncateReq(rq.val)), " "))
+			return errorf(rq.key, "requirement error: unsatisfied condition: %s, please update your driver to a newer version, or use an earlier cuda container", strings.Join(strings.Fields(truncateReq(rq.val)), " "))
 		}
 	}
 	return nil
@@ -323,4 +341,23 @@ func GPUBrand(model string) string {
 		return "nvidiartx"
 	}
 	return "nvidia"
+}
+
+// getenv returns the value of key in env as the process would see it (the
+// first entry wins, as with getenv(3)).
+func getenv(env []string, key string) (string, bool) {
+	for _, e := range env {
+		if len(e) > len(key) && e[len(key)] == '=' && strings.HasPrefix(e, key) {
+			return e[len(key)+1:], true
+		}
+	}
+	return "", false
+}
+
+// quote quotes a user's token for a message, cutting very long ones.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strconv.Quote(s)
 }

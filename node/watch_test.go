@@ -1,4 +1,4 @@
-package plugin
+package node
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func (o *countingObserver) Inventory(*inventory.Snapshot) {
 	o.inventory++
 }
 
-func newTestPlugin(t *testing.T) (*Plugin, *simnode.Node, config.Config, *logBuffer, *countingObserver) {
+func newTestNode(t *testing.T) (*Node, *simnode.Node, config.Config, *logBuffer, *countingObserver) {
 	t.Helper()
 	needRoot(t)
 	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, DeviceNodes: true})
@@ -100,7 +100,7 @@ func libVersions(s *inventory.Snapshot) map[string]bool {
 }
 
 func TestUpdate(t *testing.T) {
-	p, n, cfg, log, obs := newTestPlugin(t)
+	p, n, cfg, log, obs := newTestNode(t)
 	if obs.inventory != 1 {
 		t.Errorf("SetObserver told the observer %d inventories, want 1", obs.inventory)
 	}
@@ -188,7 +188,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestWatcher follows a driver upgrade and configuration changes through
 // file events alone (no periodic rediscovery).
 func TestWatcher(t *testing.T) {
-	p, n, cfg, log, _ := newTestPlugin(t)
+	p, n, cfg, log, _ := newTestNode(t)
 	cfgPath := filepath.Join(t.TempDir(), "nri-gpu.yaml")
 	writeCfg := func(extra string) {
 		mustWrite(t, cfgPath, fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n%s", cfg.HostRoot, cfg.DriverRoot, extra))
@@ -236,13 +236,13 @@ func TestWatcher(t *testing.T) {
 // picked up (the node itself is unchanged), so containers created later
 // get CDI references.
 func TestWatcherCDISpecs(t *testing.T) {
-	p, n, cfg, _, _ := newTestPlugin(t)
+	p, n, cfg, _, _ := newTestNode(t)
 	cfg.Emit = "cdi"
 	cfg.CDISpecDirs = []string{"/etc/cdi"}
 	if err := p.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.state.Load().cdiNames) != 0 {
+	if len(p.State().CDINames) != 0 {
 		t.Fatal("CDI names without a spec")
 	}
 	os.MkdirAll(filepath.Join(n.Root, "etc/cdi"), 0o755)
@@ -255,7 +255,7 @@ func TestWatcherCDISpecs(t *testing.T) {
 	go func() { w.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	spec, err := cdispec.Generate(p.Prepared(), inventory.DefaultCapabilities)
+	spec, err := cdispec.Generate(p.State().Source, inventory.DefaultCapabilities)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,14 +264,14 @@ func TestWatcherCDISpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, filepath.Join(n.Root, "etc/cdi/nri-gpu.yaml"), string(data))
-	waitFor(t, "the CDI spec to be read", func() bool { return len(p.state.Load().cdiNames) == len(n.GPUs) })
+	waitFor(t, "the CDI spec to be read", func() bool { return len(p.State().CDINames) == len(n.GPUs) })
 }
 
 // TestWatcherConfigMapUpdate updates the configuration the way the
 // kubelet updates a mounted ConfigMap: the file is a symbolic link through
 // ..data, and an update renames a new ..data link over the old one.
 func TestWatcherConfigMapUpdate(t *testing.T) {
-	p, _, cfg, _, _ := newTestPlugin(t)
+	p, _, cfg, _, _ := newTestNode(t)
 	dir := t.TempDir()
 	write := func(version, extra string) {
 		t.Helper()

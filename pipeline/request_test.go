@@ -1,4 +1,4 @@
-package plugin
+package pipeline
 
 import (
 	"strings"
@@ -46,7 +46,7 @@ func TestHandleWithPolicy(t *testing.T) {
 	cudaImage := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"}}
 
 	t.Run("env denied: void, nothing else", func(t *testing.T) {
-		adj, res, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("ml"), cudaImage)
+		adj, res, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("ml"), cudaImage)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,39 +58,39 @@ func TestHandleWithPolicy(t *testing.T) {
 		}
 	})
 	t.Run("env by namespace", func(t *testing.T) {
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, byNS, pod("legacy"), cudaImage)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, byNS, pod("legacy"), cudaImage)
 		if err != nil || len(devicePaths(adj)) != 8+3 {
 			t.Errorf("listed namespace: %v, %v", devicePaths(adj), err)
 		}
-		adj, _, err = HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, byNS, pod("web"), cudaImage)
+		adj, _, err = handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, byNS, pod("web"), cudaImage)
 		if err != nil || len(devicePaths(adj)) != 0 || envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != "void" {
 			t.Errorf("other namespace: %v, %v", adj, err)
 		}
 	})
 	t.Run("annotation outside its namespaces fails", func(t *testing.T) {
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("web", "gpus.nri-gpu.dev/pod", "1"), &api.Container{Name: "c"})
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("web", "gpus.nri-gpu.dev/pod", "1"), &api.Container{Name: "c"})
 		if adj != nil || err == nil || err.Error() != `nri-gpu: annotation gpus.nri-gpu.dev/pod: not allowed in namespace "web" (policy.annotationNamespaces: [ml])` {
 			t.Errorf("%v, %v", adj, err)
 		}
-		adj, _, err = HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("ml", "gpus.nri-gpu.dev/pod", "1"), &api.Container{Name: "c"})
+		adj, _, err = handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("ml", "gpus.nri-gpu.dev/pod", "1"), &api.Container{Name: "c"})
 		if err != nil || len(devicePaths(adj)) != 1+3 {
 			t.Errorf("allowed namespace: %v, %v", devicePaths(adj), err)
 		}
 	})
 	t.Run("CDI annotation", func(t *testing.T) {
 		p := pod("ml", "nvidia.cdi.k8s.io/container.c", "nvidia.com/gpu=1,nvidia.com/gpu=GPU-00000003-558d-fb20-8eca-25de8b98f5a7")
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "c"})
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "c"})
 		if err != nil || envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != "GPU-00000001-558d-fb20-8eca-25de8b98f5a7,GPU-00000003-558d-fb20-8eca-25de8b98f5a7" {
 			t.Errorf("%v, %v", adj, err)
 		}
 		p.Namespace = "web"
-		if adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "c"}); adj != nil || err == nil || !strings.Contains(err.Error(), "policy.cdiNamespaces: [ml]") {
+		if adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "c"}); adj != nil || err == nil || !strings.Contains(err.Error(), "policy.cdiNamespaces: [ml]") {
 			t.Errorf("web: %v, %v", adj, err)
 		}
 	})
 	t.Run("management", func(t *testing.T) {
 		p := pod("gpu-operator", "nvidia.cdi.k8s.io/pod", "management.nvidia.com/gpu=all")
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "dcgm", Env: []string{"NVIDIA_DRIVER_CAPABILITIES=utility"}})
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "dcgm", Env: []string{"NVIDIA_DRIVER_CAPABILITIES=utility"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,31 +106,31 @@ func TestHandleWithPolicy(t *testing.T) {
 		// It books nothing: an exclusive holder of every GPU does not
 		// stop it, and it holds nothing afterwards.
 		table := tableFor(prep.Snapshot())
-		if _, _, err := HandleWithPolicy(prep, table, alloc.Exclusive, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "all"), &api.Container{Id: "train", Name: "c"}); err != nil {
+		if _, _, err := handleWithPolicy(prep, table, alloc.Exclusive, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "all"), &api.Container{Id: "train", Name: "c"}); err != nil {
 			t.Fatal(err)
 		}
-		if adj, res, err := HandleWithPolicy(prep, table, alloc.Exclusive, secure, p, &api.Container{Id: "dcgm", Name: "dcgm"}); err != nil || adj == nil || res.Holding != nil {
+		if adj, res, err := handleWithPolicy(prep, table, alloc.Exclusive, secure, p, &api.Container{Id: "dcgm", Name: "dcgm"}); err != nil || adj == nil || res.Holding != nil {
 			t.Errorf("management next to an exclusive holder: %v, %v, %v", adj, err, res.Holding)
 		}
 		if h := table.Holdings(); len(h) != 1 {
 			t.Errorf("holdings %+v, want only the workload's", h)
 		}
 		p.Namespace = "ml"
-		if adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "dcgm"}); adj != nil || err == nil || !strings.Contains(err.Error(), "policy.managementNamespaces: [gpu-operator]") {
+		if adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "dcgm"}); adj != nil || err == nil || !strings.Contains(err.Error(), "policy.managementNamespaces: [gpu-operator]") {
 			t.Errorf("ml: %v, %v", adj, err)
 		}
 	})
 	t.Run("device plugin mounts pass a denying policy", func(t *testing.T) {
 		ctr := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"},
 			Mounts: []*api.Mount{{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/GPU-00000002-558d-fb20-8eca-25de8b98f5a7"}}}
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("web"), ctr)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, pod("web"), ctr)
 		if err != nil || envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != "GPU-00000002-558d-fb20-8eca-25de8b98f5a7" || !strings.Contains(strings.Join(devicePaths(adj), " "), "/dev/nvidia2") {
 			t.Errorf("%v, %v", adj, err)
 		}
 	})
 	t.Run("runtime CDI devices: nothing", func(t *testing.T) {
 		ctr := &api.Container{Name: "c", Env: cudaImage.Env, CDIDevices: []*api.CDIDevice{{Name: "nvidia.com/gpu=0"}}}
-		adj, res, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		adj, res, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if adj != nil || err != nil || !strings.Contains(res.Selection.Note, "CDI devices nvidia.com/gpu=0: nothing injected") {
 			t.Errorf("%v, %v, %q", adj, err, res.Selection.Note)
 		}
@@ -140,7 +140,7 @@ func TestHandleWithPolicy(t *testing.T) {
 			{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0},
 			{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255},
 		}}}
-		adj, res, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		adj, res, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,10 +151,10 @@ func TestHandleWithPolicy(t *testing.T) {
 			t.Errorf("%d mounts, note %q", len(adj.GetMounts()), res.Selection.Note)
 		}
 		// With every device node and driver file already there: nothing.
-		full, _, _ := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}})
+		full, _, _ := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}})
 		ctr.Linux.Devices = full.Linux.Devices
 		ctr.Mounts = full.Mounts
-		adj, res, err = HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		adj, res, err = handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if adj != nil || err != nil || !strings.Contains(res.Selection.Note, "nothing injected") {
 			t.Errorf("%v, %v, %q", adj, err, res.Selection.Note)
 		}
@@ -165,7 +165,7 @@ func TestHandleWithPolicy(t *testing.T) {
 		ctr := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
 			{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2},
 		}}}
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,14 +181,14 @@ func TestHandleWithPolicy(t *testing.T) {
 		// A count request is booked before its GPUs' arch can be
 		// checked; the unmet requirement releases the booking.
 		ctr := &api.Container{Id: "ctr-1", Name: "c", Env: []string{"NVIDIA_REQUIRE_ARCH=arch>=99.0"}}
-		if adj, _, err := HandleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "2"), ctr); adj != nil || err == nil {
+		if adj, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "2"), ctr); adj != nil || err == nil {
 			t.Errorf("unmet arch: %v, %v", adj, err)
 		}
 		// GPUs from the runtime are not booked by nri-gpu.
 		ctr = &api.Container{Id: "ctr-2", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
 			{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2},
 		}}}
-		adj, res, err := HandleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		adj, res, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if err != nil || adj == nil || res.Holding != nil {
 			t.Errorf("runtime-given GPU: %v, %v, holding %v", adj, err, res.Holding)
 		}
@@ -198,12 +198,12 @@ func TestHandleWithPolicy(t *testing.T) {
 	})
 	t.Run("unmet requirement fails and changes nothing", func(t *testing.T) {
 		ctr := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=13.5"}}
-		adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr)
 		if adj != nil || err == nil || err.Error() != "nri-gpu: env NVIDIA_REQUIRE_CUDA: requirement error: unsatisfied condition: cuda>=13.5, please update your driver to a newer version, or use an earlier cuda container" {
 			t.Errorf("%v, %v", adj, err)
 		}
 		ctr.Env = append(ctr.Env, "NVIDIA_DISABLE_REQUIRE=1")
-		if adj, _, err := HandleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr); adj == nil || err != nil {
+		if adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("ml"), ctr); adj == nil || err != nil {
 			t.Errorf("disabled: %v, %v", adj, err)
 		}
 	})

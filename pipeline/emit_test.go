@@ -1,39 +1,35 @@
-package plugin
+package pipeline
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/config"
 )
 
 func TestEmitCDI(t *testing.T) {
 	snap := benchSnapshot()
-	cfg := config.Default()
-	cfg.Emit = "cdi"
-	st := &state{cfg: cfg, snap: snap, prep: adjust.Prepare(snap, layout), cdiNames: map[string]string{
+	p := Path{Source: adjust.Prepare(snap, layout), Sharing: alloc.Shared, EmitCDI: true, CDINames: map[string]string{
 		snap.GPUs[0].UUID: "nvidia.com/gpu=" + snap.GPUs[0].UUID,
 		snap.GPUs[1].UUID: "nvidia.com/gpu=" + snap.GPUs[1].UUID,
 	}}
-	p := &Plugin{log: logrus.New()}
 	answer := func(ann string) (*api.ContainerAdjustment, string) {
 		pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": ann}}
-		adj, res, err := Handle(st.prep, tableFor(snap), alloc.Shared, pod, &api.Container{Id: "c", Name: "c"})
+		p.Table = tableFor(snap)
+		adj, res, err := p.Handle(pod, &api.Container{Id: "c", Name: "c"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.emitCDI(st, res, adj)
+		return adj, res.Emit
 	}
 
 	if _, how := answer(`"device=0,1"`); !strings.Contains(how, "does not inject CDI") {
 		t.Errorf("runtime without CDI support: %q", how)
 	}
-	p.runtimeCDI.Store(true)
+	p.RuntimeCDI = true
 	adj, how := answer(`"device=0,1"`)
 	if how != "cdi" || len(adj.CDIDevices) != 2 || len(adj.GetLinux().GetDevices()) != 0 || len(adj.Mounts) != 0 {
 		t.Errorf("resolvable GPUs: %q, %v", how, adj)

@@ -1,0 +1,131 @@
+package adjust
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/require"
+)
+
+// Source is where a node's devices come from, and all that the request
+// path knows of them: NVIDIA discovery (Prepared) or another vendor's CDI
+// specs (package cdisource). A new kind of device is a new implementation;
+// no consumer branches on which one it has. Implementations are immutable
+// and safe for concurrent use; none does I/O.
+type Source interface {
+	// Snapshot is the discovery the source serves.
+	Snapshot() *inventory.Snapshot
+	// Kind is the CDI kind of the devices, "nvidia.com/gpu".
+	Kind() string
+	// Devices lists the devices that may be handed out, by index.
+	Devices() []inventory.GPU
+	// Lookup finds the device an ID of a request names. The error says
+	// what the node has (it does not name the request's source).
+	Lookup(id string) (inventory.GPU, error)
+	// Problem says why no request can be served (no driver); empty when
+	// requests can be served.
+	Problem() string
+	// Edits returns the edits that give a container devs (from Devices)
+	// with the driver capabilities caps.
+	Edits(devs []inventory.GPU, caps inventory.Capabilities) Edits
+	// Control returns the node-wide device nodes that management
+	// containers get besides their devices.
+	Control() []inventory.DeviceNode
+	// Check checks the requirements a container's environment states
+	// (NVIDIA_REQUIRE_*) against the node and devs.
+	Check(env []string, devs []inventory.GPU) error
+}
+
+// Prepared is the Source of NVIDIA GPUs found by discovery.
+var _ Source = (*Prepared)(nil)
+
+// Kind returns nvidia.com/gpu.
+func (p *Prepared) Kind() string { return inventory.KindNVIDIA }
+
+// Devices returns the snapshot's GPUs.
+func (p *Prepared) Devices() []inventory.GPU { return p.snap.GPUs }
+
+// Problem says that the node has no usable driver: none loaded, or no
+// control node.
+func (p *Prepared) Problem() string {
+	if p.snap.DriverVersion == "" || p.snap.Control.Ctl == nil {
+		return "the node has no usable NVIDIA driver (see nri-gpu inventory)"
+	}
+	return ""
+}
+
+// Control returns the driver's node-wide device nodes that exist.
+func (p *Prepared) Control() []inventory.DeviceNode {
+	c := p.snap.Control
+	var out []inventory.DeviceNode
+	for _, n := range [...]*inventory.DeviceNode{c.Ctl, c.UVM, c.UVMTools, c.Modeset} {
+		if n != nil {
+			out = append(out, *n)
+		}
+	}
+	return out
+}
+
+// Check checks the NVIDIA_REQUIRE_* variables of env against the driver
+// and the GPUs.
+func (p *Prepared) Check(env []string, devs []inventory.GPU) error {
+	cuda, _ := inventory.CUDAVersion(p.snap.DriverVersion)
+	return require.Check(env, require.NodeFacts{CUDA: cuda, Driver: p.snap.DriverVersion}, devs)
+}
+
+// Lookup finds the GPU a device ID names: a decimal index, a GPU UUID
+// (case-insensitive) or a PCI bus id with a 4- or 8-digit domain.
+func (p *Prepared) Lookup(id string) (inventory.GPU, error) {
+	snap := p.snap
+	switch {
+	case isDigits(id):
+		if n, err := strconv.Atoi(id); err == nil && len(id) <= 6 {
+			for _, g := range snap.GPUs {
+				if g.Index == n {
+					return g, nil
+				}
+			}
+		}
+		return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (node has " + snap.IndexRange() + ")")
+	case len(id) > 4 && strings.EqualFold(id[:4], "GPU-"):
+		for _, g := range snap.GPUs {
+			if strings.EqualFold(g.UUID, id) {
+				return g, nil
+			}
+		}
+		return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (no GPU of the node has this UUID; see nri-gpu inventory)")
+	case strings.HasPrefix(strings.ToUpper(id), "MIG-") || isMIGPair(id):
+		return inventory.GPU{}, errors.New("MIG device " + quote(id) + " is not supported (request whole GPUs by index, UUID or bus id)")
+	case strings.Contains(id, ":"):
+		bus, err := inventory.NormalizeBusID(id)
+		if err == nil {
+			for _, g := range snap.GPUs {
+				if g.BusID == bus {
+					return g, nil
+				}
+			}
+		}
+		return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (no GPU of the node is at this PCI bus id; see nri-gpu inventory)")
+	}
+	return inventory.GPU{}, errors.New("unknown device " + quote(id) + " (valid: an index " + snap.IndexRange() + ", a GPU-<uuid>, or a PCI bus id)")
+}
+
+// isMIGPair reports whether id is a "<gpu>:<mig>" index pair.
+func isMIGPair(id string) bool {
+	a, b, ok := strings.Cut(id, ":")
+	return ok && isDigits(a) && isDigits(b)
+}
+
+func isDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// quote quotes a user's token for a message, cutting very long ones.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strconv.Quote(s)
+}

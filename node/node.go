@@ -1,0 +1,339 @@
+// Package node holds the node's current state for the request path: the
+// configuration, the device source discovered with it (NVIDIA discovery
+// prepared for requests, or another vendor's CDI devices), the CDI names
+// of emit: cdi, and the sharing mode. A State is immutable; a reload or a
+// rediscovery makes a new one and swaps it in whole, so that requests in
+// flight finish with the state they started with.
+//
+// Preparing a state is where the node's I/O happens: discovery, the
+// prepared library and binary directories (package libcache), the GSP
+// firmware decision, and reading the runtime's CDI specs. A Watcher
+// follows the driver's files and the configuration file and swaps in a
+// new state when they change.
+package node
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/cdisource"
+	"github.com/nri-gpu/nri-gpu/cdispec"
+	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/discover"
+	"github.com/nri-gpu/nri-gpu/libcache"
+)
+
+// State is what the request path reads: a configuration and the device
+// source discovered with it. It is replaced whole, never modified.
+type State struct {
+	Config config.Config
+	// Source is the node's devices, prepared for requests.
+	Source adjust.Source
+	// CDINames maps GPU UUIDs to the CDI device names the runtime's specs
+	// define for them (emit: cdi).
+	CDINames map[string]string
+	// Sharing is the configuration's sharing mode, parsed.
+	Sharing alloc.Mode
+}
+
+// Snapshot returns the discovery the state serves.
+func (s *State) Snapshot() *inventory.Snapshot { return s.Source.Snapshot() }
+
+// Observer is told about the node's states, so that they can be counted
+// (the metrics package implements it). Its methods must be cheap, must
+// not block and must be safe for concurrent use.
+type Observer interface {
+	// Refresh is called once per rediscovery with its result
+	// (RefreshChanged, ...).
+	Refresh(result string)
+	// Inventory is called each time a snapshot becomes current.
+	Inventory(snap *inventory.Snapshot)
+}
+
+// Refresh results, as told to an Observer.
+const (
+	// RefreshChanged: the node changed and the new snapshot is current.
+	RefreshChanged = "changed"
+	// RefreshUnchanged: the node is as it was; nothing was swapped.
+	RefreshUnchanged = "unchanged"
+	// RefreshRejected: discovery found a broken driver; the last good
+	// snapshot stays.
+	RefreshRejected = "rejected"
+	// RefreshError: discovery failed; the last good snapshot stays.
+	RefreshError = "error"
+)
+
+// Node holds the current State and makes new ones.
+type Node struct {
+	log   *logrus.Logger
+	state atomic.Pointer[State]
+	// mu serializes discoveries.
+	mu sync.Mutex
+	// lastProblem is the last reason an Update was refused, logged once;
+	// guarded by mu.
+	lastProblem string
+	obs         Observer
+	onChange    func(*State)
+}
+
+// Option configures a Node.
+type Option func(*Node)
+
+// WithObserver makes o the node's observer.
+func WithObserver(o Observer) Option { return func(n *Node) { n.obs = o } }
+
+// OnChange has f called with every state that becomes current, before
+// any request reads it (the plugin sizes its allocation table there).
+func OnChange(f func(*State)) Option { return func(n *Node) { n.onChange = f } }
+
+// New discovers the node with cfg and returns it with that state current.
+func New(cfg config.Config, log *logrus.Logger, opts ...Option) (*Node, error) {
+	n := &Node{log: log}
+	for _, o := range opts {
+		o(n)
+	}
+	if err := n.Reload(cfg); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// SetObserver makes o the node's observer and tells it the current
+// inventory.
+func (n *Node) SetObserver(o Observer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.obs = o
+	if st := n.state.Load(); st != nil {
+		o.Inventory(st.Snapshot())
+	}
+}
+
+func (n *Node) observer() Observer {
+	if n.obs == nil {
+		return nopObserver{}
+	}
+	return n.obs
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Refresh(string)                {}
+func (nopObserver) Inventory(*inventory.Snapshot) {}
+
+// State returns the current state; nil before the first discovery.
+func (n *Node) State() *State { return n.state.Load() }
+
+// Config returns the current configuration.
+func (n *Node) Config() config.Config { return n.state.Load().Config }
+
+// Snapshot returns the current inventory snapshot.
+func (n *Node) Snapshot() *inventory.Snapshot { return n.state.Load().Snapshot() }
+
+// Discover runs discovery for cfg and returns what it found, unprepared:
+// NVIDIA discovery, or the devices of another vendor's CDI specs with
+// cdiImport. It is what `nri-gpu inventory` and `nri-gpu doctor` show.
+func Discover(cfg config.Config) (*inventory.Snapshot, error) {
+	d, err := discoverFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return d.snap, nil
+}
+
+// discovered is a discovery's result: a snapshot, and the source that
+// serves it when it needs no preparation (CDI import).
+type discovered struct {
+	snap     *inventory.Snapshot
+	imported *cdisource.Source
+}
+
+func discoverFor(cfg config.Config) (discovered, error) {
+	if ci := cfg.CDIImport; ci != nil {
+		src, err := cdisource.Discover(cdisource.Options{Kind: ci.Kind, SpecDirs: underRoot(cfg.HostRoot, ci.SpecDirs), HostRoot: cfg.HostRoot, AllowHooks: ci.AllowHooks})
+		if err != nil {
+			return discovered{}, err
+		}
+		return discovered{snap: src.Snapshot(), imported: src}, nil
+	}
+	snap, err := discover.Discover(discover.Options{
+		HostRoot:        cfg.HostRoot,
+		DriverRoot:      cfg.DriverRoot,
+		DriverRootMount: cfg.DriverRootMount,
+	})
+	return discovered{snap: snap}, err
+}
+
+// Reload discovers the node with cfg and, when that succeeds, makes cfg
+// and the new state current. Requests in flight finish with the old one.
+func (n *Node) Reload(cfg config.Config) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d, err := discoverFor(cfg)
+	if err != nil {
+		return fmt.Errorf("inventory: %w", err)
+	}
+	return n.install(cfg, d)
+}
+
+// install logs the discovery, prepares it for requests (library
+// directories, firmware, CDI names) and makes it current with cfg. The
+// caller holds mu. On error nothing changes.
+func (n *Node) install(cfg config.Config, d discovered) error {
+	snap := d.snap
+	for _, w := range snap.Warnings {
+		n.log.Warnf("inventory: %s", w)
+	}
+	var src adjust.Source = d.imported
+	if d.imported == nil {
+		prep, err := n.prepare(cfg, snap)
+		if err != nil {
+			return err
+		}
+		src = prep
+	}
+	n.log.WithFields(logrus.Fields{
+		"kind":   src.Kind(),
+		"driver": snap.DriverVersion,
+		"gpus":   len(snap.GPUs),
+		"files":  len(snap.Files),
+	}).Info("inventory discovered")
+	sharing, err := alloc.ParseMode(string(cfg.Sharing))
+	if err != nil {
+		return fmt.Errorf("config: key sharing: %w", err)
+	}
+	st := &State{Config: cfg, Source: src, Sharing: sharing}
+	if cfg.Emit == config.EmitCDI {
+		names, warnings := cdispec.Resolvable(snap, underRoot(cfg.HostRoot, cfg.CDISpecDirs))
+		for _, w := range warnings {
+			n.log.Warn(w)
+		}
+		st.CDINames = names
+		n.log.Infof("emit cdi: %d of %d GPUs defined as %s devices in %v", len(names), len(snap.GPUs), cdispec.Kind, cfg.CDISpecDirs)
+	}
+	if n.onChange != nil {
+		n.onChange(st)
+	}
+	n.state.Store(st)
+	n.observer().Inventory(snap)
+	return nil
+}
+
+// prepare makes an NVIDIA snapshot ready for requests: where each driver
+// file goes in a container, with the library (and binary) directories
+// prepared in the library cache, and the firmware decision.
+func (n *Node) prepare(cfg config.Config, snap *inventory.Snapshot) (*adjust.Prepared, error) {
+	layout := adjust.Layout{LibraryDir: cfg.LibraryDir, Library32Dir: cfg.Library32Dir, BinaryDir: cfg.BinaryDir}
+	if snap.HasFirmware() {
+		var why string
+		layout.SkipFirmware, why = skipFirmware(cfg.Firmware, snap.KernelRelease)
+		if layout.SkipFirmware {
+			n.log.Infof("GSP firmware: not mounted into containers: %s", why)
+		} else {
+			n.log.Infof("GSP firmware: mounted into containers: %s", why)
+		}
+	}
+	if cfg.LibraryMode != config.LibraryFiles && snap.DriverVersion != "" && len(snap.Files) > 0 {
+		cache, err := libcache.Build(snap, cacheOptions(cfg))
+		switch {
+		case err == nil:
+			layout.HostLibraryDirs, layout.HostLibrary32Dirs, layout.HostBinaryDirs = cache.Dirs, cache.Dirs32, cache.DirsBin
+			n.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
+				Infof("library directories ready in %s", filepath.Join(cfg.DriverRoot, cfg.LibraryCache))
+			if cfg.BinaryDir != "" {
+				n.log.Infof("binaries: one directory mount at %s, appended to PATH (binaryDir)", cfg.BinaryDir)
+			}
+		case cfg.LibraryMode == config.LibraryDirectory:
+			return nil, fmt.Errorf("libraryMode directory: preparing library directories in %s: %w", cfg.LibraryCache, err)
+		default:
+			n.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
+		}
+	}
+	return adjust.Prepare(snap, layout), nil
+}
+
+// skipFirmware decides, for the firmware key's mode and the kernel
+// release, whether containers go without the GSP firmware directory, and
+// says why. Under "auto" only a kernel known to read firmware from the
+// mount namespace of init (Linux 5.7 and later) goes without: an older or
+// unreadable release keeps the mount, since there the driver may read
+// the firmware through a container's root when a container is the first
+// to open a GPU.
+func skipFirmware(mode config.Firmware, kernel string) (bool, string) {
+	switch mode {
+	case config.FirmwareMount:
+		return false, "firmware: mount"
+	case config.FirmwareSkip:
+		return true, "firmware: skip"
+	}
+	if kernel == "" {
+		return false, "firmware: auto, and the kernel release could not be read"
+	}
+	fromInit, err := discover.FirmwareFromInitNamespace(kernel)
+	switch {
+	case err != nil:
+		return false, fmt.Sprintf("firmware: auto, and %v", err)
+	case fromInit:
+		return true, fmt.Sprintf("kernel %s reads firmware from the host's mount namespace (Linux 5.7 and later; firmware: auto)", kernel)
+	default:
+		return false, fmt.Sprintf("kernel %s reads firmware from the mount namespace of the process that opens the GPU (before Linux 5.7; firmware: auto)", kernel)
+	}
+}
+
+// cacheOptions locates the library cache of cfg.
+func cacheOptions(cfg config.Config) libcache.Options {
+	return libcache.Options{
+		DriverRoot:      cfg.DriverRoot,
+		DriverRootMount: cfg.DriverRootMount,
+		Dir:             strings.TrimPrefix(cfg.LibraryCache, "/"),
+		Binaries:        cfg.BinaryDir != "",
+	}
+}
+
+// CleanLibraryCache removes the library directories of replaced driver
+// versions that no container mounts (inUse says which are mounted).
+func (n *Node) CleanLibraryCache(inUse func(dir string) bool) {
+	st := n.state.Load()
+	if st == nil || st.Config.LibraryMode == config.LibraryFiles {
+		return
+	}
+	removed, err := libcache.Clean(cacheOptions(st.Config), st.Snapshot().DriverVersion, inUse)
+	if err != nil {
+		n.log.WithError(err).Warn("cleaning the library cache")
+	}
+	for _, r := range removed {
+		n.log.Infof("removed unused library directories %s", r)
+	}
+}
+
+// underRoot returns dirs as read under root.
+func underRoot(root string, dirs []string) []string {
+	out := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		out = append(out, filepath.Join(root, d))
+	}
+	return out
+}
+
+// Fixed returns a node that serves st as it is, without discovery: a
+// state built in memory, for tests and benchmarks. Reload and Update
+// discover as usual.
+func Fixed(st *State, log *logrus.Logger, opts ...Option) *Node {
+	n := &Node{log: log}
+	for _, o := range opts {
+		o(n)
+	}
+	if n.onChange != nil {
+		n.onChange(st)
+	}
+	n.state.Store(st)
+	return n
+}

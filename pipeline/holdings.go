@@ -1,0 +1,124 @@
+package pipeline
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+// HolderOf names the container ctr of pod in the allocation table.
+func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
+	podID := ctr.GetPodSandboxId()
+	if podID == "" {
+		podID = pod.GetId()
+	}
+	return alloc.Holder{
+		ID:        ctr.GetId(),
+		PodID:     podID,
+		Namespace: pod.GetNamespace(),
+		Pod:       pod.GetName(),
+		Container: ctr.GetName(),
+	}
+}
+
+// Holdings works out what the runtime's containers hold, for rebuilding the
+// allocation table; stopped containers hold nothing. A container that
+// nri-gpu gave GPUs carries the annotation alloc.Annotation (mode and GPU
+// UUIDs). A container made without nri-gpu (created while it was away, or
+// given GPUs by someone else) holds the GPUs whose device nodes are in its
+// spec and those named by its CDI devices of the source's kind
+// (nvidia.com/gpu=<index, UUID or all>), in the node's sharing mode: nri-gpu
+// does not know what was meant, so it applies its own policy. Warnings
+// tell what could not be read.
+func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
+	devs := src.Devices()
+	byPod := make(map[string]*api.PodSandbox, len(pods))
+	for _, p := range pods {
+		byPod[p.GetId()] = p
+	}
+	var hs []alloc.Holding
+	var warnings []string
+	for _, c := range ctrs {
+		if c.GetState() == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		h := alloc.Holding{Holder: HolderOf(byPod[c.GetPodSandboxId()], c), Mode: sharing}
+		if v, ok := c.GetAnnotations()[alloc.Annotation]; ok {
+			rec, mode, err := alloc.DecodeRecord(v)
+			if err != nil {
+				warnings = append(warnings, h.Holder.String()+": "+err.Error())
+			} else {
+				h.Mode = mode
+				for _, u := range rec.GPUs {
+					g, ok := findGPU(devs, u)
+					if !ok {
+						warnings = append(warnings, h.Holder.String()+": holds GPU "+u+", which the inventory does not have")
+						continue
+					}
+					h.GPUs = append(h.GPUs, g.Index)
+				}
+			}
+		}
+		if len(h.GPUs) == 0 {
+			h.GPUs, warnings = foreignGPUs(src, c, h.Holder, warnings)
+		}
+		if len(h.GPUs) > 0 {
+			hs = append(hs, h)
+		}
+	}
+	return hs, warnings
+}
+
+// foreignGPUs returns the GPUs a container got other than through nri-gpu:
+// device nodes of the source in its spec, and CDI devices of its kind.
+func foreignGPUs(src adjust.Source, c *api.Container, h alloc.Holder, warnings []string) ([]int, []string) {
+	devs := src.Devices()
+	var idx []int
+	for _, d := range c.GetLinux().GetDevices() {
+		for _, g := range devs {
+			if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == g.Node.Major && d.GetMinor() == g.Node.Minor {
+				idx = append(idx, g.Index)
+			}
+		}
+	}
+	for _, d := range c.GetCDIDevices() {
+		vendor, class, id, err := parser.ParseQualifiedName(d.GetName())
+		if err != nil || vendor+"/"+class != src.Kind() {
+			continue
+		}
+		if id == "all" {
+			for _, g := range devs {
+				idx = append(idx, g.Index)
+			}
+			continue
+		}
+		g, ok := findGPU(devs, id)
+		if !ok {
+			warnings = append(warnings, h.String()+": CDI device "+d.GetName()+" names no GPU of the inventory (MIG devices are not counted)")
+			continue
+		}
+		idx = append(idx, g.Index)
+	}
+	return idx, warnings
+}
+
+// findGPU finds a GPU by index, UUID (case-insensitive) or the CDI name
+// of another vendor's device.
+func findGPU(devs []inventory.GPU, id string) (inventory.GPU, bool) {
+	if id == "" {
+		return inventory.GPU{}, false
+	}
+	n, err := strconv.Atoi(id)
+	for _, g := range devs {
+		if err == nil && g.Index == n || strings.EqualFold(g.UUID, id) || g.Name == id {
+			return g, true
+		}
+	}
+	return inventory.GPU{}, false
+}

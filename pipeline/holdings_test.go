@@ -1,0 +1,72 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
+)
+
+func uuid(i int) string { return fmt.Sprintf("GPU-%08x-558d-fb20-8eca-25de8b98f5a7", i) }
+
+func TestHoldings(t *testing.T) {
+	s := benchSnapshot()
+	pods := []*api.PodSandbox{{Id: "p1", Name: "one", Namespace: "ns"}, {Id: "p2", Name: "two", Namespace: "ns"}}
+	rec := func(mode string, gpus ...int) map[string]string {
+		r := alloc.Record{Mode: mode}
+		for _, g := range gpus {
+			r.GPUs = append(r.GPUs, uuid(g))
+		}
+		return map[string]string{alloc.Annotation: r.Encode()}
+	}
+	running := api.ContainerState_CONTAINER_RUNNING
+	ctrs := []*api.Container{
+		{Id: "a", PodSandboxId: "p1", Name: "a", State: running, Annotations: rec("exclusive", 0, 1)},
+		{Id: "b", PodSandboxId: "p1", Name: "b", State: api.ContainerState_CONTAINER_CREATED, Annotations: rec("shared", 2)},
+		// Stopped: holds nothing.
+		{Id: "c", PodSandboxId: "p1", Name: "c", State: api.ContainerState_CONTAINER_STOPPED, Annotations: rec("exclusive", 3)},
+		// Made without nri-gpu: a GPU device node in its spec, and CDI
+		// devices by index and UUID; other devices do not count.
+		{Id: "d", PodSandboxId: "p2", Name: "d", State: running, Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
+			{Path: "/dev/nvidia4", Type: "c", Major: 195, Minor: 4},
+			{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255},
+			{Path: "/dev/null", Type: "c", Major: 1, Minor: 3},
+		}}},
+		{Id: "e", PodSandboxId: "p2", Name: "e", State: running, CDIDevices: []*api.CDIDevice{
+			{Name: "nvidia.com/gpu=5"}, {Name: "nvidia.com/gpu=" + strings.ToUpper(uuid(6))}, {Name: "vendor.com/fpga=0"},
+		}},
+		{Id: "f", PodSandboxId: "p2", Name: "f", State: running, CDIDevices: []*api.CDIDevice{{Name: "nvidia.com/gpu=all"}}},
+		// Broken or unknown records, unknown CDI devices.
+		{Id: "g", PodSandboxId: "p2", Name: "g", State: running, Annotations: map[string]string{alloc.Annotation: "0,1"}},
+		{Id: "h", PodSandboxId: "p2", Name: "h", State: running, Annotations: map[string]string{alloc.Annotation: `{"mode":"shared","gpus":["GPU-gone"]}`}},
+		{Id: "i", PodSandboxId: "p2", Name: "i", State: running, CDIDevices: []*api.CDIDevice{{Name: "nvidia.com/gpu=0:1"}}},
+		// An env-only container (the image's NVIDIA_VISIBLE_DEVICES, no
+		// devices) holds nothing.
+		{Id: "j", PodSandboxId: "p2", Name: "j", State: running, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+	}
+	hs, warnings := Holdings(adjust.Prepare(s, layout), alloc.Exclusive, pods, ctrs)
+	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	want := []alloc.Holding{
+		{Holder: alloc.Holder{ID: "a", PodID: "p1", Namespace: "ns", Pod: "one", Container: "a"}, Mode: alloc.Exclusive, GPUs: []int{0, 1}},
+		{Holder: alloc.Holder{ID: "b", PodID: "p1", Namespace: "ns", Pod: "one", Container: "b"}, Mode: alloc.Shared, GPUs: []int{2}},
+		{Holder: alloc.Holder{ID: "d", PodID: "p2", Namespace: "ns", Pod: "two", Container: "d"}, Mode: alloc.Exclusive, GPUs: []int{4}},
+		{Holder: alloc.Holder{ID: "e", PodID: "p2", Namespace: "ns", Pod: "two", Container: "e"}, Mode: alloc.Exclusive, GPUs: []int{5, 6}},
+		{Holder: alloc.Holder{ID: "f", PodID: "p2", Namespace: "ns", Pod: "two", Container: "f"}, Mode: alloc.Exclusive, GPUs: all},
+	}
+	if diff := cmp.Diff(want, hs); diff != "" {
+		t.Errorf("holdings (-want +got):\n%s", diff)
+	}
+	wantWarnings := []string{
+		`ns/two/g: annotation nri-gpu.dev/allocation: "0,1": invalid character ',' after top-level value`,
+		`ns/two/h: holds GPU GPU-gone, which the inventory does not have`,
+		`ns/two/i: CDI device nvidia.com/gpu=0:1 names no GPU of the inventory (MIG devices are not counted)`,
+	}
+	if diff := cmp.Diff(wantWarnings, warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,346 @@
+// Package pipeline is nri-gpu's request path: what happens to one
+// container between the runtime's CreateContainer event and the plugin's
+// answer. A Path holds what the path needs (the node's device source, the
+// allocation table, the sharing mode, the policy); Handle runs the stages
+// in order, each a method that reads and fills one call:
+//
+//	parse      the container's request, from the first source that has one (package request)
+//	authorize  whether the pod's namespace may use that source (package policy)
+//	reconcile  what the runtime already gave the container: CDI devices, GPU device nodes
+//	select     the devices the request names, looked up in the device source
+//	book       the GPUs in the allocation table (package alloc), which picks those of a count
+//	require    the image's NVIDIA_REQUIRE_* variables against the driver and the GPUs
+//	build      the edits for the devices and capabilities, less what the container has
+//	encode     the NRI adjustment, with the booking's record as an annotation
+//
+// A stage either passes the call on, ends it with an answer (a note, or an
+// adjustment that only hides NVIDIA_VISIBLE_DEVICES), or fails it with an
+// error that names the request's source; an error releases what the call
+// booked, so a refused container holds nothing. Nothing here touches a
+// file: the device source was discovered and prepared before.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/policy"
+	"github.com/nri-gpu/nri-gpu/request"
+	"github.com/nri-gpu/nri-gpu/require"
+)
+
+// Path is the request path of one node state. It is a plain value: build
+// one per request from the current state, or keep one; Handle does not
+// modify it.
+type Path struct {
+	// Source is the node's device source.
+	Source adjust.Source
+	// Table is who holds which GPUs; Handle books in it.
+	Table *alloc.Table
+	// Sharing is the node's mode for requests that do not say exclusive=.
+	Sharing alloc.Mode
+	// Policy says which namespaces may use which request source.
+	Policy policy.Policy
+	// EmitCDI (emit: cdi) hands GPUs over as CDI device names where the
+	// runtime can resolve them; CDINames maps GPU UUIDs to the names the
+	// runtime's specs define for them.
+	EmitCDI  bool
+	CDINames map[string]string
+	// RuntimeCDI is set when the runtime resolves CDI devices named in an
+	// adjustment (NRI v0.10 and later).
+	RuntimeCDI bool
+}
+
+// Result tells what Handle decided, for logging and metrics.
+type Result struct {
+	Request   request.Request
+	Selection request.Selection
+	// GPUs are the GPUs the container gets: those named, or those the
+	// allocator picked for a count.
+	GPUs []inventory.GPU
+	// Holding is what the container now holds in the allocation table;
+	// nil when it holds no GPU.
+	Holding *alloc.Holding
+	Edits   adjust.Edits
+	// Emit says how the answer hands the devices over: "edits", "cdi",
+	// or "edits (<why not cdi>)" when CDI names were wanted; empty
+	// without emit: cdi.
+	Emit string
+}
+
+// Injected reports whether the answer gives the container devices or
+// driver files (an answer may also only hide NVIDIA_VISIBLE_DEVICES).
+func (r *Result) Injected() bool { return len(r.Edits.Devices) > 0 || len(r.Edits.Mounts) > 0 }
+
+// call is one container's way through the path.
+type call struct {
+	pod *api.PodSandbox
+	ctr *api.Container
+	res Result
+	// given are the inventory's GPUs whose nodes the runtime gave the
+	// container already (reconcile).
+	given []inventory.GPU
+	// rec is the booking's record, for the container's annotation.
+	rec alloc.Record
+	// adj is the answer; done ends the path with it.
+	adj  *api.ContainerAdjustment
+	done bool
+}
+
+// stage is one step of the path.
+type stage struct {
+	name string
+	run  func(*Path, *call) error
+}
+
+// stages are the path's steps, in order.
+var stages = [...]stage{
+	{"parse", (*Path).parse},
+	{"authorize", (*Path).authorize},
+	{"reconcile", (*Path).reconcile},
+	{"select", (*Path).selectDevices},
+	{"book", (*Path).book},
+	{"require", (*Path).require},
+	{"build", (*Path).build},
+	{"encode", (*Path).encode},
+}
+
+// Handle runs the path for container ctr of pod. A nil adjustment with a
+// nil error leaves the container untouched; an error changes nothing (a
+// booking made on the way is released).
+func (p *Path) Handle(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	c := &call{pod: pod, ctr: ctr}
+	for i := range stages {
+		if err := stages[i].run(p, c); err != nil {
+			p.release(c)
+			return nil, c.res, err
+		}
+		if c.done {
+			break
+		}
+	}
+	return c.adj, c.res, nil
+}
+
+// release gives back what the call booked.
+func (p *Path) release(c *call) {
+	if c.res.Holding != nil {
+		p.Table.Release(c.res.Holding.Holder.ID)
+		c.res.Holding = nil
+	}
+}
+
+// parse finds and parses the container's request; a container without
+// one is left untouched.
+func (p *Path) parse(c *call) error {
+	var err error
+	c.res.Request, err = request.ParseInput(request.Input{
+		Annotations: c.pod.GetAnnotations(),
+		Name:        c.ctr.GetName(),
+		Env:         c.ctr.GetEnv(),
+		Mounts:      mounts(c.ctr),
+	})
+	c.done = c.res.Request.Kind == request.Nothing
+	return err
+}
+
+// authorize checks that the pod's namespace may use the request's source.
+// A denied NVIDIA_VISIBLE_DEVICES is ignored, and set to void so that no
+// other injector (the NVIDIA runtime, a CDI hook) honours it; any other
+// denied source refuses the container.
+func (p *Path) authorize(c *call) error {
+	r := &c.res.Request
+	ns, src := c.pod.GetNamespace(), r.PolicySource()
+	if p.Policy.Allows(src, ns) {
+		return nil
+	}
+	if src == policy.Env {
+		c.res.Selection.Note = fmt.Sprintf("%s ignored: not allowed in namespace %q (%s); set to void", r.Source, ns, p.Policy.Setting(src))
+		c.adj = &api.ContainerAdjustment{}
+		c.adj.AddEnv(adjust.EnvVisibleDevices, "void")
+		c.done = true
+		return nil
+	}
+	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q (%s)", ns, p.Policy.Setting(src))}
+}
+
+// reconcile looks at what the runtime already gives the container. CDI
+// devices of NVIDIA's kinds are the runtime's answer: nothing is added.
+// GPU device nodes (a device plugin's --device, a runtime class) decide
+// the container's GPUs: they are kept, and none is added or booked.
+func (p *Path) reconcile(c *call) error {
+	if cdi := runtimeCDIDevices(c.ctr); len(cdi) > 0 {
+		c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container the CDI devices %s: nothing injected", c.res.Request.Source, strings.Join(cdi, ", "))
+		c.done = true
+		return nil
+	}
+	c.given = runtimeGPUs(p.Source.Devices(), c.ctr)
+	return nil
+}
+
+// selectDevices resolves the request against the device source.
+func (p *Path) selectDevices(c *call) error {
+	var err error
+	c.res.Selection, err = request.Select(c.res.Request, p.Source)
+	c.done = err == nil && !c.res.Selection.Inject
+	c.res.GPUs = c.res.Selection.GPUs
+	return err
+}
+
+// book decides the container's GPUs and books them: the runtime's own
+// when it gave some (not booked: the runtime decided), none for a
+// management container (it sees every GPU and holds none), else those
+// named or, for a count, those the table picks.
+func (p *Path) book(c *call) error {
+	r, sel := &c.res.Request, &c.res.Selection
+	switch {
+	case len(c.given) > 0:
+		c.res.GPUs = c.given
+		return nil
+	case r.Management, sel.Count == 0 && len(sel.GPUs) == 0:
+		return nil
+	}
+	mode := p.Sharing
+	if x := r.Exclusive; x != nil {
+		mode = alloc.Shared
+		if *x {
+			mode = alloc.Exclusive
+		}
+	}
+	req := alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: mode, Count: sel.Count, Source: r.Source.String(),
+		GPUs: make([]int, 0, len(sel.GPUs))}
+	for _, g := range sel.GPUs {
+		req.GPUs = append(req.GPUs, g.Index)
+	}
+	got, err := p.Table.Allocate(req)
+	if err != nil {
+		return err
+	}
+	if sel.Count > 0 {
+		// Named GPUs keep the order the user gave; picked ones come in
+		// index order.
+		c.res.GPUs = byIndex(p.Source.Devices(), got)
+	}
+	c.res.Holding = &alloc.Holding{Holder: req.Holder, Mode: mode, GPUs: got}
+	c.rec.Mode = mode.String()
+	c.rec.GPUs = make([]string, 0, len(c.res.GPUs))
+	for _, g := range c.res.GPUs {
+		c.rec.GPUs = append(c.rec.GPUs, g.ID())
+	}
+	return nil
+}
+
+// require checks the requirements the image states (NVIDIA_REQUIRE_*)
+// against the node and the GPUs the container gets, once they are known:
+// after booking, so that a count's picks are checked too. A requirement
+// that does not hold refuses the container, and the booking is released.
+func (p *Path) require(c *call) error {
+	err := p.Source.Check(c.ctr.GetEnv(), c.res.GPUs)
+	var re *require.Error
+	if errors.As(err, &re) {
+		return &request.Error{Source: request.Source{Kind: request.Env, Key: re.Variable}, Msg: re.Msg}
+	}
+	return err
+}
+
+// build makes the edits: the device source's for the GPUs and
+// capabilities, every control node for a management container, less what
+// the runtime already gives the container.
+func (p *Path) build(c *call) error {
+	r := &c.res.Request
+	e := p.Source.Edits(c.res.GPUs, c.res.Selection.Caps)
+	if r.Management {
+		addNodes(&e, p.Source.Control())
+		e.VisibleDevices = "void"
+	}
+	have, n := dropExisting(&e, p.Source.Devices(), c.ctr)
+	c.res.Edits = e
+	if have == "" {
+		return nil
+	}
+	if len(e.Devices) == 0 && len(e.Mounts) == 0 {
+		p.release(c)
+		c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s and every driver file: nothing injected", r.Source, have)
+		c.done = true
+		return nil
+	}
+	what := "the missing control nodes and driver files"
+	if n == 0 {
+		what = "the missing device nodes and driver files"
+	}
+	c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s: injected only %s (%d device nodes, %d mounts)", r.Source, have, what, len(e.Devices), len(e.Mounts))
+	return nil
+}
+
+// encode turns the edits into the NRI adjustment, appending to the
+// container's own LD_LIBRARY_PATH and PATH, and records the booking in the
+// container's annotation alloc.Annotation, from which the table is
+// rebuilt after a restart. With emit: cdi, GPUs that the runtime's specs
+// define go as CDI device names instead, when the runtime resolves them.
+func (p *Path) encode(c *call) error {
+	c.adj = c.res.Edits.Adjustment(c.ctr.GetEnv())
+	if p.EmitCDI && !c.res.Request.Management && c.res.Selection.Note == "" {
+		// Management containers get control nodes that no GPU's CDI
+		// device carries, and a container that has some of its devices
+		// from the runtime gets only the missing ones: always edits.
+		c.adj, c.res.Emit = p.emitCDI(c)
+	}
+	if c.res.Holding != nil {
+		c.adj.AddAnnotation(alloc.Annotation, c.rec.Encode())
+	}
+	return nil
+}
+
+// emitCDI returns the CDI form of the answer when the runtime can resolve
+// it and its specs define every GPU of the container; otherwise the
+// edits, with the reason.
+func (p *Path) emitCDI(c *call) (*api.ContainerAdjustment, string) {
+	if !p.RuntimeCDI {
+		return c.adj, "edits (the runtime's NRI does not inject CDI devices)"
+	}
+	if len(c.res.GPUs) == 0 {
+		return c.adj, "edits (no GPU to name)"
+	}
+	names := make([]string, 0, len(c.res.GPUs))
+	for _, g := range c.res.GPUs {
+		n, ok := p.CDINames[g.UUID]
+		if !ok {
+			return c.adj, "edits (no CDI spec defines " + inventory.KindNVIDIA + "=" + g.UUID + ")"
+		}
+		names = append(names, n)
+	}
+	return adjust.CDIAdjustment(names, c.res.Edits.VisibleDevices), "cdi"
+}
+
+// byIndex returns the devices of the given indices, in that order.
+func byIndex(devs []inventory.GPU, idx []int) []inventory.GPU {
+	out := make([]inventory.GPU, 0, len(idx))
+	for _, i := range idx {
+		for _, g := range devs {
+			if g.Index == i {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// mounts returns the container's mounts as the request package sees them.
+func mounts(ctr *api.Container) []inventory.Mount {
+	ms := ctr.GetMounts()
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]inventory.Mount, len(ms))
+	for i, m := range ms {
+		out[i] = inventory.Mount{Source: m.GetSource(), Destination: m.GetDestination()}
+	}
+	return out
+}
