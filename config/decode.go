@@ -16,8 +16,9 @@ import (
 // decodeStrict decodes the YAML document data into the struct *v. The YAML
 // becomes JSON, which is decoded with keys matched case-sensitively and
 // unknown and duplicate keys refused at every depth. Errors name the key
-// by its path from the top (cdiImport.specDirs) and, for an unknown key,
-// the valid keys at its level, read from v's json tags.
+// and the path of its mapping from the top (key cdiImport: unknown field
+// "SPECDIRS") and, for an unknown key, the valid keys of that mapping,
+// read from v's json tags.
 func decodeStrict(data []byte, v any) error {
 	root := reflect.TypeOf(v).Elem()
 	j, err := yaml.YAMLToJSONStrict(data)
@@ -25,7 +26,8 @@ func decodeStrict(data []byte, v any) error {
 		// Strict YAML decoding refuses duplicate keys, naming the line
 		// and the key but not where it sits.
 		if path := duplicateKey(data); path != "" && strings.Contains(err.Error(), "already set in map") {
-			return fmt.Errorf("duplicate field %q (a key may appear once)", path)
+			parent, name, _ := level(root, path)
+			return errors.New(fieldMessage(parent, "duplicate field", name) + " (a key may appear once)")
 		}
 		return errors.New(cleanYAMLError(err))
 	}
@@ -50,20 +52,19 @@ func decodeStrict(data []byte, v any) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// strictMessage explains an unknown or duplicate field: its path and a key
-// of its level that differs only in case; valid lists the level's valid
-// keys.
+// strictMessage explains an unknown or duplicate field: the path of its
+// mapping, its key and a key of that mapping that differs only in case;
+// valid lists the mapping's valid keys.
 func strictMessage(e error, root reflect.Type) (msg, valid string) {
 	var fe sigsjson.FieldError
 	if !errors.As(e, &fe) {
 		return e.Error(), ""
 	}
-	path := fe.FieldPath()
+	parent, name, keys := level(root, fe.FieldPath())
 	if strings.HasPrefix(e.Error(), "duplicate field") {
-		return fmt.Sprintf("duplicate field %q (a key may appear once)", path), ""
+		return fieldMessage(parent, "duplicate field", name) + " (a key may appear once)", ""
 	}
-	parent, name, keys := level(root, path)
-	msg = fmt.Sprintf("unknown field %q", path)
+	msg = fieldMessage(parent, "unknown field", name)
 	for _, k := range keys {
 		if strings.EqualFold(k, name) {
 			msg += fmt.Sprintf(": keys are case-sensitive, did you mean %q?", k)
@@ -71,13 +72,20 @@ func strictMessage(e error, root reflect.Type) (msg, valid string) {
 		}
 	}
 	if len(keys) > 0 {
-		in := ""
-		if parent != "" {
-			in = " in " + parent
-		}
-		valid = fmt.Sprintf(" (valid keys%s: %s)", in, strings.Join(keys, ", "))
+		valid = fmt.Sprintf(" (valid keys: %s)", strings.Join(keys, ", "))
 	}
 	return msg, valid
+}
+
+// fieldMessage says what is wrong with the key name of the mapping at
+// parent: key cdiImport: unknown field "SPECDIRS", or unknown field "foo" at
+// the top, as the other errors name keys.
+func fieldMessage(parent, what, name string) string {
+	msg := what + " " + strconv.Quote(name)
+	if parent != "" {
+		msg = "key " + parent + ": " + msg
+	}
+	return msg
 }
 
 // level splits a field path (policy.visibleDevice, a.b[0].c) into the
