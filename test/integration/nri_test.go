@@ -583,7 +583,7 @@ func TestRunFailsOnBadConfig(t *testing.T) {
 		{"missing root", "hostRoot: /does/not/exist\n", `opening hostRoot`},
 		{"bad sharing", "sharing: solo\n", `key sharing: unknown policy "solo" (valid: shared, exclusive)`},
 		{"bad policy", "policy:\n  visibleDevices: sometimes\n", `key policy.visibleDevices: "sometimes" is not a valid mode (valid: allow, deny, namespaces)`},
-		{"misspelt policy key", "policy:\n  envnamespaces: [a]\n", `unknown field "policy.envnamespaces"`},
+		{"misspelt policy key", "policy:\n  envnamespaces: [a]\n", `key policy: unknown field "envnamespaces"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(dir, tc.name+".yaml")
