@@ -386,7 +386,7 @@ func Summary(rows []GPUState) string {
 				if j > 0 {
 					b.WriteByte(',')
 				}
-				b.WriteString(h.Holder.String())
+				b.WriteString(h.String())
 			}
 			b.WriteByte(']')
 		}

@@ -70,7 +70,7 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 			Env:         []string{adjust.EnvVisibleDevices + "=" + strings.Join(uuids, ",")},
 		}})
 	}
-	version, err := cdi.MinimumRequiredVersion(spec)
+	version, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, err
 	}

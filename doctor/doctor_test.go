@@ -185,12 +185,12 @@ func TestEachFailure(t *testing.T) {
 `
 	}
 	for _, tc := range []struct {
-		name   string
-		opts   simnode.Options
-		break_ func(t *testing.T, f *fixture)
-		check  string
-		status Status
-		want   string
+		name    string
+		opts    simnode.Options
+		breakIt func(t *testing.T, f *fixture)
+		check   string
+		status  Status
+		want    string
 	}{
 		{"driver not loaded", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.remove(t, "/proc/driver/nvidia/version")
@@ -325,8 +325,8 @@ func TestEachFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.opts)
-			if tc.break_ != nil {
-				tc.break_(t, f)
+			if tc.breakIt != nil {
+				tc.breakIt(t, f)
 			}
 			results := Run(f.o)
 			if len(results) < 9 { // two runtime config lines with both runtimes

@@ -278,7 +278,9 @@ func (w *Watcher) rewatch() {
 	dirs = slices.Compact(dirs)
 	for _, d := range w.watched {
 		if !slices.Contains(dirs, d) {
-			w.fsw.Remove(d)
+			if err := w.fsw.Remove(d); err != nil {
+				w.n.log.WithError(err).Debugf("no longer watching %s", d)
+			}
 		}
 	}
 	w.watched = w.watched[:0]

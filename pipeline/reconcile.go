@@ -114,7 +114,7 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container) (st
 	}
 	kept := e.Devices[:0:0]
 	for _, n := range e.Devices {
-		if !present(n) && !(len(uuids) > 0 && isGPU[n.Path]) {
+		if !present(n) && (len(uuids) == 0 || !isGPU[n.Path]) {
 			kept = append(kept, n)
 		}
 	}

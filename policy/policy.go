@@ -129,7 +129,7 @@ func validNamespace(n string) bool {
 	}
 	for i := 0; i < len(n); i++ {
 		c := n[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+		if valid := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'; !valid {
 			return false
 		}
 	}

@@ -61,12 +61,11 @@ func TestVisibleDevicesFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			switch {
-			case f.want == nil:
+			if f.want == nil {
 				if sel.Inject || r.Kind != Nothing {
 					t.Errorf("%q: got %v, want nothing", f.value, indexes(sel.GPUs))
 				}
-			default:
+			} else {
 				if !sel.Inject || r.PolicySource() != policy.Env || !cmp.Equal(indexes(sel.GPUs), f.want) {
 					t.Errorf("%q: got %v (inject %v, origin %v), want %v", f.value, indexes(sel.GPUs), sel.Inject, r.PolicySource(), f.want)
 				}

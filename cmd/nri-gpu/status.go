@@ -88,7 +88,7 @@ func writeStatus(w io.Writer, s status.Status) error {
 		if len(g.Holders) > 0 {
 			hs := make([]string, len(g.Holders))
 			for i, h := range g.Holders {
-				hs[i] = h.Holder.String() + " (" + h.Mode + ")"
+				hs[i] = h.String() + " (" + h.Mode + ")"
 			}
 			holders = strings.Join(hs, ", ")
 		}

@@ -180,7 +180,7 @@ func (d *discovery) gpus(nvMajor int64) {
 			f.info, err = ParseGPUInformation(data)
 		}
 		if err == nil && f.info.BusID != "" && f.info.BusID != bus {
-			err = fmt.Errorf("Bus Location %s differs from its directory", f.info.BusID)
+			err = fmt.Errorf("the Bus Location %s differs from its directory", f.info.BusID)
 		}
 		f.err = err
 		all = append(all, f)
