@@ -15,7 +15,7 @@ import (
 // while it answers CreateContainer requests, for the DaemonSet's requests
 // and limits. It runs only when asked, against a non-race build:
 //
-//	make build && NRI_GPU_MEASURE_RSS=1 NRI_GPU_BIN=$PWD/bin/nri-gpu go test -run TestMeasureRSS -v ./test/integration/
+//	make build && cd test/integration && NRI_GPU_MEASURE_RSS=1 NRI_GPU_BIN=$PWD/../../bin/nri-gpu go test -run TestMeasureRSS -v .
 func TestMeasureRSS(t *testing.T) {
 	if os.Getenv("NRI_GPU_MEASURE_RSS") == "" {
 		t.Skip("set NRI_GPU_MEASURE_RSS=1 (and NRI_GPU_BIN to a non-race build) to measure")
