@@ -37,10 +37,13 @@ lint:
 	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; (cd $$m && $(GO) vet ./...) || exit 1; done
 
 # Unit tests, then the protocol tests (their own module), under the race
-# detector; then the manifests' test.
+# detector; then the manifests' test. bin/testreport prints go test's usual
+# lines (and failing tests' output), then which tests were skipped and why:
+# without root, the ones that need mknod or mounts.
 unit:
-	$(GO) test -race -count=1 $(PKGS)
-	cd test/integration && $(GO) test -race -count=1 ./...
+	$(GO) build -o bin/testreport ./test/testreport
+	bin/testreport $(GO) test -json -race -count=1 $(PKGS)
+	cd test/integration && ../../bin/testreport $(GO) test -json -race -count=1 ./...
 	cd deploy && $(GO) test -count=1 ./...
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
