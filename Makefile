@@ -49,8 +49,10 @@ unit:
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API).
+# Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
+# under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
 e2e: e2e-tools build
-	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -count=1 -run '^$$' -bench CreateContainerCost -benchtime 20x .
+	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
