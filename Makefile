@@ -4,8 +4,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.Version=$(VERSION)
 PKGS    := ./...
 # Modules with their own go.mod, checked like the product module: the e2e
-# suite and deploy/ (the manifests' test, which needs k8s.io/api).
-SUBMODULES := test/e2e deploy
+# suite, the protocol tests (test/integration, which need runtime-tools)
+# and deploy/ (the manifests' test, which needs k8s.io/api).
+SUBMODULES := test/e2e test/integration deploy
 
 # make install: where things go. DESTDIR stages into a directory (packages,
 # tests); PREFIX is where the binary lives on the node.
@@ -35,15 +36,23 @@ lint:
 	$(GO) vet $(PKGS)
 	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; (cd $$m && $(GO) vet ./...) || exit 1; done
 
+# Unit tests, then the protocol tests (their own module), under the race
+# detector; then the manifests' test. bin/testreport prints go test's usual
+# lines (and failing tests' output), then which tests were skipped and why:
+# without root, the ones that need mknod or mounts.
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) build -o bin/testreport ./test/testreport
+	bin/testreport $(GO) test -json -race -count=1 $(PKGS)
+	cd test/integration && ../../bin/testreport $(GO) test -json -race -count=1 ./...
 	cd deploy && $(GO) test -count=1 ./...
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API).
+# Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
+# under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
 e2e: e2e-tools build
-	NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -count=1 -run '^$$' -bench CreateContainerCost -benchtime 20x ./test/integration/
+	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
@@ -85,14 +94,14 @@ fuzz-short:
 # the built (non-race) plugin, 16 concurrent clients; needs root.
 SOAK_N ?= 100000
 soak: build
-	NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_SOAK_N=$(SOAK_N) $(GO) test -count=1 -timeout 30m -run '^TestSoak$$' -v ./test/integration | grep -v 'level='
+	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_SOAK_N=$(SOAK_N) $(GO) test -count=1 -timeout 30m -run '^TestSoak$$' -v . | grep -v 'level='
 
 # The request path and allocation; as root also what a container's creation
 # costs the runtime with nri-gpu (over NRI, the built plugin) and with its
 # own CDI resolution of the same edits, side by side.
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
-	@if [ "$$(id -u)" = 0 ]; then NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -run XXX -bench CreateContainerCost -benchmem ./test/integration/; \
+	@if [ "$$(id -u)" = 0 ]; then cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -run XXX -bench CreateContainerCost -benchmem .; \
 	else echo "make bench: not root: skipping BenchmarkCreateContainerCost (simulated device nodes need mknod)"; fi
 
 # The pre-registered plugin: the runtime starts it itself and hands it

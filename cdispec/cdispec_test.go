@@ -16,8 +16,8 @@ import (
 )
 
 func TestGenerate(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create device nodes (mknod); CI runs as root")
+	if err := simnode.CanMknod(); err != nil {
+		t.Skipf("needs root: checks the spec's devices, the GPUs found through /dev/nvidia* character devices, made with mknod: %v", err)
 	}
 	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, SwapMinors: true, DeviceNodes: true})
 	if err != nil {
@@ -65,9 +65,17 @@ func TestGenerate(t *testing.T) {
 			}
 		})
 	}
+}
 
-	// binaryDir needs PATH appended, which CDI cannot say: a clear error,
-	// not a spec that replaces the image's PATH or lacks the binaries.
+// TestGenerateBinaryDir checks that binaryDir, which needs PATH appended
+// and CDI cannot say so, is a clear error, not a spec that replaces the
+// image's PATH or lacks the binaries. The node has no device nodes (so no
+// GPU): no root needed.
+func TestGenerateBinaryDir(t *testing.T) {
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := config.Default()
 	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.BinaryDir = n.Root, n.Root, n.Root, "/usr/local/nvidia/bin"
 	p, err := node.New(cfg, logrus.New())

@@ -15,23 +15,28 @@ import (
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
-// needRoot skips a test that creates device nodes with mknod. CI runs as
-// root, so these tests run there.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create device nodes (mknod); CI runs as root")
-	}
-}
-
+// generate lays out a node without device nodes (empty regular files at
+// /dev/nvidia*): discovery finds the driver's version and files but no
+// usable GPU, and the test needs no root.
 func generate(t *testing.T, opts simnode.Options) *simnode.Node {
 	t.Helper()
-	opts.DeviceNodes = true
 	n, err := simnode.Generate(t.TempDir(), opts)
 	if err != nil {
 		t.Fatalf("simnode.Generate: %v", err)
 	}
 	return n
+}
+
+// generateWithNodes lays out a node with real /dev/nvidia* character
+// devices, for a test of the GPUs and control nodes discovery finds there;
+// it skips where this process cannot mknod (not root). CI runs as root.
+func generateWithNodes(t *testing.T, opts simnode.Options) *simnode.Node {
+	t.Helper()
+	if err := simnode.CanMknod(); err != nil {
+		t.Skipf("needs root: checks the GPUs found through /dev/nvidia* character devices, made with mknod: %v", err)
+	}
+	opts.DeviceNodes = true
+	return generate(t, opts)
 }
 
 func discoverAt(t *testing.T, root string) *inventory.Snapshot {
@@ -44,10 +49,9 @@ func discoverAt(t *testing.T, root string) *inventory.Snapshot {
 }
 
 func TestDiscoverSimulatedNode(t *testing.T) {
-	needRoot(t)
 	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
 		t.Run(string(layout), func(t *testing.T) {
-			n := generate(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
+			n := generateWithNodes(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
 			s := discoverAt(t, n.Root)
 			if len(s.Warnings) > 0 {
 				t.Errorf("unexpected warnings: %q", s.Warnings)
@@ -79,39 +83,67 @@ func TestDiscoverSimulatedNode(t *testing.T) {
 			if c.Ctl == nil || c.Ctl.Minor != 255 || c.UVM == nil || c.UVM.Major != 244 || c.UVMTools == nil || c.UVMTools.Minor != 1 || c.Modeset == nil {
 				t.Errorf("control nodes = %+v", c)
 			}
-
-			// Every file the generator laid out is found, with its SONAME
-			// and capability, at its path under the driver root.
-			type file struct{ Path, Name, Cap string }
-			var want, got []file
-			for _, f := range n.Files {
-				name := f.SONAME
-				if name == "" {
-					name = filepath.Base(f.Path)
-				}
-				if f.Capability == "firmware" {
-					continue
-				}
-				want = append(want, file{filepath.Join(n.Root, f.Path), name, f.Capability})
-			}
-			var firmware []string
-			for _, f := range s.Files {
-				if f.Kind == inventory.FirmwareDir {
-					firmware = append(firmware, f.HostPath)
-					continue
-				}
-				got = append(got, file{f.HostPath, f.Name, f.Capability.String()})
-			}
-			less := func(a, b file) int { return strings.Compare(a.Path, b.Path) }
-			slices.SortFunc(want, less)
-			slices.SortFunc(got, less)
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("driver files (-want +got):\n%s", diff)
-			}
-			if len(firmware) != 1 || !strings.HasSuffix(firmware[0], "/firmware/nvidia/"+n.DriverVersion) {
-				t.Errorf("firmware dirs = %q", firmware)
-			}
+			checkDriverFiles(t, n, s)
 		})
+	}
+}
+
+// TestDiscoverDriverFiles checks the driver's files on a node without
+// device nodes (no root needed): the driver is found all the same, only
+// the GPUs are not.
+func TestDiscoverDriverFiles(t *testing.T) {
+	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
+		t.Run(string(layout), func(t *testing.T) {
+			n := generate(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
+			s := discoverAt(t, n.Root)
+			if s.DriverVersion != n.DriverVersion {
+				t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
+			}
+			// The only warnings are about the device nodes that are not.
+			if len(s.Warnings) == 0 || slices.ContainsFunc(s.Warnings, func(w string) bool { return !strings.Contains(w, "/dev/nvidiactl") }) {
+				t.Errorf("warnings %q, want only that /dev/nvidiactl is no device", s.Warnings)
+			}
+			if len(s.GPUs) != 0 {
+				t.Errorf("GPUs %+v without device nodes", s.GPUs)
+			}
+			checkDriverFiles(t, n, s)
+		})
+	}
+}
+
+// checkDriverFiles checks that every file the generator laid out is found,
+// with its SONAME and capability, at its path under the driver root, and
+// the firmware directory.
+func checkDriverFiles(t *testing.T, n *simnode.Node, s *inventory.Snapshot) {
+	t.Helper()
+	type file struct{ Path, Name, Cap string }
+	var want, got []file
+	for _, f := range n.Files {
+		name := f.SONAME
+		if name == "" {
+			name = filepath.Base(f.Path)
+		}
+		if f.Capability == "firmware" {
+			continue
+		}
+		want = append(want, file{filepath.Join(n.Root, f.Path), name, f.Capability})
+	}
+	var firmware []string
+	for _, f := range s.Files {
+		if f.Kind == inventory.FirmwareDir {
+			firmware = append(firmware, f.HostPath)
+			continue
+		}
+		got = append(got, file{f.HostPath, f.Name, f.Capability.String()})
+	}
+	less := func(a, b file) int { return strings.Compare(a.Path, b.Path) }
+	slices.SortFunc(want, less)
+	slices.SortFunc(got, less)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("driver files (-want +got):\n%s", diff)
+	}
+	if len(firmware) != 1 || !strings.HasSuffix(firmware[0], "/firmware/nvidia/"+n.DriverVersion) {
+		t.Errorf("firmware dirs = %q", firmware)
 	}
 }
 
@@ -120,8 +152,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // TestDiscoverKernelRelease checks that an unreadable kernel release is
 // said, not guessed: the snapshot leaves it empty with a warning.
 func TestDiscoverKernelRelease(t *testing.T) {
-	needRoot(t)
-	n := generate(t, simnode.Options{NumGPUs: 1, KernelRelease: "-"})
+	n := generateWithNodes(t, simnode.Options{NumGPUs: 1, KernelRelease: "-"})
 	s := discoverAt(t, n.Root)
 	if s.KernelRelease != "" {
 		t.Errorf("kernel release %q, want none", s.KernelRelease)
@@ -137,7 +168,6 @@ func TestDiscoverKernelRelease(t *testing.T) {
 // TestDiscoverDriverRootMount checks that files are read where this process
 // sees the driver root but reported as the runtime sees them.
 func TestDiscoverDriverRootMount(t *testing.T) {
-	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1})
 	s, err := discover.Discover(discover.Options{HostRoot: n.Root, DriverRoot: "/run/nvidia/driver", DriverRootMount: n.Root})
 	if err != nil {
@@ -154,7 +184,6 @@ func TestDiscoverDriverRootMount(t *testing.T) {
 }
 
 func TestDiscoverEmptyNodes(t *testing.T) {
-	needRoot(t)
 	t.Run("no driver at all", func(t *testing.T) {
 		s := discoverAt(t, t.TempDir())
 		if !s.Empty() || s.DriverVersion != "" || len(s.Files) != 0 {
@@ -165,7 +194,7 @@ func TestDiscoverEmptyNodes(t *testing.T) {
 		}
 	})
 	t.Run("kernel driver without user-space files", func(t *testing.T) {
-		n := generate(t, simnode.Options{NumGPUs: 2, NoDriver: true})
+		n := generateWithNodes(t, simnode.Options{NumGPUs: 2, NoDriver: true})
 		s := discoverAt(t, n.Root)
 		if len(s.GPUs) != 2 || len(s.Files) != 0 {
 			t.Errorf("got %d GPUs and %d files, want 2 and 0", len(s.GPUs), len(s.Files))
@@ -175,7 +204,7 @@ func TestDiscoverEmptyNodes(t *testing.T) {
 		}
 	})
 	t.Run("no GPU", func(t *testing.T) {
-		n := generate(t, simnode.Options{NumGPUs: 1})
+		n := generateWithNodes(t, simnode.Options{NumGPUs: 1})
 		if err := os.RemoveAll(filepath.Join(n.Root, "proc/driver/nvidia/gpus", n.GPUs[0].BusID)); err != nil {
 			t.Fatal(err)
 		}
@@ -189,8 +218,7 @@ func TestDiscoverEmptyNodes(t *testing.T) {
 // TestDiscoverBrokenGPUs checks that a broken, excluded or node-less GPU
 // is left out with a warning, and the others keep their indexes.
 func TestDiscoverBrokenGPUs(t *testing.T) {
-	needRoot(t)
-	n := generate(t, simnode.Options{NumGPUs: 4})
+	n := generateWithNodes(t, simnode.Options{NumGPUs: 4})
 	info := func(i int) string {
 		return filepath.Join(n.Root, "proc/driver/nvidia/gpus", n.GPUs[i].BusID, "information")
 	}
@@ -247,7 +275,6 @@ func mustWrite(t *testing.T, p, data string) {
 // driver root, or pointing at files that are not the driver's libraries,
 // yield no file and a warning.
 func TestDiscoverHostileDriverRoot(t *testing.T) {
-	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1})
 	lib := filepath.Join(n.Root, n.LibDir)
 	secret := filepath.Join(t.TempDir(), "shadow")
@@ -292,7 +319,6 @@ func TestDiscoverHostileDriverRoot(t *testing.T) {
 
 // TestDiscoverWithoutLDCache checks the fallback to the usual directories.
 func TestDiscoverWithoutLDCache(t *testing.T) {
-	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1, Layout: simnode.LayoutDebian})
 	mustWrite(t, filepath.Join(n.Root, "etc/ld.so.cache"), "garbage")
 	s := discoverAt(t, n.Root)
@@ -307,7 +333,6 @@ func TestDiscoverWithoutLDCache(t *testing.T) {
 // TestDiscoverVersionMismatch checks the warning for libraries that do not
 // carry the kernel module's version.
 func TestDiscoverVersionMismatch(t *testing.T) {
-	needRoot(t)
 	n := generate(t, simnode.Options{NumGPUs: 1})
 	mustWrite(t, filepath.Join(n.Root, "proc/driver/nvidia/version"),
 		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.10.01  Release Build  (dvs-builder@U16)  Thu Nov 20 2025\n")

@@ -38,7 +38,7 @@ import (
 // Each operation starts from a fresh default spec, made with the timer
 // stopped. Run it with the non-race binary:
 //
-//	sudo NRI_GPU_BIN=$PWD/bin/nri-gpu go test -run XXX -bench CreateContainerCost -benchmem ./test/integration/
+//	cd test/integration && sudo NRI_GPU_BIN=$PWD/../../bin/nri-gpu go test -run XXX -bench CreateContainerCost -benchmem .
 func BenchmarkCreateContainerCost(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: the simulated node has real device nodes (mknod); CI runs as root")

@@ -1,24 +1,36 @@
 package integration
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
+// peakRSSBoundKiB bounds the plugin's peak resident memory (VmHWM) over
+// TestMeasureRSS: the DaemonSet's GOMEMLIMIT (48MiB), which sits below its
+// memory limit (64Mi, the OOM kill; also the systemd unit's MemoryMax). A
+// plugin above it keeps Go's GC running flat out and is close to being
+// killed. Measured: 20.7 MiB (README, "Resources"), so the bound leaves
+// more than twice that as headroom; it is about memory, never about speed.
+const peakRSSBoundKiB = 48 * 1024
+
 // TestMeasureRSS measures the plugin's memory on an 8-GPU simulated node
 // while it answers CreateContainer requests, for the DaemonSet's requests
-// and limits. It runs only when asked, against a non-race build:
+// and limits, and fails if the peak goes over peakRSSBoundKiB. It runs
+// only when asked, against a non-race build (`make e2e` runs it so):
 //
-//	make build && NRI_GPU_MEASURE_RSS=1 NRI_GPU_BIN=$PWD/bin/nri-gpu go test -run TestMeasureRSS -v ./test/integration/
+//	make build && cd test/integration && NRI_GPU_MEASURE_RSS=1 NRI_GPU_BIN=$PWD/../../bin/nri-gpu go test -run TestMeasureRSS -v .
 func TestMeasureRSS(t *testing.T) {
 	if os.Getenv("NRI_GPU_MEASURE_RSS") == "" {
-		t.Skip("set NRI_GPU_MEASURE_RSS=1 (and NRI_GPU_BIN to a non-race build) to measure")
+		t.Skip("measures only when asked: set NRI_GPU_MEASURE_RSS=1 (and NRI_GPU_BIN to a non-race build)")
+	}
+	if race, err := isRaceBuild(binary); err != nil || race {
+		t.Skipf("needs NRI_GPU_BIN, a build without the race detector (which multiplies memory); %s is not (race %v, %v)", binary, race, err)
 	}
 	needRoot(t)
 	dir := shortTempDir(t)
@@ -33,20 +45,9 @@ func TestMeasureRSS(t *testing.T) {
 	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--status-socket", "", "--metrics-addr", "127.0.0.1:0")
 	url := metricsURL(t, p)
 	r.waitSynced(20 * time.Second)
-	status := func() (rss, hwm string) {
-		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-		for _, l := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				rss = strings.TrimSpace(v)
-			}
-			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-				hwm = strings.TrimSpace(v)
-			}
-		}
-		return
-	}
-	rss, _ := status()
-	t.Logf("idle after sync: VmRSS %s", rss)
+	pid := p.cmd.Process.Pid
+	idle := statusKiB(t, pid, "VmRSS")
+	t.Logf("idle after sync: VmRSS %d kB", idle)
 	const n1 = 20000
 	start := time.Now()
 	for i := 0; i < n1; i++ {
@@ -58,6 +59,30 @@ func TestMeasureRSS(t *testing.T) {
 			httpGet(t, url+"/metrics")
 		}
 	}
-	rss, hwm := status()
-	t.Logf("after %d CreateContainer (8 GPUs, every capability) and %d scrapes in %s: VmRSS %s, VmHWM %s", n1, n1/1000, time.Since(start).Round(time.Millisecond), rss, hwm)
+	rss, hwm := statusKiB(t, pid, "VmRSS"), statusKiB(t, pid, "VmHWM")
+	t.Logf("after %d CreateContainer (8 GPUs, every capability) and %d scrapes in %s: VmRSS %d kB, VmHWM %d kB",
+		n1, n1/1000, time.Since(start).Round(time.Millisecond), rss, hwm)
+	// The plugin process itself was measured: alive, resident, its peak
+	// at least what it holds now.
+	if idle <= 0 || rss <= 0 || hwm < rss || hwm < idle {
+		t.Fatalf("implausible measurement of pid %d: idle VmRSS %d kB, VmRSS %d kB, VmHWM %d kB", pid, idle, rss, hwm)
+	}
+	if hwm > peakRSSBoundKiB {
+		t.Errorf("peak RSS %d kB over the bound of %d kB (the DaemonSet's GOMEMLIMIT)", hwm, peakRSSBoundKiB)
+	}
+}
+
+// isRaceBuild reports whether the Go binary at path was built with the
+// race detector.
+func isRaceBuild(path string) (bool, error) {
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true", nil
+		}
+	}
+	return false, nil
 }

@@ -27,17 +27,27 @@ type soakCase struct {
 // rssKiB returns the resident set size of process pid.
 func rssKiB(t *testing.T, pid int) int {
 	t.Helper()
+	return statusKiB(t, pid, "VmRSS")
+}
+
+// statusKiB returns the field key (VmRSS, VmHWM, ...) of process pid's
+// /proc/<pid>/status, in KiB; the test fails if it is missing.
+func statusKiB(t *testing.T, pid int, key string) int {
+	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				t.Fatalf("%s of pid %d: %v", key, pid, err)
+			}
 			return n
 		}
 	}
-	t.Fatal("no VmRSS")
+	t.Fatalf("no %s for pid %d", key, pid)
 	return 0
 }
 

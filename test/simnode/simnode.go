@@ -78,7 +78,7 @@ type Options struct {
 	CUDAVersion   int    // value cuDriverGetVersion reports, default 13000 (i.e. 13.0)
 	Layout        Layout // default LayoutRHEL
 	UVMMajor      int    // default 510
-	DeviceNodes   bool   // create real char device nodes with mknod (needs root); when false create empty regular files instead
+	DeviceNodes   bool   // create real char device nodes with mknod (needs root, see CanMknod); when false create empty regular files instead
 	NoDriver      bool   // kernel side only: no libraries, binaries, firmware, ld.so.cache
 	// KernelRelease is written to /proc/sys/kernel/osrelease; default
 	// DefaultKernelRelease. "-" writes no such file.

@@ -259,15 +259,11 @@ func TestMakedev(t *testing.T) {
 
 func TestDeviceNodes(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("DeviceNodes needs root: mknod of character devices is refused to other users")
+	if err := CanMknod(); err != nil {
+		t.Skipf("needs root: DeviceNodes makes character devices with mknod: %v", err)
 	}
 	opts := Options{NumGPUs: 3, SwapMinors: true, UVMMajor: 244, DeviceNodes: true, NoDriver: true}
 	n, err := Generate(t.TempDir(), opts)
-	if errors.Is(err, syscall.EPERM) {
-		// Root in a user namespace (rootless containers) lacks CAP_MKNOD.
-		t.Skipf("running as root but without CAP_MKNOD: %v", err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +300,81 @@ func TestDeviceNodes(t *testing.T) {
 	if _, err := Generate(n.Root, opts); err != nil {
 		t.Fatalf("second Generate: %v", err)
 	}
+}
+
+// TestNoDeviceNodes checks the node made without mknod: empty regular
+// files, mode 0666, where the device nodes would be.
+func TestNoDeviceNodes(t *testing.T) {
+	t.Parallel()
+	n, err := Generate(t.TempDir(), Options{NumGPUs: 2, NoDriver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"nvidia0", "nvidia1", "nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"} {
+		fi, err := os.Lstat(filepath.Join(n.Root, "dev", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.Mode().IsRegular() || fi.Size() != 0 || fi.Mode().Perm() != 0o666 {
+			t.Errorf("%s: %v, %d bytes; want an empty regular file, mode 0666", name, fi.Mode(), fi.Size())
+		}
+	}
+}
+
+// TestVendor checks both vendor nodes: with their own device nodes (root)
+// and naming the host's; each records the nodes the spec names as they are.
+func TestVendor(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, v *VendorNode, own bool) {
+		t.Helper()
+		spec := readFile(t, v.SpecPath)
+		nodes := append([]VendorDevice{v.KFD}, v.Render...)
+		if len(v.Render) != 2 || len(v.Devices) != 2 || v.KFD.Path != "/dev/kfd" {
+			t.Fatalf("vendor node %+v", v)
+		}
+		for i, d := range nodes {
+			if i > 0 && d.Path != "/dev/dri/renderD"+strconv.Itoa(RenderMinor+i-1) {
+				t.Errorf("render node %d at %s", i-1, d.Path)
+			}
+			if own && (d.HostPath != filepath.Join(v.Root, d.Path) || (i == 0) != (d.Major == KFDMajor) || (i > 0 && d.Minor != int64(RenderMinor+i-1))) {
+				t.Errorf("own node %+v", d)
+			}
+			if !own && !strings.HasPrefix(d.HostPath, "/dev/") {
+				t.Errorf("host node %+v", d)
+			}
+			fi, err := os.Lstat(d.HostPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdev := uint64(fi.Sys().(*syscall.Stat_t).Rdev)
+			if fi.Mode()&fs.ModeCharDevice == 0 || int64(Major(rdev)) != d.Major || int64(Minor(rdev)) != d.Minor || fi.Mode().Perm() != 0o666 {
+				t.Errorf("%s: %v %d:%d, want a character device %d:%d, mode 0666", d.HostPath, fi.Mode(), Major(rdev), Minor(rdev), d.Major, d.Minor)
+			}
+			if !strings.Contains(spec, "hostPath: "+d.HostPath+"\n") {
+				t.Errorf("the spec does not name %s:\n%s", d.HostPath, spec)
+			}
+		}
+	}
+	t.Run("host nodes", func(t *testing.T) {
+		v, err := GenerateVendorHostNodes(t.TempDir(), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, v, false)
+		if _, err := GenerateVendorHostNodes(t.TempDir(), 5); err == nil {
+			t.Error("5 GPUs on 4 host nodes")
+		}
+	})
+	t.Run("own nodes", func(t *testing.T) {
+		if err := CanMknod(); err != nil {
+			t.Skipf("needs root: GenerateVendor makes character devices with mknod: %v", err)
+		}
+		v, err := GenerateVendor(t.TempDir(), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, v, true)
+	})
 }
 
 func TestUpgrade(t *testing.T) {
