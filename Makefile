@@ -31,10 +31,22 @@ test: lint unit fuzz-short
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) e2e; \
 	else echo "make test: not root: skipping the end-to-end suite (make e2e needs root; CI runs it)"; fi
 
-lint:
+# golangci-lint, pinned, built from the Go module proxy into the tool
+# cache on first use (.golangci.yml says which linters).
+GOLANGCI_VERSION ?= v2.15.0
+TOOLS_CACHE      ?= $(HOME)/.cache/nri-gpu-tools
+GOLANGCI_LINT    := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
+
+$(GOLANGCI_LINT):
+	cd /tmp && GOFLAGS= GOBIN=$(dir $(GOLANGCI_LINT)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+
+# gofmt, go vet and golangci-lint over every module.
+lint: $(GOLANGCI_LINT)
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(GOLANGCI_LINT) run ./...
+	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; \
+		(cd $$m && $(GO) vet ./... && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 # Unit tests, then the protocol tests (their own module), under the race
 # detector; then the manifests' test. bin/testreport prints go test's usual
@@ -70,7 +82,7 @@ FUZZ_TARGETS := \
 	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv require:FuzzRequirement \
 	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
 	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion config:FuzzParse \
-	plugin:FuzzHandle
+	pipeline:FuzzHandle
 
 # A run that fails with a bare "context deadline exceeded" and writes no
 # failing input is Go's fuzz-coordinator race at the end of -fuzztime
@@ -100,7 +112,7 @@ soak: build
 # costs the runtime with nri-gpu (over NRI, the built plugin) and with its
 # own CDI resolution of the same edits, side by side.
 bench: build
-	$(GO) test -run XXX -bench . -benchmem ./plugin/ ./alloc/
+	$(GO) test -run XXX -bench . -benchmem ./pipeline/ ./plugin/ ./alloc/
 	@if [ "$$(id -u)" = 0 ]; then cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -run XXX -bench CreateContainerCost -benchmem .; \
 	else echo "make bench: not root: skipping BenchmarkCreateContainerCost (simulated device nodes need mknod)"; fi
 

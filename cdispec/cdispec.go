@@ -5,7 +5,6 @@
 package cdispec
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,10 +36,10 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 	if src.Kind() != Kind {
 		return nil, fmt.Errorf("the node serves %s devices (cdiImport), which come from CDI specs already; a spec is generated for %s only", src.Kind(), Kind)
 	}
-	if p := src.Problem(); p != "" {
-		return nil, errors.New(p)
-	}
 	snap := src.Snapshot()
+	if snap.DriverVersion == "" {
+		return nil, fmt.Errorf("the node has no usable NVIDIA driver (see nri-gpu inventory)")
+	}
 	common := src.Edits(nil, caps)
 	if len(common.BinaryDirs) > 0 {
 		return nil, fmt.Errorf("binaryDir cannot be expressed in a CDI spec: its environment edits replace PATH instead of appending to it; generate the spec from a configuration without binaryDir")
