@@ -98,10 +98,18 @@ func (r *report) read(in io.Reader) {
 	}
 }
 
+// print writes go test's text; a report that cannot be written is a
+// failed run.
+func (r *report) print(s string) {
+	if _, err := io.WriteString(r.w, s); err != nil {
+		r.failed = true
+	}
+}
+
 func (r *report) handle(e event) {
 	switch {
 	case e.Action == "build-output":
-		io.WriteString(r.w, e.Output)
+		r.print(e.Output)
 	case e.Action == "build-fail":
 		r.failed = true
 	case e.Test == "":
@@ -120,7 +128,7 @@ func (r *report) pkg(e event) {
 			r.flush(e.Package)
 		}
 		if e.Output != "PASS\n" { // plain go test leaves out the PASS of a passing package
-			io.WriteString(r.w, e.Output)
+			r.print(e.Output)
 		}
 	case "fail":
 		r.failed = true
@@ -146,7 +154,7 @@ func (r *report) flush(pkg string) {
 	slices.Sort(tests)
 	for _, t := range tests {
 		k := key{pkg, t}
-		io.WriteString(r.w, strings.Join(r.pending[k], ""))
+		r.print(strings.Join(r.pending[k], ""))
 		delete(r.pending, k)
 	}
 }

@@ -106,8 +106,6 @@ type Case struct {
 	// Strip makes a floor case return only part of the adjustment (see
 	// fixedCase.Strip), to measure what each part costs.
 	Strip string
-
-	pod string
 }
 
 func (c *Case) key() string {
@@ -421,7 +419,7 @@ func startProc(cmd *exec.Cmd, ready string) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { cmd.Wait(); close(p.done) }()
+	go func() { _ = cmd.Wait(); close(p.done) }() // its exit shows in the output
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(p.out.String(), ready) {
 		select {
@@ -441,11 +439,12 @@ func (p *proc) stop() {
 	if p == nil {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	// A process that already exited has nothing to signal: done is closed.
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
 }
@@ -467,7 +466,9 @@ func (e *Env) StartNRIGPU(mode string) error {
 	}
 	e.nriGPU, e.nriGPUMode = p, mode
 	if e.Opts.Nice != 0 {
-		Renice(p.cmd.Process.Pid, e.Opts.Nice)
+		if err := Renice(p.cmd.Process.Pid, e.Opts.Nice); err != nil {
+			return fmt.Errorf("renice nri-gpu: %w", err)
+		}
 	}
 	e.logf("nri-gpu connected (libraryMode %s)", mode)
 	return nil
@@ -519,7 +520,9 @@ func (e *Env) Prepare(cases []*Case) error {
 		return fmt.Errorf("floor plugin: %w", err)
 	}
 	if e.Opts.Nice != 0 {
-		Renice(e.fixed.cmd.Process.Pid, e.Opts.Nice)
+		if err := Renice(e.fixed.cmd.Process.Pid, e.Opts.Nice); err != nil {
+			return fmt.Errorf("renice the floor plugin: %w", err)
+		}
 	}
 	e.logf("floor plugin connected with %d precomputed adjustments", len(adj))
 	// containerd's CDI cache picks new spec files up asynchronously.
@@ -538,7 +541,9 @@ func (e *Env) Close() {
 	}
 	if e.Dir != "" {
 		if e.Tools != nil {
-			harness.CleanupDir(filepath.Join(e.Dir, "runc-nvidia"), e.Tools.Runc)
+			if err := harness.CleanupDir(filepath.Join(e.Dir, "runc-nvidia"), e.Tools.Runc); err != nil {
+				e.logf("cleaning up: %v", err)
+			}
 		}
 		os.RemoveAll(e.Dir)
 	}
@@ -628,7 +633,8 @@ func (e *Env) verify(ctx context.Context, c *Case, id string) (string, error) {
 	}
 	hooks := 0
 	if spec.Hooks != nil {
-		hooks = len(spec.Hooks.CreateContainer) + len(spec.Hooks.CreateRuntime) + len(spec.Hooks.Prestart) + len(spec.Hooks.StartContainer)
+		hooks = len(spec.Hooks.CreateContainer) + len(spec.Hooks.CreateRuntime) + len(spec.Hooks.Prestart) + //nolint:staticcheck // old runtimes still run prestart hooks: count them
+			len(spec.Hooks.StartContainer)
 	}
 	devs := 0
 	if spec.Linux != nil {

@@ -170,8 +170,7 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 		return nil, err
 	}
 	if err := c.start(ctx); err != nil {
-		c.Stop()
-		return nil, err
+		return nil, errors.Join(err, c.Stop())
 	}
 	start := time.Now()
 	var imgs []*Image
@@ -180,8 +179,7 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 	}
 	imgs = append(imgs, opts.ExtraImages...)
 	if err := c.ImportImages(ctx, imgs...); err != nil {
-		c.Stop()
-		return nil, err
+		return nil, errors.Join(err, c.Stop())
 	}
 	c.ImportDuration = time.Since(start)
 	return c, nil
@@ -307,7 +305,8 @@ func (c *Containerd) start(ctx context.Context) error {
 			env = append(env, e)
 		}
 	}
-	cmd.Env = append(env, c.Opts.Env...)
+	env = append(env, c.Opts.Env...)
+	cmd.Env = env
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start containerd: %w", err)
@@ -351,11 +350,11 @@ func (c *Containerd) waitReady(ctx context.Context, exited chan struct{}) error 
 			if err := c.connect(); err != nil {
 				return err
 			}
-			if err := c.criReady(ctx); err == nil {
+			err := c.criReady(ctx)
+			if err == nil {
 				return nil
-			} else {
-				last = err
 			}
+			last = err
 		} else {
 			last = fmt.Errorf("no socket %s yet", c.Address)
 		}

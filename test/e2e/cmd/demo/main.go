@@ -90,7 +90,7 @@ func run(bin string) (err error) {
 	if err := plugin.Start(); err != nil {
 		return err
 	}
-	defer func() { plugin.Process.Kill(); plugin.Wait() }()
+	defer func() { _ = plugin.Process.Kill(); _ = plugin.Wait() }() // the demo is over
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(log.String(), "synchronized with the runtime"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("nri-gpu did not connect:\n%s", log.String())
