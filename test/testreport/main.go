@@ -171,7 +171,7 @@ func (r *report) test(e event) {
 		r.failed = true
 		for _, l := range r.pending[k] {
 			if !framing(l) {
-				io.WriteString(r.w, l)
+				r.print(l)
 			}
 		}
 		delete(r.pending, k)
