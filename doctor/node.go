@@ -64,12 +64,7 @@ func checkKernel(o *Options, out *[]Result) (*inventory.Snapshot, bool) {
 		}
 	}
 
-	var devProblems []string
-	for _, w := range snap.Warnings {
-		if strings.Contains(w, "/dev/") || strings.Contains(w, "lists no GPU") || strings.Contains(w, "listing GPUs") {
-			devProblems = append(devProblems, w)
-		}
-	}
+	devProblems := snap.DeviceWarnings
 	fix := "create the device nodes: nvidia-modprobe -c <minor> for each GPU (or run nvidia-smi once as root); check that hostRoot shows the host's /dev"
 	switch {
 	case len(snap.GPUs) == 0:

@@ -143,6 +143,9 @@ type Snapshot struct {
 	Files []DriverFile
 	// Warnings say what discovery found wrong or missing.
 	Warnings []string
+	// DeviceWarnings are those of Warnings about the device nodes and
+	// the list of GPUs (nri-gpu doctor's kernel layer).
+	DeviceWarnings []string
 }
 
 // HasFirmware reports whether discovery found the driver's GSP firmware.

@@ -90,6 +90,13 @@ func (d *discovery) warnf(format string, args ...any) {
 	d.snap.Warnings = append(d.snap.Warnings, fmt.Sprintf(format, args...))
 }
 
+// deviceWarnf records a warning about the device nodes or the GPU list
+// (also among all warnings).
+func (d *discovery) deviceWarnf(format string, args ...any) {
+	d.warnf(format, args...)
+	d.snap.DeviceWarnings = append(d.snap.DeviceWarnings, d.snap.Warnings[len(d.snap.Warnings)-1])
+}
+
 // kernel discovers the driver version, the majors, the GPUs and the
 // control nodes.
 func (d *discovery) kernel() {
@@ -133,7 +140,7 @@ func (d *discovery) kernel() {
 
 	s.Control.Ctl = d.node("/dev/nvidiactl", nvMajor, 255)
 	if s.Control.Ctl == nil {
-		d.warnf("/dev/nvidiactl is missing: the node offers no GPU")
+		d.deviceWarnf("/dev/nvidiactl is missing: the node offers no GPU")
 		return
 	}
 	s.Control.Modeset = d.node("/dev/nvidia-modeset", nvMajor, 254)
@@ -142,7 +149,7 @@ func (d *discovery) kernel() {
 		s.Control.UVMTools = d.node("/dev/nvidia-uvm-tools", uvm, 1)
 	}
 	if s.Control.UVM == nil {
-		d.warnf("nvidia-uvm is not loaded or /dev/nvidia-uvm is missing: compute requests get no UVM nodes")
+		d.deviceWarnf("nvidia-uvm is not loaded or /dev/nvidia-uvm is missing: compute requests get no UVM nodes")
 	}
 	d.gpus(nvMajor)
 }
@@ -153,13 +160,13 @@ func (d *discovery) kernel() {
 func (d *discovery) gpus(nvMajor int64) {
 	dir, err := openNoBlock(d.host, "proc/driver/nvidia/gpus")
 	if err != nil {
-		d.warnf("listing GPUs: %v: the node offers no GPU", err)
+		d.deviceWarnf("listing GPUs: %v: the node offers no GPU", err)
 		return
 	}
 	entries, err := dir.ReadDir(-1)
 	dir.Close()
 	if err != nil {
-		d.warnf("listing GPUs: %v: the node offers no GPU", err)
+		d.deviceWarnf("listing GPUs: %v: the node offers no GPU", err)
 		return
 	}
 	type found struct {
@@ -208,7 +215,7 @@ func (d *discovery) gpus(nvMajor int64) {
 		seenMinor[f.info.Minor] = f.bus
 		n := d.node(fmt.Sprintf("/dev/nvidia%d", f.info.Minor), nvMajor, int64(f.info.Minor))
 		if n == nil {
-			d.warnf("GPU %s (index %d): device node /dev/nvidia%d is missing or wrong: unusable", f.bus, i, f.info.Minor)
+			d.deviceWarnf("GPU %s (index %d): device node /dev/nvidia%d is missing or wrong: unusable", f.bus, i, f.info.Minor)
 			continue
 		}
 		d.snap.GPUs = append(d.snap.GPUs, inventory.GPU{
@@ -221,7 +228,7 @@ func (d *discovery) gpus(nvMajor int64) {
 		})
 	}
 	if len(all) == 0 {
-		d.warnf("the driver lists no GPU: the node offers no GPU")
+		d.deviceWarnf("the driver lists no GPU: the node offers no GPU")
 	}
 }
 
@@ -232,12 +239,12 @@ func (d *discovery) node(p string, major, minor int64) *inventory.DeviceNode {
 	n, err := CharDevice(d.host, p)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			d.warnf("%v", err)
+			d.deviceWarnf("%v", err)
 		}
 		return nil
 	}
 	if n.Major != major || n.Minor != minor {
-		d.warnf("%s is %d:%d, expected %d:%d", p, n.Major, n.Minor, major, minor)
+		d.deviceWarnf("%s is %d:%d, expected %d:%d", p, n.Major, n.Minor, major, minor)
 		return nil
 	}
 	return &n

@@ -328,6 +328,12 @@ func TestDiscoverWithoutLDCache(t *testing.T) {
 	if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, "ld.so.cache") }) {
 		t.Errorf("no warning about ld.so.cache in %q", s.Warnings)
 	}
+	// The node has no device nodes: that warning is the devices', the
+	// ld.so.cache one is not (nri-gpu doctor sorts them by layer so).
+	if !slices.ContainsFunc(s.DeviceWarnings, func(w string) bool { return strings.Contains(w, "/dev/nvidiactl is missing") }) ||
+		slices.ContainsFunc(s.DeviceWarnings, func(w string) bool { return strings.Contains(w, "ld.so.cache") }) {
+		t.Errorf("device warnings %q of warnings %q", s.DeviceWarnings, s.Warnings)
+	}
 }
 
 // TestDiscoverVersionMismatch checks the warning for libraries that do not
