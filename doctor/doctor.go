@@ -4,7 +4,9 @@
 // module's version) and injection (the runtime's NRI enabled, its socket
 // accepting, nri-gpu registered, no second GPU injector, required
 // plugins). Each check gives a one-line verdict and, when it does not
-// pass, the fix.
+// pass, the fix. A node that serves another vendor's devices (cdiImport)
+// is judged by its CDI specs instead of NVIDIA's kernel module and
+// libraries: the devices they define, and whether nri-gpu may serve them.
 package doctor
 
 import (
@@ -113,8 +115,12 @@ func (o *Options) host(p string) string { return filepath.Join(o.Config.HostRoot
 func Run(o Options) []Result {
 	o.defaults()
 	var out []Result
-	snap, _ := checkKernel(&o, &out)
-	checkUserSpace(&o, snap, &out)
+	if o.Config.CDIImport != nil {
+		checkImported(&o, &out)
+	} else {
+		snap, _ := checkKernel(&o, &out)
+		checkUserSpace(&o, snap, &out)
+	}
 	checkInjection(&o, &out)
 	return out
 }

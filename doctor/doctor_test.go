@@ -380,3 +380,42 @@ func TestEachFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestImportedDevices checks the node layers of a node that serves
+// another vendor's CDI devices (cdiImport): judged by its specs, not by
+// NVIDIA's kernel module and libraries, which such a node does not have.
+func TestImportedDevices(t *testing.T) {
+	v, err := simnode.GenerateVendorHostNodes(t.TempDir(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(specDirs ...string) []Result {
+		cfg := config.Default()
+		cfg.CDIImport = &config.CDIImport{Kind: "amd.com/gpu", SpecDirs: specDirs}
+		var out []Result
+		checkImported(&Options{Config: cfg}, &out)
+		return out
+	}
+	out := check(filepath.Dir(v.SpecPath))
+	if len(out) != 2 || out[0].Name != "devices" || out[0].Status != Pass || !strings.Contains(out[0].Verdict, "2 amd.com/gpu devices from CDI specs: 0 1") ||
+		out[1].Status != Skip {
+		t.Errorf("a node with two devices: %+v", out)
+	}
+	out = check(t.TempDir())
+	if out[0].Status != Fail || !strings.Contains(out[0].Verdict, "no usable amd.com/gpu device") || !strings.Contains(out[0].Fix, "cdiImport.specDirs") {
+		t.Errorf("a node without specs: %+v", out)
+	}
+	// The NVIDIA checks are not run on such a node.
+	var names []string
+	for _, r := range Run(Options{Config: func() config.Config {
+		c := config.Default()
+		c.HostRoot = t.TempDir()
+		c.CDIImport = &config.CDIImport{Kind: "amd.com/gpu", SpecDirs: []string{"/etc/cdi"}}
+		return c
+	}()}) {
+		names = append(names, r.Layer+"/"+r.Name)
+	}
+	if strings.Contains(strings.Join(names, " "), "kernel/majors") || !strings.Contains(strings.Join(names, " "), "kernel/devices") {
+		t.Errorf("checks on an imported node: %q", names)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/discover"
+	"github.com/nri-gpu/nri-gpu/node"
 )
 
 // checkKernel checks the kernel layer: the driver loaded, the majors in
@@ -111,4 +112,34 @@ func checkUserSpace(o *Options, snap *inventory.Snapshot, out *[]Result) {
 		return
 	}
 	add(out, UserSpace, "libraries", Pass, fmt.Sprintf("%d driver libraries of %s under driverRoot %s, %d files in all", libs, snap.DriverVersion, snap.DriverRoot, len(snap.Files)), "")
+}
+
+// checkImported checks the node layers of a node whose devices come from
+// another vendor's CDI specs (cdiImport): that the specs define devices
+// nri-gpu can serve (their nodes and mounts exist on the host, no hook
+// unless allowed). The vendor's kernel driver and libraries are its own
+// business: they reach containers through the specs' edits.
+func checkImported(o *Options, out *[]Result) {
+	ci := o.Config.CDIImport
+	fix := fmt.Sprintf("generate the %s CDI spec with the vendor's tool into one of cdiImport.specDirs %v (under hostRoot %s)", ci.Kind, ci.SpecDirs, o.Config.HostRoot)
+	snap, err := node.Discover(o.Config)
+	switch {
+	case err != nil:
+		add(out, Kernel, "devices", Fail, err.Error(), "check cdiImport in the configuration (--config)")
+	case len(snap.GPUs) == 0:
+		msg := "no usable " + ci.Kind + " device"
+		if len(snap.Warnings) > 0 {
+			msg += ": " + firstLines(snap.Warnings, 2)
+		}
+		add(out, Kernel, "devices", Fail, msg, fix)
+	case len(snap.Warnings) > 0:
+		add(out, Kernel, "devices", Warn, fmt.Sprintf("%d %s devices, but %s", len(snap.GPUs), ci.Kind, firstLines(snap.Warnings, 2)), "fix or remove the specs named; "+fix)
+	default:
+		names := make([]string, 0, len(snap.GPUs))
+		for _, g := range snap.GPUs {
+			names = append(names, g.Name)
+		}
+		add(out, Kernel, "devices", Pass, fmt.Sprintf("%d %s devices from CDI specs: %s", len(snap.GPUs), ci.Kind, strings.Join(names, " ")), "")
+	}
+	add(out, UserSpace, "libraries", Skip, ci.Kind+" devices bring their files in their CDI specs (cdiImport), checked with the devices", "")
 }
