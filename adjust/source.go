@@ -82,9 +82,9 @@ func (p *Prepared) Lookup(id string) (inventory.GPU, error) {
 	switch {
 	case isDigits(id):
 		if n, err := strconv.Atoi(id); err == nil && len(id) <= 6 {
-			for _, g := range snap.GPUs {
-				if g.Index == n {
-					return g, nil
+			for i := range snap.GPUs {
+				if snap.GPUs[i].Index == n {
+					return snap.GPUs[i], nil
 				}
 			}
 		}
@@ -119,7 +119,12 @@ func isMIGPair(id string) bool {
 }
 
 func isDigits(s string) bool {
-	return s != "" && strings.Trim(s, "0123456789") == ""
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // quote quotes a user's token for a message, cutting very long ones.

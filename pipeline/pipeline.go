@@ -93,39 +93,43 @@ type call struct {
 	done bool
 }
 
-// stage is one step of the path.
-type stage struct {
-	name string
-	run  func(*Path, *call) error
-}
-
-// stages are the path's steps, in order.
-var stages = [...]stage{
-	{"parse", (*Path).parse},
-	{"authorize", (*Path).authorize},
-	{"reconcile", (*Path).reconcile},
-	{"select", (*Path).selectDevices},
-	{"book", (*Path).book},
-	{"require", (*Path).require},
-	{"build", (*Path).build},
-	{"encode", (*Path).encode},
-}
-
 // Handle runs the path for container ctr of pod. A nil adjustment with a
 // nil error leaves the container untouched; an error changes nothing (a
 // booking made on the way is released).
 func (p *Path) Handle(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
-	c := &call{pod: pod, ctr: ctr}
-	for i := range stages {
-		if err := stages[i].run(p, c); err != nil {
-			p.release(c)
-			return nil, c.res, err
-		}
-		if c.done {
-			break
-		}
+	c := call{pod: pod, ctr: ctr}
+	if err := p.run(&c); err != nil {
+		p.release(&c)
+		return nil, c.res, err
 	}
 	return c.adj, c.res, nil
+}
+
+// run runs the stages in order, until one fails or ends the call. (Direct
+// calls rather than a table of stages: the call then stays on the stack.)
+func (p *Path) run(c *call) error {
+	if err := p.parse(c); err != nil || c.done {
+		return err
+	}
+	if err := p.authorize(c); err != nil || c.done {
+		return err
+	}
+	if err := p.reconcile(c); err != nil || c.done {
+		return err
+	}
+	if err := p.selectDevices(c); err != nil || c.done {
+		return err
+	}
+	if err := p.book(c); err != nil || c.done {
+		return err
+	}
+	if err := p.require(c); err != nil || c.done {
+		return err
+	}
+	if err := p.build(c); err != nil || c.done {
+		return err
+	}
+	return p.encode(c)
 }
 
 // release gives back what the call booked.
@@ -242,6 +246,9 @@ func (p *Path) book(c *call) error {
 // that does not hold refuses the container, and the booking is released.
 func (p *Path) require(c *call) error {
 	err := p.Source.Check(c.ctr.GetEnv(), c.res.GPUs)
+	if err == nil {
+		return nil
+	}
 	var re *require.Error
 	if errors.As(err, &re) {
 		return &request.Error{Source: request.Source{Kind: request.Env, Key: re.Variable}, Msg: re.Msg}

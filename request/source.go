@@ -62,6 +62,15 @@ var SourceLabels = []string{
 // gpus.nri-gpu.dev/container.train", "env NVIDIA_VISIBLE_DEVICES" or
 // "mounts /var/run/nvidia-container-devices".
 func (s Source) String() string {
+	// The sources whose key is fixed print without an allocation.
+	switch {
+	case s.Kind == Env && s.Key == EnvVisibleDevices:
+		return "env " + EnvVisibleDevices
+	case s.Kind == DeviceList && s.Key == DeviceListRoot:
+		return "mounts " + DeviceListRoot
+	case s.Kind == PodAnnotation && s.Key == AnnotationPod:
+		return "annotation " + AnnotationPod
+	}
 	switch s.Kind {
 	case ContainerAnnotation, PodAnnotation, CDIAnnotation:
 		return "annotation " + s.Key

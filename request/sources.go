@@ -50,15 +50,19 @@ type Input struct {
 //
 // The request's Source says which one it was.
 func ParseInput(in Input) (Request, error) {
-	for _, src := range [...]Source{{ContainerAnnotation, AnnotationContainerPrefix + in.Name}, {PodAnnotation, AnnotationPod}} {
-		if val, ok := in.Annotations[src.Key]; ok {
-			return parseAnnotation(src, val, in.Env)
-		}
+	// Keys are built again when found: a key built once would have to be
+	// allocated for every container, found or not.
+	if val, ok := in.Annotations[AnnotationContainerPrefix+in.Name]; ok {
+		return parseAnnotation(Source{ContainerAnnotation, AnnotationContainerPrefix + in.Name}, val, in.Env)
 	}
-	for _, key := range [...]string{AnnotationCDIContainerPrefix + in.Name, AnnotationCDIPod} {
-		if val, ok := in.Annotations[key]; ok {
-			return parseCDI(Source{CDIAnnotation, key}, val, in.Env)
-		}
+	if val, ok := in.Annotations[AnnotationPod]; ok {
+		return parseAnnotation(Source{PodAnnotation, AnnotationPod}, val, in.Env)
+	}
+	if val, ok := in.Annotations[AnnotationCDIContainerPrefix+in.Name]; ok {
+		return parseCDI(Source{CDIAnnotation, AnnotationCDIContainerPrefix + in.Name}, val, in.Env)
+	}
+	if val, ok := in.Annotations[AnnotationCDIPod]; ok {
+		return parseCDI(Source{CDIAnnotation, AnnotationCDIPod}, val, in.Env)
 	}
 	if ids := deviceListFromMounts(in.Mounts); len(ids) > 0 {
 		return parseDeviceList(ids, in.Env)
