@@ -117,7 +117,7 @@ bench: build
 	else echo "make bench: not root: skipping BenchmarkCreateContainerCost (simulated device nodes need mknod)"; fi
 
 # The pre-registered plugin: the runtime starts it itself and hands it
-# its configuration (see README, "Without Kubernetes"). Also installs the
+# its configuration (see docs/install.md). Also installs the
 # command for nri-gpu inventory and nri-gpu doctor. An existing
 # configuration file is kept.
 install: build

@@ -18,7 +18,7 @@ import (
 )
 
 // Config is the plugin's configuration (YAML). Every key is documented in
-// the README.
+// docs/configuration.md.
 type Config struct {
 	// HostRoot is the prefix under which the host's /proc, /sys and /dev
 	// are read.

@@ -103,7 +103,7 @@ func TestBenchSmoke(t *testing.T) {
 	var out bytes.Buffer
 	WriteTable(&out, r, Floor)
 	WriteTargets(&out, r)
-	if !strings.Contains(out.String(), pathLabels[NVIDIARuntime]) || !strings.Contains(out.String(), "issue 8: nri-gpu <= 0.75x the toolkit path") {
+	if !strings.Contains(out.String(), pathLabels[NVIDIARuntime]) || !strings.Contains(out.String(), "target: nri-gpu <= 0.75x the toolkit path") {
 		t.Errorf("report lacks rows or targets:\n%s", out.String())
 	}
 	t.Logf("\n%s", out.String())

@@ -145,7 +145,7 @@ func TestRequiredPluginE2E(t *testing.T) {
 	// nri-gpu crashes. A container created then in a pod that already
 	// exists (a restart in place) is the first NRI request to reach the
 	// dead plugin: containerd 2.4 (NRI v0.12.3) lets it through, without
-	// GPUs (see the README). Every later creation is refused.
+	// GPUs (see docs/operations.md). Every later creation is refused.
 	pod, err := w.cri.RunPod(w.ctx, "inplace", ann("inplace"))
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
-// TestPolicy runs nri-gpu with the README's secure policy on a real
+// TestPolicy runs nri-gpu with the secure policy of docs/policy.md on a real
 // containerd: images' NVIDIA_VISIBLE_DEVICES gets nothing and is rewritten
 // to void, the device plugin's mount list still works, annotations work
 // only in their namespaces, an unmet NVIDIA_REQUIRE_CUDA fails creation with
