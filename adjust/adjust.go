@@ -1,7 +1,11 @@
 // Package adjust computes the container edits that give a container a set
-// of GPUs and driver capabilities from an inventory snapshot, and turns
-// them into an NRI container adjustment. It knows nothing of where a
-// request came from; everything here is pure.
+// of devices and driver capabilities, and turns them into an NRI container
+// adjustment. Edits come from a Source, the one interface through which
+// the request path knows the node's devices: Prepared is the source of
+// NVIDIA GPUs (an inventory snapshot with each driver file's place in a
+// container worked out once), package cdisource the source of another
+// vendor's CDI devices. It knows nothing of where a request came from;
+// everything here is pure.
 package adjust
 
 import (

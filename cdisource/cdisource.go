@@ -1,7 +1,9 @@
-// Package cdisource builds an inventory snapshot from another vendor's CDI
-// specs (amd.com/gpu, intel.com/gpu, ...), read through the CDI library's
-// cache, so that their devices get nri-gpu's request handling and are
-// injected as NRI adjustments.
+// Package cdisource is the device source (adjust.Source) of another
+// vendor's CDI specs (amd.com/gpu, intel.com/gpu, ...), read through the
+// CDI library's cache, so that their devices get nri-gpu's request
+// handling and are injected as NRI adjustments. It shows what a new kind
+// of device takes: one implementation of adjust.Source, and no branch in
+// the request path.
 //
 // Nothing from a spec is trusted blindly: a spec the CDI library refuses,
 // a device node or mount source that does not exist on the host, or a hook

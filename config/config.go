@@ -1,5 +1,7 @@
 // Package config holds nri-gpu's configuration file: its keys, defaults and
-// validation.
+// validation. Decoding is strict at every depth (an unknown, repeated or
+// wrongly cased key is an error naming it), and each mode key is a typed
+// value, checked once here.
 package config
 
 import (

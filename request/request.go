@@ -1,8 +1,9 @@
 // Package request turns what a container asks for (pod annotations, or the
 // NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES environment) into a
-// Request, and a Request into a Selection of GPUs and capabilities from an
-// inventory snapshot. Everything here is a pure function: nothing touches
-// the file system.
+// Request, and a Request into a Selection of devices and capabilities from
+// the node's device source (adjust.Source). Where a request came from is a
+// Source, which messages, the policy and metrics read. Everything here is
+// a pure function: nothing touches the file system.
 package request
 
 import (
