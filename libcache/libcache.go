@@ -61,12 +61,6 @@ type Cache struct {
 	Links int
 }
 
-// LibraryCapabilities is the part of a set of capabilities that selects
-// libraries: compat32 and display bring none of their own.
-func LibraryCapabilities(caps inventory.Capabilities) inventory.Capabilities {
-	return caps &^ inventory.Capabilities(inventory.Compat32|inventory.Display)
-}
-
 // Build makes (or reuses) the directories for every set of the
 // library-bearing capabilities that the snapshot's libraries have. It
 // fails, making nothing usable, when a link cannot be made (another file

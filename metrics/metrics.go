@@ -89,9 +89,6 @@ func New(version string) *Metrics {
 	return m
 }
 
-// Registry returns the registry the metrics are in.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
 // Request counts a CreateContainer request (plugin.Observer).
 func (m *Metrics) Request(source, outcome string, gpus []inventory.GPU, took time.Duration) {
 	m.requests.WithLabelValues(source, outcome).Inc()

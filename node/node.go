@@ -87,9 +87,6 @@ type Node struct {
 // Option configures a Node.
 type Option func(*Node)
 
-// WithObserver makes o the node's observer.
-func WithObserver(o Observer) Option { return func(n *Node) { n.obs = o } }
-
 // OnChange has f called with every state that becomes current, before
 // any request reads it (the plugin sizes its allocation table there).
 func OnChange(f func(*State)) Option { return func(n *Node) { n.onChange = f } }

@@ -19,7 +19,8 @@ import (
 
 // Annotation keys and environment variables that carry requests.
 const (
-	AnnotationPrefix          = "gpus.nri-gpu.dev/"
+	AnnotationDomain          = "gpus.nri-gpu.dev"
+	AnnotationPrefix          = AnnotationDomain + "/"
 	AnnotationContainerPrefix = AnnotationPrefix + "container."
 	AnnotationPod             = AnnotationPrefix + "pod"
 	EnvVisibleDevices         = "NVIDIA_VISIBLE_DEVICES"

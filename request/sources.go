@@ -13,8 +13,9 @@ const (
 	// AnnotationCDIContainerPrefix and AnnotationCDIPod are the NVIDIA
 	// toolkit's CDI annotations: a comma list of CDI device names, read by
 	// the toolkit's own NRI plugin.
-	AnnotationCDIContainerPrefix = "nvidia.cdi.k8s.io/container."
-	AnnotationCDIPod             = "nvidia.cdi.k8s.io/pod"
+	AnnotationCDIDomain          = "nvidia.cdi.k8s.io"
+	AnnotationCDIContainerPrefix = AnnotationCDIDomain + "/container."
+	AnnotationCDIPod             = AnnotationCDIDomain + "/pod"
 	// DeviceListRoot is where the Kubernetes device plugin's
 	// volume-mounts strategy mounts /dev/null once per device ID; it then
 	// sets NVIDIA_VISIBLE_DEVICES to this directory.
@@ -50,19 +51,15 @@ type Input struct {
 //
 // The request's Source says which one it was.
 func ParseInput(in Input) (Request, error) {
-	// Keys are built again when found: a key built once would have to be
-	// allocated for every container, found or not.
-	if val, ok := in.Annotations[AnnotationContainerPrefix+in.Name]; ok {
-		return parseAnnotation(Source{ContainerAnnotation, AnnotationContainerPrefix + in.Name}, val, in.Env)
+	if key, val, ok := effectiveAnnotation(in.Annotations, AnnotationDomain, in.Name); ok {
+		kind := PodAnnotation
+		if key != AnnotationPod {
+			kind = ContainerAnnotation
+		}
+		return parseAnnotation(Source{kind, key}, val, in.Env)
 	}
-	if val, ok := in.Annotations[AnnotationPod]; ok {
-		return parseAnnotation(Source{PodAnnotation, AnnotationPod}, val, in.Env)
-	}
-	if val, ok := in.Annotations[AnnotationCDIContainerPrefix+in.Name]; ok {
-		return parseCDI(Source{CDIAnnotation, AnnotationCDIContainerPrefix + in.Name}, val, in.Env)
-	}
-	if val, ok := in.Annotations[AnnotationCDIPod]; ok {
-		return parseCDI(Source{CDIAnnotation, AnnotationCDIPod}, val, in.Env)
+	if key, val, ok := effectiveAnnotation(in.Annotations, AnnotationCDIDomain, in.Name); ok {
+		return parseCDI(Source{CDIAnnotation, key}, val, in.Env)
 	}
 	if ids := deviceListFromMounts(in.Mounts); len(ids) > 0 {
 		return parseDeviceList(ids, in.Env)
@@ -122,6 +119,23 @@ func parseCDI(src Source, val string, env []string) (Request, error) {
 	}
 	r.Caps, r.CapsSource = caps, capsSrc
 	return r, nil
+}
+
+// effectiveAnnotation finds the annotation of domain that applies to the
+// container named name, by NRI's convention for effective annotations
+// (github.com/containerd/nri/pkg/plugin.GetEffectiveAnnotation): the
+// container's, <domain>/container.<name>, before the pod's, <domain>/pod.
+// NRI also reads a bare <domain> as the pod's; nri-gpu does not, as that
+// would be one more way to ask for GPUs. The key is built again when
+// found: one built up front would be allocated for every container.
+func effectiveAnnotation(ann map[string]string, domain, name string) (key, val string, ok bool) {
+	if val, ok := ann[domain+"/container."+name]; ok {
+		return domain + "/container." + name, val, true
+	}
+	if val, ok := ann[domain+"/pod"]; ok {
+		return domain + "/pod", val, true
+	}
+	return "", "", false
 }
 
 // deviceListFromMounts returns the device IDs that the device plugin's

@@ -53,8 +53,6 @@ type Condition struct {
 	Value    string
 }
 
-func (c Condition) String() string { return c.Property + c.Op + c.Value }
-
 // Requirement is a parsed requirement expression: any of its terms must
 // hold; a term holds when all its conditions hold.
 type Requirement [][]Condition
