@@ -44,8 +44,14 @@ type Config struct {
 	// cache can be made, else files with a warning).
 	LibraryMode LibraryMode `json:"libraryMode,omitempty"`
 	// LibraryCache is the directory, inside the driver root, where the
-	// library directories are prepared.
+	// library directories are prepared: the runtime mounts them from
+	// driverRoot + libraryCache. It must be a directory only nri-gpu uses.
 	LibraryCache string `json:"libraryCache,omitempty"`
+	// LibraryCacheMount is where nri-gpu itself reads and writes that
+	// directory, when not at driverRootMount + libraryCache: a DaemonSet
+	// that mounts the driver root read-only mounts the host's cache
+	// directory read-write here.
+	LibraryCacheMount string `json:"libraryCacheMount,omitempty"`
 	// BinaryDir, when set, is the container directory where the driver's
 	// binaries appear (through one mount of a prepared directory, like the
 	// libraries), appended to the container's PATH; empty (the default)
@@ -242,7 +248,11 @@ func (c Config) Validate() error {
 		{"libraryDir", c.LibraryDir},
 		{"library32Dir", c.Library32Dir},
 		{"libraryCache", c.LibraryCache},
+		{"libraryCacheMount", c.LibraryCacheMount},
 	} {
+		if p.val == "" && p.key == "libraryCacheMount" {
+			continue
+		}
 		if err := checkPath(p.key, p.val); err != nil {
 			return err
 		}
@@ -310,8 +320,13 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.LibraryCache == "/" {
-		return fmt.Errorf("key libraryCache: must not be /")
+	if err := checkCacheDir("libraryCache", c.LibraryCache); err != nil {
+		return err
+	}
+	if c.LibraryCacheMount != "" {
+		if err := checkCacheDir("libraryCacheMount", c.LibraryCacheMount); err != nil {
+			return err
+		}
 	}
 	if err := checkMode("sharing", "policy", c.Sharing, sharings); err != nil {
 		return err
@@ -320,6 +335,32 @@ func (c Config) Validate() error {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
 	}
 	return c.Policy.Validate()
+}
+
+// systemTrees are directories of the operating system and of the
+// container runtime: the library cache may be neither one of them nor in
+// one of them.
+var systemTrees = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys", "/usr",
+	"/run/containerd", "/run/crio", "/run/nri", "/var/run/nri", "/var/lib/containerd", "/var/lib/containers",
+	"/var/lib/docker", "/var/lib/kubelet", "/var/lib/dpkg", "/var/lib/rpm", "/var/lib/apt", "/var/lib/systemd", "/var/log"}
+
+// systemDirs are directories that hold other programs' directories: the
+// library cache may be in one, but not be one.
+var systemDirs = []string{"/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var", "/var/cache",
+	"/var/lib", "/var/local", "/var/opt", "/var/run", "/var/spool", "/var/tmp"}
+
+// checkCacheDir checks that p, the value of key (the library cache, where
+// nri-gpu makes and removes directories), is not a system directory.
+func checkCacheDir(key, p string) error {
+	for _, t := range systemTrees {
+		if p == t || strings.HasPrefix(p, t+"/") {
+			return fmt.Errorf("key %s: %q is in the system directory %s, where nri-gpu must not make or remove directories; use a directory only nri-gpu uses, such as %s", key, p, t, DefaultLibraryCache)
+		}
+	}
+	if slices.Contains(systemDirs, p) {
+		return fmt.Errorf("key %s: %q is a system directory, where nri-gpu must not make or remove directories; use a directory only nri-gpu uses, such as %s", key, p, DefaultLibraryCache)
+	}
+	return nil
 }
 
 // checkPath checks that p, the value of key, is an absolute, clean path of

@@ -122,7 +122,7 @@ func TestParseStrictKeys(t *testing.T) {
 	}
 	// The valid keys are the json tags, all of them.
 	_, err := Parse([]byte("bogus: 1\n"))
-	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy)`
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy)`
 	if err == nil || err.Error() != want {
 		t.Errorf("unknown key: %v, want %s", err, want)
 	}

@@ -95,6 +95,14 @@ func checkPaths(t *testing.T, data []byte, c Config) {
 	if c.BinaryDir != "" {
 		paths["binaryDir"] = []string{c.BinaryDir}
 	}
+	if c.LibraryCacheMount != "" {
+		paths["libraryCacheMount"] = []string{c.LibraryCacheMount}
+	}
+	for _, key := range []string{"libraryCache", "libraryCacheMount"} {
+		if p := paths[key]; len(p) == 1 && checkCacheDir(key, p[0]) != nil {
+			t.Fatalf("Parse(%q) accepted %s %q, a system directory", data, key, p[0])
+		}
+	}
 	if c.CDIImport != nil {
 		paths["cdiImport.specDirs"] = c.CDIImport.SpecDirs
 	}

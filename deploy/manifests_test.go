@@ -142,14 +142,15 @@ type helmValues struct {
 		Tag        string `json:"tag"`
 		PullPolicy string `json:"pullPolicy"`
 	} `json:"image"`
-	Config             map[string]string           `json:"config"`
-	DriverRootHostPath string                      `json:"driverRootHostPath"`
-	MetricsPort        int                         `json:"metricsPort"`
-	NodeSelector       map[string]string           `json:"nodeSelector"`
-	Tolerations        []corev1.Toleration         `json:"tolerations"`
-	PriorityClassName  string                      `json:"priorityClassName"`
-	Resources          corev1.ResourceRequirements `json:"resources"`
-	GoMemLimit         string                      `json:"goMemLimit"`
+	Config               map[string]string           `json:"config"`
+	DriverRootHostPath   string                      `json:"driverRootHostPath"`
+	LibraryCacheHostPath string                      `json:"libraryCacheHostPath"`
+	MetricsPort          int                         `json:"metricsPort"`
+	NodeSelector         map[string]string           `json:"nodeSelector"`
+	Tolerations          []corev1.Toleration         `json:"tolerations"`
+	PriorityClassName    string                      `json:"priorityClassName"`
+	Resources            corev1.ResourceRequirements `json:"resources"`
+	GoMemLimit           string                      `json:"goMemLimit"`
 }
 
 // renderHelm renders the chart's templates with its default values, with
@@ -377,8 +378,17 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		t.Error("no writable emptyDir at /run/nri-gpu for the status socket")
 	}
 
-	// Host mounts: the ones hostRoot and driverRoot need, read-only but
-	// the NRI socket's directory, and nothing else.
+	// Host mounts: the ones hostRoot and driverRoot need and the library
+	// cache, all read-only but the NRI socket's directory and the cache,
+	// and nothing else. The cache is the host directory the runtime mounts
+	// library directories from (driverRoot + libraryCache), mounted where
+	// nri-gpu writes it (libraryCacheMount).
+	usesCache := cfg.LibraryMode != config.LibraryFiles
+	cacheHost := filepath.Join(cfg.DriverRoot, cfg.LibraryCache)
+	cacheMount := cfg.LibraryCacheMount
+	if cacheMount == "" {
+		cacheMount = filepath.Join(cfg.DriverRootMount, cfg.LibraryCache)
+	}
 	hostMounts := map[string]string{} // host path -> mount path
 	for _, m := range c.VolumeMounts {
 		v := volumes[m.Name]
@@ -386,20 +396,24 @@ func checkDaemonSet(t *testing.T, objs objects) {
 			continue
 		}
 		hostMounts[v.HostPath.Path] = m.MountPath
-		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot
+		isCache := usesCache && v.HostPath.Path == cacheHost
+		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache
 		if !justified {
 			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
 		}
 		// Writable: the NRI socket's directory (connecting needs write
-		// access), and the driver root when library directories are
-		// prepared in it (hard links, within one mount).
-		writable := v.HostPath.Path == "/var/run/nri" || v.HostPath.Path == cfg.DriverRoot && cfg.LibraryMode != "files"
+		// access), and nri-gpu's own library cache; the driver root and
+		// everything else of the host is read-only.
+		writable := v.HostPath.Path == "/var/run/nri" || isCache
 		if !m.ReadOnly && !writable {
-			t.Errorf("host path %s is mounted writable", v.HostPath.Path)
+			t.Errorf("host path %s is mounted writable; only the NRI socket's directory and nri-gpu's library cache (%s) may be", v.HostPath.Path, cacheHost)
 		}
-		if m.ReadOnly && v.HostPath.Path == cfg.DriverRoot && cfg.LibraryMode != "files" {
-			t.Errorf("driver root %s is read-only, but libraryMode %s prepares library directories in it", v.HostPath.Path, cfg.LibraryMode)
+		if isCache && m.MountPath != cacheMount {
+			t.Errorf("the library cache %s is mounted at %s; nri-gpu writes it at %s (libraryCacheMount)", cacheHost, m.MountPath, cacheMount)
 		}
+	}
+	if _, ok := hostMounts[cacheHost]; usesCache && !ok {
+		t.Errorf("libraryMode %s, and the library cache %s is not mounted read-write where nri-gpu writes it (%s)", cfg.LibraryMode, cacheHost, cacheMount)
 	}
 	for host, want := range map[string]string{
 		"/proc":        filepath.Join(cfg.HostRoot, "proc"),
@@ -431,16 +445,50 @@ func checkDaemonSet(t *testing.T, objs objects) {
 	}
 }
 
-// TestHelmReadOnlyDriverRoot renders the chart with libraryMode files: the
-// driver root is then mounted read-only.
-func TestHelmReadOnlyDriverRoot(t *testing.T) {
+// TestHelmLibraryModeFiles renders the chart with libraryMode files: no
+// library cache, so no host directory is writable but the NRI socket's.
+func TestHelmLibraryModeFiles(t *testing.T) {
 	objs, _ := renderHelm(t, func(v map[string]any) {
 		v["config"].(map[string]any)["libraryMode"] = "files"
 	})
 	checkDaemonSet(t, objs)
 	for _, m := range objs.daemonSet.Spec.Template.Spec.Containers[0].VolumeMounts {
-		if m.Name == "driver-root" && !m.ReadOnly {
-			t.Error("libraryMode files: the driver root is writable")
+		if m.Name == "library-cache" {
+			t.Error("libraryMode files: the library cache is mounted")
+		}
+	}
+}
+
+// TestHostWritableOnlyOwnDirs checks the shipped DaemonSets' least
+// privilege directly: every host path is mounted read-only except the
+// runtime's NRI socket directory and nri-gpu's library cache
+// (/var/lib/nri-gpu), and the only other writable mount is the emptyDir
+// of the status socket (/run/nri-gpu).
+func TestHostWritableOnlyOwnDirs(t *testing.T) {
+	plain, _ := loadKubernetes(t)
+	helm, _ := renderHelm(t, nil)
+	for name, objs := range map[string]objects{"deploy/kubernetes": plain, "helm": helm} {
+		spec := objs.daemonSet.Spec.Template.Spec
+		volumes := map[string]corev1.Volume{}
+		for _, v := range spec.Volumes {
+			volumes[v.Name] = v
+		}
+		var writable []string
+		for _, m := range spec.Containers[0].VolumeMounts {
+			if m.ReadOnly {
+				continue
+			}
+			v := volumes[m.Name]
+			switch {
+			case v.HostPath != nil:
+				writable = append(writable, "host "+v.HostPath.Path+" at "+m.MountPath)
+			default:
+				writable = append(writable, m.MountPath)
+			}
+		}
+		want := []string{"/run/nri-gpu", "host /var/run/nri at /var/run/nri", "host /var/lib/nri-gpu at /var/lib/nri-gpu"}
+		if !cmp.Equal(sorted(writable), sorted(want)) {
+			t.Errorf("%s: writable mounts %q, want exactly %q", name, writable, want)
 		}
 	}
 }

@@ -2,17 +2,26 @@
 // libraries per set of capabilities, so that a container gets all its
 // libraries through a single bind mount instead of one mount per file.
 //
-// Each directory holds hard links, named by SONAME, to the library files
-// that discovery found. Hard links need no mount privileges, keep the exact
-// inode that was checked, and keep an old driver's files alive for the
-// containers that use them after an upgrade replaced them. They only work
-// within one file system, which is why the cache lives inside the driver
-// root.
+// Each directory holds, named by SONAME, the library files that discovery
+// found: hard links to them where the cache and the driver's files are in
+// one mount (nri-gpu on the host), else links to the cache's own copy of
+// each file, made once per driver version, by a reflink (FICLONE) where
+// the file system shares blocks between files and by a copy otherwise (a
+// DaemonSet that mounts the driver root read-only and only the cache
+// read-write: a hard link cannot cross two mounts, even of one file
+// system). Either way a directory keeps the exact file that discovery
+// checked, and keeps an old driver's files for the containers that use
+// them after an upgrade replaced them.
 //
 // Directories are content-addressed (their name hashes the files' identity)
 // and made by renaming a complete temporary directory, so that a directory
 // a container uses never changes, a plugin restart reuses what exists, and
 // two plugins racing make the same thing.
+//
+// nri-gpu removes only what it made: the cache directory carries a marker
+// file (.nri-gpu-cache) and so does each driver version's directory in it
+// (.nri-gpu-version). Build refuses a cache directory that holds anything
+// else, and Clean never removes a directory without its marker.
 package libcache
 
 import (
@@ -20,13 +29,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -36,15 +49,46 @@ type Options struct {
 	// DriverRoot is the driver root as the runtime sees it; the cache's
 	// directories are returned under it.
 	DriverRoot string
-	// DriverRootMount is where this process reads and writes DriverRoot.
+	// DriverRootMount is where this process reads DriverRoot.
 	DriverRootMount string
 	// Dir is the cache's directory, relative to the driver root
-	// ("var/lib/nri-gpu").
+	// ("var/lib/nri-gpu"): the runtime mounts DriverRoot/Dir/...
 	Dir string
+	// DirMount is where this process reads and writes DriverRoot/Dir,
+	// when that is not DriverRootMount/Dir (a DaemonSet that mounts the
+	// driver root read-only and only the cache read-write). Empty: the
+	// cache is written inside DriverRootMount, and cannot leave it.
+	DirMount string
 	// Binaries also prepares one directory of the driver's binaries per
 	// set of binary-bearing capabilities (for binaryDir).
 	Binaries bool
 }
+
+// The markers of what nri-gpu made.
+const (
+	// RootMarker is the file in the cache directory that says nri-gpu
+	// owns it.
+	RootMarker = ".nri-gpu-cache"
+	// VersionMarker is the file in each driver version's directory that
+	// nri-gpu made.
+	VersionMarker = ".nri-gpu-version"
+	// storeDir is the directory, in a version's directory, of the cache's
+	// own copies of the driver's files (when they cannot be hard-linked).
+	storeDir = ".files"
+	// lostFound is a file system's own directory, tolerated at the root of
+	// a cache that is a file system of its own.
+	lostFound = "lost+found"
+)
+
+const rootMarkerText = "This directory is nri-gpu's library cache: nri-gpu makes and removes its driver version\n" +
+	"directories here, and refuses to use it if it holds anything else. Do not put other files here.\n"
+
+// setDirName is the name of a directory of one set (a set of capabilities,
+// a file kind, a hash), as makeDir names it.
+var setDirName = regexp.MustCompile(`^[a-z0-9+]+-(library|library32|binary)-[0-9a-f]{16}$`)
+
+// versionName is the driver versions nri-gpu makes directories for.
+var versionName = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$`)
 
 // Cache maps sets of capabilities to prepared library directories.
 type Cache struct {
@@ -57,31 +101,179 @@ type Cache struct {
 	Dirs32 map[inventory.Capabilities]string
 	// DirsBin does the same for the binaries, when asked for.
 	DirsBin map[inventory.Capabilities]string
-	// Links counts the hard links the cache holds (made or reused).
+	// Links counts the directories' entries (made or reused).
 	Links int
+	// Stored counts the driver files that this build put in the cache's
+	// own store because they could not be hard-linked (another mount or
+	// file system); StoredBytes is their size. Cloned of them are reflinks
+	// (no new data blocks); the others are copies (StoredBytes written).
+	Stored, Cloned int
+	StoredBytes    int64
+	// LinkError is why the driver's files could not be hard-linked, when
+	// they were stored instead.
+	LinkError error
 }
 
-// Build makes (or reuses) the directories for every set of the
-// library-bearing capabilities that the snapshot's libraries have. It
-// fails, making nothing usable, when a link cannot be made (another file
-// system, a read-only driver root).
-func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
-	if snap.DriverVersion == "" {
-		return nil, errors.New("no driver")
+// ForeignError is a cache directory that holds what nri-gpu did not make.
+type ForeignError struct {
+	// Dir is the directory, as this process reads it.
+	Dir string
+	// Found are some of the entries nri-gpu did not make.
+	Found []string
+}
+
+func (e *ForeignError) Error() string {
+	return fmt.Sprintf("%s holds %s, which nri-gpu did not make; the library cache must be a directory that only nri-gpu uses (such as /var/lib/nri-gpu): nri-gpu neither writes in nor cleans one that holds anything else",
+		e.Dir, strings.Join(quoteAll(e.Found), ", "))
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strconv.Quote(v)
+	}
+	return out
+}
+
+// mountDir is where this process reads the cache.
+func (o Options) mountDir() string {
+	if o.DirMount != "" {
+		return o.DirMount
+	}
+	return filepath.Join(o.DriverRootMount, o.Dir)
+}
+
+// openCache opens the cache directory; with create it is made when
+// missing. Without DirMount it is opened inside the driver root, and a
+// path leaving it (a symbolic link) fails.
+func openCache(o Options, create bool) (*os.Root, error) {
+	if o.DirMount != "" {
+		if create {
+			if err := os.MkdirAll(o.DirMount, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		return os.OpenRoot(o.DirMount)
 	}
 	root, err := os.OpenRoot(o.DriverRootMount)
 	if err != nil {
 		return nil, fmt.Errorf("opening the driver root: %w", err)
 	}
 	defer root.Close()
+	if create {
+		if err := root.MkdirAll(o.Dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return root.OpenRoot(o.Dir)
+}
+
+// claim makes sure that nri-gpu owns the cache directory: it holds the
+// root marker and nothing but marked version directories (and a file
+// system's lost+found). An empty directory, or one that holds only an
+// older nri-gpu's unmarked directories, is marked; anything else is a
+// ForeignError.
+func claim(cache *os.Root, dir string) error {
+	names, err := readDir(cache, ".")
+	if err != nil {
+		return err
+	}
+	marked := slices.Contains(names, RootMarker)
+	var foreign, legacy []string
+	for _, n := range names {
+		switch {
+		case n == RootMarker || n == lostFound:
+		case isVersionDir(cache, n):
+		case !marked && isLegacyVersionDir(cache, n):
+			legacy = append(legacy, n)
+		default:
+			foreign = append(foreign, n)
+		}
+	}
+	if len(foreign) > 0 {
+		slices.Sort(foreign)
+		if len(foreign) > 5 {
+			foreign = append(foreign[:5], fmt.Sprintf("... (%d entries in all)", len(foreign)))
+		}
+		return &ForeignError{Dir: dir, Found: foreign}
+	}
+	for _, v := range legacy {
+		if err := cache.WriteFile(path.Join(v, VersionMarker), []byte(v+"\n"), 0o444); err != nil {
+			return err
+		}
+	}
+	if !marked {
+		return cache.WriteFile(RootMarker, []byte(rootMarkerText), 0o444)
+	}
+	return nil
+}
+
+// isVersionDir reports whether name is a directory with a version marker.
+func isVersionDir(cache *os.Root, name string) bool {
+	if fi, err := cache.Lstat(name); err != nil || !fi.IsDir() {
+		return false
+	}
+	fi, err := cache.Lstat(path.Join(name, VersionMarker))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// isLegacyVersionDir reports whether name is a version directory as an
+// nri-gpu without markers made it: a directory holding only directories
+// named as makeDir names them (or leftovers of interrupted builds).
+func isLegacyVersionDir(cache *os.Root, name string) bool {
+	if !versionName.MatchString(name) {
+		return false
+	}
+	if fi, err := cache.Lstat(name); err != nil || !fi.IsDir() {
+		return false
+	}
+	entries, err := readDir(cache, name)
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	for _, e := range entries {
+		fi, err := cache.Lstat(path.Join(name, e))
+		if err != nil || !fi.IsDir() || !setDirName.MatchString(e) && !strings.HasPrefix(e, ".tmp-") {
+			return false
+		}
+	}
+	return true
+}
+
+// Build makes (or reuses) the directories for every set of the
+// library-bearing capabilities that the snapshot's libraries have. It
+// fails, making nothing usable, when the cache directory holds what
+// nri-gpu did not make (a ForeignError) or cannot be written.
+func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
+	if snap.DriverVersion == "" {
+		return nil, errors.New("no driver")
+	}
+	if !versionName.MatchString(snap.DriverVersion) {
+		return nil, fmt.Errorf("driver version %q cannot name a directory", snap.DriverVersion)
+	}
+	root, err := os.OpenRoot(o.DriverRootMount)
+	if err != nil {
+		return nil, fmt.Errorf("opening the driver root: %w", err)
+	}
+	defer root.Close()
+	cache, err := openCache(o, true)
+	if err != nil {
+		return nil, fmt.Errorf("opening the library cache %s: %w", o.mountDir(), err)
+	}
+	defer cache.Close()
+	if err := claim(cache, o.mountDir()); err != nil {
+		return nil, err
+	}
 
 	c := &Cache{Version: snap.DriverVersion, Dirs: map[inventory.Capabilities]string{}, Dirs32: map[inventory.Capabilities]string{}, DirsBin: map[inventory.Capabilities]string{}}
+	p := &placer{cache: cache, version: snap.DriverVersion, c: c}
+	defer p.close()
 	kinds := []inventory.FileKind{inventory.Library, inventory.Library32}
 	if o.Binaries {
 		kinds = append(kinds, inventory.Binary)
 	}
 	for _, kind := range kinds {
-		var libs []lib
+		var libs []*lib
 		var present inventory.Capabilities
 		for _, f := range snap.Files {
 			if f.Kind != kind {
@@ -91,33 +283,28 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s is not under the driver root %s", f.HostPath, o.DriverRoot)
 			}
-			fi, err := root.Stat(rel)
+			l, err := p.open(root, rel, f)
 			if err != nil {
 				return nil, err
 			}
-			st, _ := fi.Sys().(*syscall.Stat_t)
-			if st == nil {
-				return nil, fmt.Errorf("%s: no inode information", f.HostPath)
-			}
-			libs = append(libs, lib{rel: rel, name: f.Name, cap: f.Capability,
-				id: fmt.Sprintf("%s %d %d %d %d", f.Name, st.Dev, st.Ino, fi.Size(), fi.ModTime().UnixNano())})
+			libs = append(libs, l)
 			present |= inventory.Capabilities(f.Capability)
 		}
 		dirs := map[inventory.FileKind]map[inventory.Capabilities]string{
 			inventory.Library: c.Dirs, inventory.Library32: c.Dirs32, inventory.Binary: c.DirsBin,
 		}[kind]
 		for _, set := range subsets(present) {
-			var members []lib
+			var members []*lib
 			for _, l := range libs {
 				if set.Has(l.cap) {
 					members = append(members, l)
 				}
 			}
-			rel, err := makeDir(root, o.Dir, snap.DriverVersion, kind, set, members)
+			rel, err := p.makeDir(kind, set, members)
 			if err != nil {
 				return nil, err
 			}
-			dirs[set] = filepath.Join(o.DriverRoot, rel)
+			dirs[set] = filepath.Join(o.DriverRoot, o.Dir, rel)
 			c.Links += len(members)
 		}
 	}
@@ -126,10 +313,50 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 
 // lib is a library (or binary) to link into a directory.
 type lib struct {
-	rel  string // resolved path relative to the driver root
-	name string // SONAME (a binary's base name): the name of the link
+	file *os.File // the file discovery found, opened
+	rel  string   // resolved path relative to the driver root
+	name string   // SONAME (a binary's base name): the name of the link
 	cap  inventory.Capability
 	id   string // identity of the file: name, device, inode, size, mtime
+	size int64
+	mode fs.FileMode
+}
+
+// placer puts driver files into the cache's directories.
+type placer struct {
+	cache   *os.Root
+	version string
+	c       *Cache
+	files   []*os.File
+	// noLink is set once a hard link to a driver file failed: the rest are
+	// stored too.
+	noLink bool
+}
+
+// open opens the driver file rel and records its identity. The file
+// opened is the one that is linked or copied, whatever happens to the
+// path afterwards.
+func (p *placer) open(root *os.Root, rel string, f inventory.DriverFile) (*lib, error) {
+	file, err := root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	p.files = append(p.files, file)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(file.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.HostPath, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file", f.HostPath)
+	}
+	return &lib{file: file, rel: rel, name: f.Name, cap: f.Capability, size: st.Size, mode: fs.FileMode(st.Mode & 0o777),
+		id: fmt.Sprintf("%s %d %d %d %d", f.Name, st.Dev, st.Ino, st.Size, st.Mtim.Nano())}, nil
+}
+
+func (p *placer) close() {
+	for _, f := range p.files {
+		f.Close()
+	}
 }
 
 // subsets returns the non-empty subsets of caps.
@@ -142,46 +369,146 @@ func subsets(caps inventory.Capabilities) []inventory.Capabilities {
 	return out
 }
 
-// makeDir returns the directory (relative to the driver root) holding
-// links to members, making it when it does not exist yet.
-func makeDir(root *os.Root, base, version string, kind inventory.FileKind, set inventory.Capabilities, members []lib) (string, error) {
+// makeDir returns the directory (relative to the cache) holding members,
+// making it when it does not exist yet.
+func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, members []*lib) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", version, kind, set)
+	fmt.Fprintf(h, "%s\n%s\n%s\n", p.version, kind, set)
 	for _, l := range members {
 		fmt.Fprintln(h, l.id)
 	}
 	name := strings.ReplaceAll(set.String(), ",", "+") + "-" + kind.String() + "-" + hex.EncodeToString(h.Sum(nil))[:16]
-	verDir := path.Join(base, version)
+	verDir := p.version
 	final := path.Join(verDir, name)
-	if fi, err := root.Lstat(final); err == nil && fi.IsDir() {
+	if fi, err := p.cache.Lstat(final); err == nil && fi.IsDir() {
 		return final, nil // complete: made by renaming
 	}
-	if err := root.MkdirAll(verDir, 0o755); err != nil {
+	if err := p.makeVersionDir(); err != nil {
 		return "", err
 	}
 	tmp := path.Join(verDir, ".tmp-"+name+fmt.Sprintf("-%d", os.Getpid()))
-	_ = root.RemoveAll(tmp)
-	if err := root.Mkdir(tmp, 0o755); err != nil {
+	_ = p.cache.RemoveAll(tmp)
+	if err := p.cache.Mkdir(tmp, 0o755); err != nil {
 		return "", err
 	}
+	fail := func(err error) (string, error) {
+		_ = p.cache.RemoveAll(tmp)
+		return "", err
+	}
+	dir, err := p.cache.Open(tmp)
+	if err != nil {
+		return fail(err)
+	}
+	defer dir.Close()
 	for _, l := range members {
-		if err := root.Link(l.rel, path.Join(tmp, l.name)); err != nil {
-			_ = root.RemoveAll(tmp)
-			return "", fmt.Errorf("linking %s: %w", l.rel, err)
+		if err := p.place(l, dir, path.Join(tmp, l.name)); err != nil {
+			return fail(fmt.Errorf("linking %s: %w", l.rel, err))
 		}
 	}
-	if err := root.Chmod(tmp, 0o755); err != nil {
-		_ = root.RemoveAll(tmp)
-		return "", err
+	if err := p.cache.Chmod(tmp, 0o755); err != nil {
+		return fail(err)
 	}
-	if err := root.Rename(tmp, final); err != nil {
-		_ = root.RemoveAll(tmp)
-		if fi, err2 := root.Lstat(final); err2 == nil && fi.IsDir() {
+	if err := p.cache.Rename(tmp, final); err != nil {
+		_ = p.cache.RemoveAll(tmp)
+		if fi, err2 := p.cache.Lstat(final); err2 == nil && fi.IsDir() {
 			return final, nil // another plugin made it first
 		}
 		return "", err
 	}
 	return final, nil
+}
+
+// makeVersionDir makes the version's directory with its marker.
+func (p *placer) makeVersionDir() error {
+	if err := p.cache.MkdirAll(p.version, 0o755); err != nil {
+		return err
+	}
+	m := path.Join(p.version, VersionMarker)
+	if _, err := p.cache.Lstat(m); err == nil {
+		return nil
+	}
+	return p.cache.WriteFile(m, []byte(p.version+"\n"), 0o444)
+}
+
+// place puts l at rel (in dir, a temporary directory): a hard link to the
+// driver's file when the cache is in its mount, else a hard link to the
+// cache's own copy of it.
+func (p *placer) place(l *lib, dir *os.File, rel string) error {
+	if !p.noLink {
+		// The opened file itself, through /proc: the inode discovery
+		// checked, and no capability needed (unlike AT_EMPTY_PATH).
+		err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", l.file.Fd()), int(dir.Fd()), l.name, unix.AT_SYMLINK_FOLLOW)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		p.noLink, p.c.LinkError = true, err
+	}
+	stored, err := p.store(l)
+	if err != nil {
+		return err
+	}
+	return p.cache.Link(stored, rel)
+}
+
+// store returns the cache's own copy of l (relative to the cache), made
+// when missing: a reflink where the file system can, else a copy.
+func (p *placer) store(l *lib) (string, error) {
+	sum := sha256.Sum256([]byte(l.id))
+	dir := path.Join(p.version, storeDir)
+	final := path.Join(dir, hex.EncodeToString(sum[:16]))
+	if fi, err := p.cache.Lstat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == l.size {
+		return final, nil
+	}
+	if err := p.cache.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := path.Join(dir, fmt.Sprintf(".tmp-%s-%d", path.Base(final), os.Getpid()))
+	_ = p.cache.Remove(tmp)
+	out, err := p.cache.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, l.mode&0o555|0o444)
+	if err != nil {
+		return "", err
+	}
+	cloned, err := copyFile(out, l.file, l.size)
+	if err == nil {
+		err = out.Sync()
+	}
+	if err2 := out.Close(); err == nil {
+		err = err2
+	}
+	if err == nil {
+		err = p.cache.Rename(tmp, final)
+	}
+	if err != nil {
+		_ = p.cache.Remove(tmp)
+		return "", err
+	}
+	p.c.Stored++
+	p.c.StoredBytes += l.size
+	if cloned {
+		p.c.Cloned++
+	}
+	return final, nil
+}
+
+// copyFile copies size bytes of src into the empty dst: a reflink
+// (FICLONE) when the file system shares blocks between files, else a copy
+// (copy_file_range, which the kernel may still make a reflink).
+func copyFile(dst, src *os.File, size int64) (cloned bool, err error) {
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+		return true, nil
+	}
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return false, err
+	}
+	// A LimitedReader of an *os.File: io.Copy uses copy_file_range.
+	n, err := io.Copy(dst, &io.LimitedReader{R: src, N: size})
+	if err == nil && n != size {
+		err = fmt.Errorf("%s: copied %d bytes of %d", src.Name(), n, size)
+	}
+	return false, err
 }
 
 // relTo returns p relative to root, if it is under it.
@@ -196,45 +523,82 @@ func relTo(root, p string) (string, bool) {
 // Clean removes the directories of driver versions other than current
 // that no container uses (inUse reports whether a runtime-view path is a
 // mount source of some container), and leftovers of interrupted builds.
-// It returns the runtime-view paths it removed.
+// It removes only what nri-gpu made: a cache directory without its
+// marker is left alone (an error), and so is anything in it without a
+// marker, or not named as nri-gpu names what it makes. It returns the
+// runtime-view paths it removed.
 func Clean(o Options, current string, inUse func(dir string) bool) ([]string, error) {
-	root, err := os.OpenRoot(o.DriverRootMount)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	versions, err := readDir(root, o.Dir)
+	cache, err := openCache(o, false)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 		return nil, err
 	}
+	defer cache.Close()
+	if fi, err := cache.Lstat(RootMarker); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s has no %s marker: not nri-gpu's, left alone", o.mountDir(), RootMarker)
+	}
+	versions, err := readDir(cache, ".")
+	if err != nil {
+		return nil, err
+	}
 	var removed []string
 	for _, v := range versions {
-		verDir := path.Join(o.Dir, v)
-		dirs, err := readDir(root, verDir)
+		if !isVersionDir(cache, v) {
+			continue
+		}
+		entries, err := readDir(cache, v)
 		if err != nil {
 			continue
 		}
-		used := false
-		for _, d := range dirs {
-			p := path.Join(verDir, d)
-			if strings.HasPrefix(d, ".tmp-") {
-				_ = root.RemoveAll(p)
-				continue
+		used, foreign := false, false
+		var ours []string
+		for _, d := range entries {
+			p := path.Join(v, d)
+			switch {
+			case strings.HasPrefix(d, ".tmp-"):
+				_ = cache.RemoveAll(p)
+			case d == storeDir:
+				ours = append(ours, p)
+				cleanStore(cache, p)
+			case setDirName.MatchString(d):
+				ours = append(ours, p)
+				used = used || inUse(filepath.Join(o.DriverRoot, o.Dir, p))
+			case d != VersionMarker:
+				foreign = true
 			}
-			used = used || inUse(filepath.Join(o.DriverRoot, p))
 		}
-		if v == current || used {
+		if v == current || used || foreign {
 			continue
 		}
-		if err := root.RemoveAll(verDir); err != nil {
+		for _, p := range ours {
+			if err := cache.RemoveAll(p); err != nil {
+				return removed, err
+			}
+		}
+		if err := cache.Remove(path.Join(v, VersionMarker)); err != nil {
 			return removed, err
 		}
-		removed = append(removed, filepath.Join(o.DriverRoot, verDir))
+		if err := cache.Remove(v); err != nil {
+			return removed, err
+		}
+		removed = append(removed, filepath.Join(o.DriverRoot, o.Dir, v))
 	}
 	return removed, nil
+}
+
+// cleanStore removes leftovers of interrupted copies from a store.
+func cleanStore(cache *os.Root, dir string) {
+	names, err := readDir(cache, dir)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, ".tmp-") {
+			_ = cache.Remove(path.Join(dir, n))
+		}
+	}
 }
 
 func readDir(root *os.Root, dir string) ([]string, error) {

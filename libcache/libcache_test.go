@@ -1,6 +1,8 @@
 package libcache_test
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -127,10 +129,10 @@ func TestUpgradeAndClean(t *testing.T) {
 	}
 }
 
-// TestBuildFailsAcrossFileSystems checks that a cache on another file
-// system than the libraries (where hard links cannot be made) is an error,
-// not a silent copy.
-func TestBuildFailsAcrossFileSystems(t *testing.T) {
+// TestBuildAcrossFileSystems checks that a cache on another file system
+// than the libraries (where hard links cannot be made) holds its own copy
+// of each file, once, linked into every directory that has it.
+func TestBuildAcrossFileSystems(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: mounts a tmpfs on the cache directory to put it on another file system than the driver's files")
 	}
@@ -139,13 +141,131 @@ func TestBuildFailsAcrossFileSystems(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64m"); err != nil {
 		t.Fatalf("mounting a tmpfs (needs root): %v", err)
 	}
 	defer syscall.Unmount(dir, syscall.MNT_DETACH)
-	_, err := libcache.Build(snap, o)
-	if err == nil || !strings.Contains(err.Error(), "cross-device") {
-		t.Fatalf("Build on another file system: %v, want a cross-device link error", err)
+	c, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStored(t, c, snap, inventory.Library)
+}
+
+// TestBuildReadOnlyDriverRoot builds the cache as the DaemonSet does: the
+// driver root mounted read-only, the cache directory of the same file
+// system mounted read-write elsewhere (libraryCacheMount). A hard link
+// cannot cross the two mounts, so the cache holds copies; the directories
+// it returns are the runtime's paths of the cache directory.
+func TestBuildReadOnlyDriverRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: bind-mounts the driver root read-only")
+	}
+	n, snap, o := setup(t)
+	hostCache := filepath.Join(n.Root, o.Dir)
+	if err := os.MkdirAll(hostCache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pod := t.TempDir()
+	o.DriverRootMount, o.DirMount = filepath.Join(pod, "driver-root"), filepath.Join(pod, "cache")
+	bind(t, n.Root, o.DriverRootMount, true)
+	bind(t, hostCache, o.DirMount, false)
+	c, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(fmt.Sprint(c.LinkError), "cross-device") {
+		t.Errorf("link error %v, want cross-device", c.LinkError)
+	}
+	checkStored(t, c, snap, inventory.Library)
+	for _, d := range c.Dirs {
+		if !strings.HasPrefix(d, hostCache+"/") {
+			t.Fatalf("directory %s is not in the cache's host path %s", d, hostCache)
+		}
+	}
+	// A restart reuses the copies and writes nothing.
+	c2, err := libcache.Build(snap, o)
+	if err != nil || c2.Stored != 0 || c2.Dirs[inventory.DefaultCapabilities] != c.Dirs[inventory.DefaultCapabilities] {
+		t.Errorf("rebuild: stored %d files (%v), directory %s; want none and %s", c2.Stored, err, c2.Dirs[inventory.DefaultCapabilities], c.Dirs[inventory.DefaultCapabilities])
+	}
+}
+
+// TestBuildLinksWithCacheMount checks that a libraryCacheMount in the same
+// mount as the driver's files gets hard links, not copies.
+func TestBuildLinksWithCacheMount(t *testing.T) {
+	n, snap, o := setup(t)
+	o.DirMount = filepath.Join(n.Root, o.Dir)
+	c, err := libcache.Build(snap, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Stored != 0 || c.LinkError != nil {
+		t.Fatalf("stored %d files (%v), want hard links", c.Stored, c.LinkError)
+	}
+	checkDir(t, c.Dirs[inventory.DefaultCapabilities], snap, inventory.Library, inventory.DefaultCapabilities)
+}
+
+// bind bind-mounts src at dst for the test, read-only if ro.
+func bind(t *testing.T, src, dst string, ro bool) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dst, syscall.MNT_DETACH) })
+	if ro {
+		if err := syscall.Mount("", dst, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkStored checks that the cache holds copies of the snapshot's files
+// of kind, not links to them: the same content, another inode, one inode
+// per file across all directories, and the bytes counted once.
+func checkStored(t *testing.T, c *libcache.Cache, snap *inventory.Snapshot, kind inventory.FileKind) {
+	t.Helper()
+	var want int64
+	files := 0
+	for _, f := range snap.Files {
+		if f.Kind == kind {
+			fi, err := os.Stat(f.HostPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want += fi.Size()
+			files++
+		}
+	}
+	if c.Stored != files || c.StoredBytes != want {
+		t.Errorf("stored %d files, %d bytes; want %d, %d", c.Stored, c.StoredBytes, files, want)
+	}
+	inodes := map[string]uint64{}
+	for set, dir := range c.Dirs {
+		for _, f := range snap.Files {
+			if f.Kind != kind || !set.Has(f.Capability) {
+				continue
+			}
+			p := filepath.Join(dir, f.Name)
+			got, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orig, _ := os.ReadFile(f.HostPath)
+			if !bytes.Equal(got, orig) {
+				t.Fatalf("%s differs from %s", p, f.HostPath)
+			}
+			ino := inode(t, p)
+			if ino == inode(t, f.HostPath) {
+				t.Fatalf("%s is a hard link to the driver's file", p)
+			}
+			if prev, ok := inodes[f.Name]; ok && prev != ino {
+				t.Fatalf("%s: two copies in the cache", f.Name)
+			}
+			inodes[f.Name] = ino
+		}
 	}
 }
 

@@ -245,13 +245,17 @@ func (n *Node) prepare(cfg config.Config, snap *inventory.Snapshot) (*adjust.Pre
 			layout.HostLibraryDirs, layout.HostLibrary32Dirs, layout.HostBinaryDirs = cache.Dirs, cache.Dirs32, cache.DirsBin
 			n.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
 				Infof("library directories ready in %s", filepath.Join(cfg.DriverRoot, cfg.LibraryCache))
+			if cache.Stored > 0 {
+				n.log.WithFields(logrus.Fields{"files": cache.Stored, "reflinks": cache.Cloned, "bytes": cache.StoredBytes}).
+					Infof("library cache: the driver's files cannot be hard-linked from the cache (%v); the cache holds its own copy of each, once per driver version (reflinks where the file system can, else copies)", cache.LinkError)
+			}
 			if cfg.BinaryDir != "" {
 				n.log.Infof("binaries: one directory mount at %s, appended to PATH (binaryDir)", cfg.BinaryDir)
 			}
 		case cfg.LibraryMode == config.LibraryDirectory:
-			return nil, fmt.Errorf("libraryMode directory: preparing library directories in %s: %w", cfg.LibraryCache, err)
+			return nil, fmt.Errorf("libraryMode directory: preparing library directories in %s (key libraryCache): %w", cfg.LibraryCache, err)
 		default:
-			n.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s; mounting libraries one by one (slower container starts)", cfg.LibraryCache)
+			n.log.WithError(err).Warnf("libraryMode auto: cannot prepare library directories in %s (key libraryCache); mounting libraries one by one (slower container starts)", cfg.LibraryCache)
 		}
 	}
 	return adjust.Prepare(snap, layout), nil
@@ -291,6 +295,7 @@ func cacheOptions(cfg config.Config) libcache.Options {
 		DriverRoot:      cfg.DriverRoot,
 		DriverRootMount: cfg.DriverRootMount,
 		Dir:             strings.TrimPrefix(cfg.LibraryCache, "/"),
+		DirMount:        cfg.LibraryCacheMount,
 		Binaries:        cfg.BinaryDir != "",
 	}
 }

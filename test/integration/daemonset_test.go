@@ -48,9 +48,11 @@ type podSpec struct {
 // exactly the DaemonSet's volume mounts, read-only where it says so, with
 // the host paths mapped to a simulated node (/ -> the node, /proc and
 // /dev -> the node's, /var/run/nri -> the test runtime's socket
-// directory), the ConfigMap's configuration at its mount path, and the
-// container's arguments (the metrics port aside). The plugin must
-// connect, report ready and inject from the node.
+// directory, /var/lib/nri-gpu -> the node's), the ConfigMap's
+// configuration at its mount path, and the container's arguments (the
+// metrics port aside). The plugin must connect, report ready and inject
+// from the node, with its library directories prepared in the only
+// writable host directory, as copies (the driver root is read-only).
 func TestDaemonSetLayout(t *testing.T) {
 	needRoot(t)
 	for _, tool := range []string{"unshare", "mount", "chroot"} {
@@ -93,7 +95,11 @@ func TestDaemonSetLayout(t *testing.T) {
 	}
 
 	root := filepath.Join(dir, "root")
-	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir}
+	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir,
+		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu")}
+	if err := os.MkdirAll(n.HostPath("/var/lib/nri-gpu"), 0o755); err != nil { // type: DirectoryOrCreate
+		t.Fatal(err)
+	}
 	var script []string
 	// readOnlyRootFilesystem: the root is a read-only bind of itself, with
 	// the volumes mounted on it (their mount points made beforehand).
@@ -166,5 +172,18 @@ func TestDaemonSetLayout(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "library directories ready in /var/lib/nri-gpu") {
 		t.Errorf("no library directories in the DaemonSet layout:\n%s", p.log.String())
+	}
+	if !strings.Contains(p.log.String(), "the cache holds its own copy of each") {
+		t.Errorf("library directories not copied from the read-only driver root:\n%s", p.log.String())
+	}
+	libDir := ""
+	for _, m := range adj.GetMounts() {
+		if m.Destination == "/usr/local/nvidia/lib64" {
+			libDir = n.HostPath(m.Source)
+		}
+	}
+	cuda, err := os.ReadFile(filepath.Join(libDir, "libcuda.so.1"))
+	if err != nil || len(cuda) == 0 || !strings.HasPrefix(libDir, n.HostPath("/var/lib/nri-gpu")+"/") {
+		t.Errorf("library directory %q (host view) has no libcuda.so.1: %v", libDir, err)
 	}
 }
