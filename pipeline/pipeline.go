@@ -185,7 +185,24 @@ func (p *Path) reconcile(c *call) error {
 		return nil
 	}
 	c.given = runtimeGPUs(p.Source.Devices(), c.ctr)
-	return nil
+	return p.deviceListBacked(c)
+}
+
+// deviceListBacked refuses a device plugin's mount list that the policy
+// does not trust on its own in the pod's namespace (policy.TrustsDeviceList)
+// unless the runtime gave the container GPU device nodes: a pod allowed
+// hostPath volumes can mount /dev/null at
+// /var/run/nvidia-container-devices/<ID> itself, but cannot add device
+// nodes to its spec. With the nodes, they decide the container's GPUs
+// (book), whatever the list names.
+func (p *Path) deviceListBacked(c *call) error {
+	r := &c.res.Request
+	ns := c.pod.GetNamespace()
+	if r.PolicySource() != policy.DeviceList || len(c.given) > 0 || p.Policy.TrustsDeviceList(ns) {
+		return nil
+	}
+	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q without the GPUs' device nodes from the runtime "+
+		"(%s; the NVIDIA device plugin passes them with PASS_DEVICE_SPECS=true)", ns, p.Policy.Setting(policy.DeviceList))}
 }
 
 // selectDevices resolves the request against the device source.
