@@ -216,7 +216,8 @@ func (p *Path) selectDevices(c *call) error {
 
 // book decides the container's GPUs and books them: the runtime's own
 // when it gave some (not booked: the runtime decided), none for a
-// management container (it sees every GPU and holds none), else those
+// management container (it sees every GPU and holds none, but is refused
+// while another container holds one of them exclusively), else those
 // named or, for a count, those the table picks.
 func (p *Path) book(c *call) error {
 	r, sel := &c.res.Request, &c.res.Selection
@@ -224,7 +225,9 @@ func (p *Path) book(c *call) error {
 	case len(c.given) > 0:
 		c.res.GPUs = c.given
 		return nil
-	case r.Management, sel.Count == 0 && len(sel.GPUs) == 0:
+	case r.Management:
+		return p.checkManagement(c)
+	case sel.Count == 0 && len(sel.GPUs) == 0:
 		return nil
 	}
 	mode := p.Sharing
@@ -255,6 +258,21 @@ func (p *Path) book(c *call) error {
 		c.rec.GPUs = append(c.rec.GPUs, g.ID())
 	}
 	return nil
+}
+
+// checkManagement refuses a management container where it would reach a
+// GPU that another container holds exclusively. It books nothing: a
+// monitoring agent that held every GPU shared would keep every exclusive
+// request off the node. (A management container that is already running
+// when an exclusive holder comes keeps its view: management namespaces
+// are the operator's, policy.managementNamespaces.)
+func (p *Path) checkManagement(c *call) error {
+	req := alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: alloc.Shared, Source: c.res.Request.Source.String(),
+		GPUs: make([]int, 0, len(c.res.Selection.GPUs))}
+	for _, g := range c.res.Selection.GPUs {
+		req.GPUs = append(req.GPUs, g.Index)
+	}
+	return p.Table.Check(req)
 }
 
 // require checks the requirements the image states (NVIDIA_REQUIRE_*)
