@@ -84,14 +84,37 @@ type Request struct {
 	Source string
 }
 
-// Error is a request the table cannot meet. Its message says why, with who
-// holds what.
+// Error is a request the table cannot meet. Its message, which the
+// runtime shows to the pod, says why and names the holders of the
+// requester's own namespace; a holder in another namespace is "a pod in
+// another namespace", so that a tenant learns nothing of another's pods.
+// Detail names every holder, for nri-gpu's own log.
 type Error struct {
 	Source string
 	Msg    string
+	// Detail is Msg with every holder named.
+	Detail string
 }
 
 func (e *Error) Error() string { return "nri-gpu: " + e.Source + ": " + e.Msg }
+
+// Logged is the error's message with every holder named, for nri-gpu's
+// own log.
+func (e *Error) Logged() string {
+	if e.Detail == "" {
+		return e.Error()
+	}
+	return "nri-gpu: " + e.Source + ": " + e.Detail
+}
+
+// refusal makes the error for r: msg writes the message with a function
+// that describes holders, once as the pod sees them and once in full.
+func refusal(r Request, msg func(describe func([]*Holding) string) string) *Error {
+	ns := r.Holder.Namespace
+	return &Error{Source: r.Source,
+		Msg:    msg(func(hs []*Holding) string { return describe(hs, ns, true) }),
+		Detail: msg(func(hs []*Holding) string { return describe(hs, ns, false) })}
+}
 
 // Table is the allocation table of a node. Its methods are safe for
 // concurrent use; each is atomic, so concurrent requests never book the same
@@ -155,6 +178,19 @@ func (t *Table) Allocate(r Request) ([]int, error) {
 	return slices.Clone(gpus), nil
 }
 
+// Check returns the error Allocate(r) would return, without booking: nil
+// when the request could be met now. A management container, which sees
+// every GPU without holding one, is checked this way in shared mode, so
+// that it cannot reach a GPU another container holds exclusively.
+func (t *Table) Check(r Request) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := t.pick(r); err != nil {
+		return err
+	}
+	return nil
+}
+
 // usable reports whether a request in mode m may use a GPU with holdings hs.
 func usable(m Mode, hs []*Holding) bool {
 	if m == Exclusive {
@@ -183,9 +219,13 @@ func (t *Table) pick(r Request) ([]int, error) {
 				continue
 			}
 			if r.Mode == Exclusive {
-				return nil, &Error{r.Source, fmt.Sprintf("GPU %d cannot be held exclusively: it is held by %s", g, describe(hs))}
+				return nil, refusal(r, func(d func([]*Holding) string) string {
+					return fmt.Sprintf("GPU %d cannot be held exclusively: it is held by %s", g, d(hs))
+				})
 			}
-			return nil, &Error{r.Source, fmt.Sprintf("GPU %d is held exclusively by %s", g, describe(hs))}
+			return nil, refusal(r, func(d func([]*Holding) string) string {
+				return fmt.Sprintf("GPU %d is held exclusively by %s", g, d(hs))
+			})
 		}
 		return gpus, nil
 	}
@@ -196,7 +236,7 @@ func (t *Table) pick(r Request) ([]int, error) {
 		}
 	}
 	if len(cands) < r.Count {
-		return nil, &Error{r.Source, t.shortage(r, len(cands))}
+		return nil, refusal(r, func(d func([]*Holding) string) string { return t.shortage(r, len(cands), d) })
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return len(t.byGPU[cands[i]]) < len(t.byGPU[cands[j]]) })
 	gpus := cands[:r.Count:r.Count]
@@ -206,7 +246,7 @@ func (t *Table) pick(r Request) ([]int, error) {
 
 // shortage says why a count request cannot be met: how many GPUs it could
 // have, and who holds the others.
-func (t *Table) shortage(r Request, usableN int) string {
+func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) string) string {
 	var b strings.Builder
 	what := "free or shared"
 	if r.Mode == Exclusive {
@@ -233,10 +273,26 @@ func (t *Table) shortage(r Request, usableN int) string {
 }
 
 // describe lists the holders of a GPU: "default/train/main (exclusive)".
-func describe(hs []*Holding) string {
-	s := make([]string, len(hs))
-	for i, h := range hs {
-		s[i] = h.Holder.String() + " (" + h.Mode.String() + ")"
+// With redact, holders outside namespace ns are not named: "a pod in
+// another namespace (exclusive)", or "3 pods in other namespaces
+// (shared)", after those named.
+func describe(hs []*Holding, ns string, redact bool) string {
+	s := make([]string, 0, len(hs))
+	var others [2]int // by mode
+	for _, h := range hs {
+		if redact && h.Holder.Namespace != ns {
+			others[h.Mode]++
+			continue
+		}
+		s = append(s, h.Holder.String()+" ("+h.Mode.String()+")")
+	}
+	for _, m := range []Mode{Exclusive, Shared} {
+		switch n := others[m]; {
+		case n == 1:
+			s = append(s, "a pod in another namespace ("+m.String()+")")
+		case n > 1:
+			s = append(s, strconv.Itoa(n)+" pods in other namespaces ("+m.String()+")")
+		}
 	}
 	return strings.Join(s, ", ")
 }

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -320,5 +321,81 @@ func TestRecordEncode(t *testing.T) {
 		if err != nil || !slices.Equal(back.GPUs, r.GPUs) {
 			t.Errorf("round trip of %+v: %+v, %v", r, back, err)
 		}
+	}
+}
+
+// TestRefusalNamesNoOtherTenant: a refusal, which the runtime shows to the
+// pod, names holders of the requester's namespace only; Logged, for
+// nri-gpu's own log, names every holder.
+func TestRefusalNamesNoOtherTenant(t *testing.T) {
+	in := func(ns, name string) Holder {
+		return Holder{ID: "ctr-" + name, PodID: "pod-" + name, Namespace: ns, Pod: name, Container: "main"}
+	}
+	tbl := New([]int{0, 1, 2})
+	for _, r := range []Request{
+		{Holder: in("team-a", "secret-train"), Mode: Exclusive, GPUs: []int{0}},
+		{Holder: in("team-b", "mine"), Mode: Shared, GPUs: []int{1}},
+		{Holder: in("team-a", "infer-1"), Mode: Shared, GPUs: []int{1, 2}},
+		{Holder: in("team-a", "infer-2"), Mode: Shared, GPUs: []int{1}},
+	} {
+		if _, err := tbl.Allocate(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		r         Request
+		pod, full string
+	}{
+		{"named GPU held exclusively in another namespace",
+			Request{Holder: in("team-b", "x"), Mode: Shared, GPUs: []int{0}, Source: "s"},
+			"nri-gpu: s: GPU 0 is held exclusively by a pod in another namespace (exclusive)",
+			"nri-gpu: s: GPU 0 is held exclusively by team-a/secret-train/main (exclusive)"},
+		{"same namespace: named",
+			Request{Holder: in("team-a", "x"), Mode: Shared, GPUs: []int{0}, Source: "s"},
+			"nri-gpu: s: GPU 0 is held exclusively by team-a/secret-train/main (exclusive)",
+			"nri-gpu: s: GPU 0 is held exclusively by team-a/secret-train/main (exclusive)"},
+		{"exclusive request: own namespace named, others counted",
+			Request{Holder: in("team-b", "x"), Mode: Exclusive, GPUs: []int{1}, Source: "s"},
+			"nri-gpu: s: GPU 1 cannot be held exclusively: it is held by team-b/mine/main (shared), 2 pods in other namespaces (shared)",
+			"nri-gpu: s: GPU 1 cannot be held exclusively: it is held by team-b/mine/main (shared), team-a/infer-1/main (shared), team-a/infer-2/main (shared)"},
+		{"count shortage",
+			Request{Holder: in("team-c", "x"), Mode: Exclusive, Count: 1, Source: "s"},
+			"nri-gpu: s: exclusive request for 1 GPU cannot be met: 0 of the node's 3 GPUs are free; held: GPU 0: a pod in another namespace (exclusive); GPU 1: 3 pods in other namespaces (shared); GPU 2: a pod in another namespace (shared)",
+			"nri-gpu: s: exclusive request for 1 GPU cannot be met: 0 of the node's 3 GPUs are free; held: GPU 0: team-a/secret-train/main (exclusive); GPU 1: team-b/mine/main (shared), team-a/infer-1/main (shared), team-a/infer-2/main (shared); GPU 2: team-a/infer-1/main (shared)"},
+	} {
+		_, err := tbl.Allocate(tc.r)
+		var ae *Error
+		if !errors.As(err, &ae) {
+			t.Fatalf("%s: %v, want an *Error", tc.name, err)
+		}
+		if err.Error() != tc.pod {
+			t.Errorf("%s: message to the pod\n%s\nwant\n%s", tc.name, err, tc.pod)
+		}
+		if ae.Logged() != tc.full {
+			t.Errorf("%s: message to the log\n%s\nwant\n%s", tc.name, ae.Logged(), tc.full)
+		}
+		if cerr := tbl.Check(tc.r); cerr == nil || cerr.Error() != tc.pod {
+			t.Errorf("%s: Check = %v, want %s", tc.name, cerr, tc.pod)
+		}
+	}
+}
+
+// TestCheck: Check answers as Allocate would, and books nothing.
+func TestCheck(t *testing.T) {
+	tbl := New([]int{0, 1})
+	if _, err := tbl.Allocate(Request{Holder: holder("a"), Mode: Exclusive, GPUs: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	before := Summary(tbl.State())
+	if err := tbl.Check(Request{Holder: holder("m"), Mode: Shared, GPUs: []int{0}}); err != nil {
+		t.Errorf("Check of a free GPU: %v", err)
+	}
+	if err := tbl.Check(Request{Holder: holder("m"), Mode: Shared, GPUs: []int{0, 1}, Source: "s"}); err == nil ||
+		err.Error() != "nri-gpu: s: GPU 1 is held exclusively by default/a/main (exclusive)" {
+		t.Errorf("Check of an exclusively held GPU: %v", err)
+	}
+	if after := Summary(tbl.State()); after != before {
+		t.Errorf("Check changed the table: %s, was %s", after, before)
 	}
 }

@@ -21,7 +21,7 @@ func TestParse(t *testing.T) {
 		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
 		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu", Firmware: "auto",
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
-		Policy: policy.Policy{VisibleDevices: "allow"}}
+		Policy: policy.Policy{Default: "allow", VisibleDevices: "allow"}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -71,6 +71,7 @@ func TestParseErrors(t *testing.T) {
 		{"policy:\n  visibleDevices: maybe\n", `key policy.visibleDevices: "maybe" is not a valid mode (valid: allow, deny, namespaces)`},
 		{"policy:\n  visibleDevices: namespaces\n", `key policy.envNamespaces: must list at least one namespace`},
 		{"policy:\n  envNamespaces: [ml]\n", `key policy.envNamespaces: only used with policy.visibleDevices: namespaces`},
+		{"policy:\n  default: none\n", `key policy.default: "none" is not a valid mode (valid: allow, deny)`},
 		{"policy:\n  cdiNamespaces: [Bad_NS]\n", `key policy.cdiNamespaces: "Bad_NS" is not a Kubernetes namespace name`},
 		{"policy:\n  annotationnamespaces: [a]\n", `key policy: unknown field "annotationnamespaces"`},
 		{"policy:\n  visibleDevice: deny\n", `unknown field "visibleDevice"`},
@@ -101,7 +102,7 @@ func TestParseStrictKeys(t *testing.T) {
 			`key cdiImport: unknown field "Kind"`, `key cdiImport: unknown field "SPECDIRS"`, `key cdiImport: unknown field "AllowHooks"`,
 			`(valid keys: kind, specDirs, allowHooks)`}},
 		{"cdiImport:\n  kind: amd.com/gpu\n  vendor: amd\n", []string{`key cdiImport: unknown field "vendor" (valid keys: kind, specDirs, allowHooks)`}},
-		{"policy:\n  envNamespace: [ml]\n", []string{`key policy: unknown field "envNamespace" (valid keys: annotationNamespaces, cdiNamespaces, managementNamespaces, visibleDevices, envNamespaces)`}},
+		{"policy:\n  envNamespace: [ml]\n", []string{`key policy: unknown field "envNamespace" (valid keys: default, annotationNamespaces, cdiNamespaces, managementNamespaces, deviceListNamespaces, visibleDevices, envNamespaces)`}},
 		{"HostRoot: /host\n", []string{`unknown field "HostRoot": keys are case-sensitive, did you mean "hostRoot"?`, `(valid keys: hostRoot, driverRoot, `}},
 		{"libraryMODE: files\n", []string{`unknown field "libraryMODE"`, `did you mean "libraryMode"?`}},
 		{"policy:\n  VisibleDevices: deny\n", []string{`key policy: unknown field "VisibleDevices"`, `did you mean "visibleDevices"?`}},
@@ -150,15 +151,23 @@ policy:
   annotationNamespaces: [ml, research]
   cdiNamespaces: [ml]
   managementNamespaces: [gpu-operator]
+  deviceListNamespaces: [ml]
   visibleDevices: namespaces
   envNamespaces: [legacy]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := policy.Policy{AnnotationNamespaces: []string{"ml", "research"}, CDINamespaces: []string{"ml"},
-		ManagementNamespaces: []string{"gpu-operator"}, VisibleDevices: "namespaces", EnvNamespaces: []string{"legacy"}}
+	want := policy.Policy{Default: "allow", AnnotationNamespaces: []string{"ml", "research"}, CDINamespaces: []string{"ml"},
+		ManagementNamespaces: []string{"gpu-operator"}, DeviceListNamespaces: []string{"ml"}, VisibleDevices: "namespaces", EnvNamespaces: []string{"legacy"}}
 	if diff := cmp.Diff(want, c.Policy); diff != "" {
 		t.Errorf("policy (-want +got):\n%s", diff)
+	}
+	c, err = Parse([]byte("policy:\n  default: deny\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (policy.Policy{Default: "deny", VisibleDevices: "deny"}); !cmp.Equal(want, c.Policy) {
+		t.Errorf("policy.default: deny: %+v, want %+v", c.Policy, want)
 	}
 }

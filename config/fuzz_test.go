@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("policy:\n  annotationNamespaces: [ml]\n  visibleDevices: namespaces\n  envNamespaces: [legacy]\n"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
 	f.Add([]byte("policy: [1, 2]\n"))
+	f.Add([]byte("policy:\n  default: deny\n  managementNamespaces: [gpu-operator]\n  deviceListNamespaces: [ml]\n"))
 	f.Add([]byte("libraryMode: files\nfirmware: skip\nemit: cdi\nsharing: exclusive\ncdiSpecDirs: [/etc/cdi]\n"))
 	f.Add([]byte("cdiImport: {kind: amd.com/gpu, specDirs: [/etc/cdi], allowHooks: yes}\n"))
 	f.Add([]byte("cdiImport: {Kind: amd.com/gpu, SPECDIRS: [/etc/cdi], AllowHooks: true}\n"))
@@ -78,6 +79,11 @@ func checkModes(t *testing.T, data []byte, c Config) {
 	case policy.VisibleDevicesAllow, policy.VisibleDevicesDeny, policy.VisibleDevicesNamespaces:
 	default:
 		t.Fatalf("Parse(%q) accepted policy.visibleDevices %q", data, c.Policy.VisibleDevices)
+	}
+	switch c.Policy.Default {
+	case policy.DefaultAllow, policy.DefaultDeny:
+	default:
+		t.Fatalf("Parse(%q) accepted policy.default %q", data, c.Policy.Default)
 	}
 }
 

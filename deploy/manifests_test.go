@@ -142,7 +142,7 @@ type helmValues struct {
 		Tag        string `json:"tag"`
 		PullPolicy string `json:"pullPolicy"`
 	} `json:"image"`
-	Config               map[string]string           `json:"config"`
+	Config               map[string]any              `json:"config"`
 	DriverRootHostPath   string                      `json:"driverRootHostPath"`
 	LibraryCacheHostPath string                      `json:"libraryCacheHostPath"`
 	MetricsPort          int                         `json:"metricsPort"`

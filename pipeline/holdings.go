@@ -30,7 +30,13 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 // Holdings works out what the runtime's containers hold, for rebuilding the
 // allocation table; stopped containers hold nothing. A container that
 // nri-gpu gave GPUs carries the annotation alloc.Annotation (mode and GPU
-// UUIDs). A container made without nri-gpu (created while it was away, or
+// UUIDs). The annotation is not proof: a runtime that passes pod
+// annotations on to containers (containerd's and CRI-O's pod_annotations)
+// lets a pod author write it. So a GPU the record names counts only when
+// the container has that GPU's device node in its spec (Linux.Devices), as
+// every container nri-gpu served has; a record that names a GPU without
+// its node is reported, and the container counts as made without nri-gpu.
+// A container made without nri-gpu (created while it was away, or
 // given GPUs by someone else) holds the GPUs whose device nodes are in its
 // spec and those named by its CDI devices of the source's kind
 // (nvidia.com/gpu=<index, UUID or all>), in the node's sharing mode: nri-gpu
@@ -54,14 +60,31 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 			if err != nil {
 				warnings = append(warnings, h.Holder.String()+": "+err.Error())
 			} else {
-				h.Mode = mode
+				var unknown, forged []string
 				for _, u := range rec.GPUs {
 					g, ok := findGPU(devs, u)
-					if !ok {
-						warnings = append(warnings, h.Holder.String()+": holds GPU "+u+", which the inventory does not have")
-						continue
+					switch {
+					case !ok:
+						unknown = append(unknown, u)
+					case !hasGPUNode(c, g):
+						forged = append(forged, u)
+					default:
+						h.GPUs = append(h.GPUs, g.Index)
 					}
-					h.GPUs = append(h.GPUs, g.Index)
+				}
+				if len(unknown) == 1 {
+					warnings = append(warnings, h.Holder.String()+": holds GPU "+unknown[0]+", which the inventory does not have")
+				} else if len(unknown) > 1 {
+					warnings = append(warnings, h.Holder.String()+": holds GPUs "+few(unknown)+", which the inventory does not have")
+				}
+				if len(forged) > 0 {
+					// Not nri-gpu's record (or not all of it): none of
+					// it counts.
+					warnings = append(warnings, h.Holder.String()+": annotation "+alloc.Annotation+" names GPUs whose device nodes the container does not have ("+
+						few(forged)+"): not counted")
+					h.GPUs = nil
+				} else {
+					h.Mode = mode
 				}
 			}
 		}
@@ -73,6 +96,27 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 		}
 	}
 	return hs, warnings
+}
+
+// few joins at most 8 names, and says how many more there are: a record
+// may be forged, and a log line should stay a line.
+func few(names []string) string {
+	const most = 8
+	if len(names) <= most {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:most], ", ") + " and " + strconv.Itoa(len(names)-most) + " more"
+}
+
+// hasGPUNode reports whether the container's spec has g's device node, by
+// number (a character device of g's major and minor).
+func hasGPUNode(c *api.Container, g inventory.GPU) bool {
+	for _, d := range c.GetLinux().GetDevices() {
+		if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == g.Node.Major && d.GetMinor() == g.Node.Minor {
+			return true
+		}
+	}
+	return false
 }
 
 // foreignGPUs returns the GPUs a container got other than through nri-gpu:

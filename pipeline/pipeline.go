@@ -185,7 +185,24 @@ func (p *Path) reconcile(c *call) error {
 		return nil
 	}
 	c.given = runtimeGPUs(p.Source.Devices(), c.ctr)
-	return nil
+	return p.deviceListBacked(c)
+}
+
+// deviceListBacked refuses a device plugin's mount list that the policy
+// does not trust on its own in the pod's namespace (policy.TrustsDeviceList)
+// unless the runtime gave the container GPU device nodes: a pod allowed
+// hostPath volumes can mount /dev/null at
+// /var/run/nvidia-container-devices/<ID> itself, but cannot add device
+// nodes to its spec. With the nodes, they decide the container's GPUs
+// (book), whatever the list names.
+func (p *Path) deviceListBacked(c *call) error {
+	r := &c.res.Request
+	ns := c.pod.GetNamespace()
+	if r.PolicySource() != policy.DeviceList || len(c.given) > 0 || p.Policy.TrustsDeviceList(ns) {
+		return nil
+	}
+	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q without the GPUs' device nodes from the runtime "+
+		"(%s; the NVIDIA device plugin passes them with PASS_DEVICE_SPECS=true)", ns, p.Policy.Setting(policy.DeviceList))}
 }
 
 // selectDevices resolves the request against the device source.
@@ -199,7 +216,8 @@ func (p *Path) selectDevices(c *call) error {
 
 // book decides the container's GPUs and books them: the runtime's own
 // when it gave some (not booked: the runtime decided), none for a
-// management container (it sees every GPU and holds none), else those
+// management container (it sees every GPU and holds none, but is refused
+// while another container holds one of them exclusively), else those
 // named or, for a count, those the table picks.
 func (p *Path) book(c *call) error {
 	r, sel := &c.res.Request, &c.res.Selection
@@ -207,7 +225,9 @@ func (p *Path) book(c *call) error {
 	case len(c.given) > 0:
 		c.res.GPUs = c.given
 		return nil
-	case r.Management, sel.Count == 0 && len(sel.GPUs) == 0:
+	case r.Management:
+		return p.checkManagement(c)
+	case sel.Count == 0 && len(sel.GPUs) == 0:
 		return nil
 	}
 	mode := p.Sharing
@@ -238,6 +258,21 @@ func (p *Path) book(c *call) error {
 		c.rec.GPUs = append(c.rec.GPUs, g.ID())
 	}
 	return nil
+}
+
+// checkManagement refuses a management container where it would reach a
+// GPU that another container holds exclusively. It books nothing: a
+// monitoring agent that held every GPU shared would keep every exclusive
+// request off the node. (A management container that is already running
+// when an exclusive holder comes keeps its view: management namespaces
+// are the operator's, policy.managementNamespaces.)
+func (p *Path) checkManagement(c *call) error {
+	req := alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: alloc.Shared, Source: c.res.Request.Source.String(),
+		GPUs: make([]int, 0, len(c.res.Selection.GPUs))}
+	for _, g := range c.res.Selection.GPUs {
+		req.GPUs = append(req.GPUs, g.Index)
+	}
+	return p.Table.Check(req)
 }
 
 // require checks the requirements the image states (NVIDIA_REQUIRE_*)

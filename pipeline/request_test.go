@@ -103,17 +103,30 @@ func TestHandleWithPolicy(t *testing.T) {
 		if envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != "void" {
 			t.Errorf("management env = %v", envOf(adj))
 		}
-		// It books nothing: an exclusive holder of every GPU does not
-		// stop it, and it holds nothing afterwards.
+		// It books nothing: a shared holder of every GPU does not stop
+		// it, and it holds nothing afterwards, so that an exclusive
+		// request can still be met.
 		table := tableFor(prep.Snapshot())
-		if _, _, err := handleWithPolicy(prep, table, alloc.Exclusive, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "all"), &api.Container{Id: "train", Name: "c"}); err != nil {
+		if _, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "all"), &api.Container{Id: "infer", Name: "c"}); err != nil {
 			t.Fatal(err)
 		}
-		if adj, res, err := handleWithPolicy(prep, table, alloc.Exclusive, secure, p, &api.Container{Id: "dcgm", Name: "dcgm"}); err != nil || adj == nil || res.Holding != nil {
-			t.Errorf("management next to an exclusive holder: %v, %v, %v", adj, err, res.Holding)
+		if adj, res, err := handleWithPolicy(prep, table, alloc.Shared, secure, p, &api.Container{Id: "dcgm", Name: "dcgm"}); err != nil || adj == nil || res.Holding != nil {
+			t.Errorf("management next to a shared holder: %v, %v, %v", adj, err, res.Holding)
 		}
 		if h := table.Holdings(); len(h) != 1 {
 			t.Errorf("holdings %+v, want only the workload's", h)
+		}
+		table.Release("infer")
+		if _, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "exclusive=true,device=3"), &api.Container{Id: "train", Name: "c"}); err != nil {
+			t.Fatalf("exclusive request next to a management container: %v", err)
+		}
+		// It does not reach a GPU held exclusively by another container.
+		if adj, res, err := handleWithPolicy(prep, table, alloc.Shared, secure, p, &api.Container{Id: "dcgm-2", Name: "dcgm"}); adj != nil || res.Holding != nil || err == nil ||
+			err.Error() != "nri-gpu: annotation nvidia.cdi.k8s.io/pod: GPU 3 is held exclusively by a pod in another namespace (exclusive)" {
+			t.Errorf("management next to an exclusive holder: %v, %v, %v", adj, err, res.Holding)
+		}
+		if h := table.Holdings(); len(h) != 1 || h[0].Holder.ID != "train" {
+			t.Errorf("holdings %+v, want only the exclusive workload's", h)
 		}
 		p.Namespace = "ml"
 		if adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, secure, p, &api.Container{Name: "dcgm"}); adj != nil || err == nil || !strings.Contains(err.Error(), "policy.managementNamespaces: [gpu-operator]") {

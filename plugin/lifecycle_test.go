@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -215,8 +216,10 @@ func TestSynchronizeRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctr.Annotations = adj.Annotations
+	ctr.Linux = &api.LinuxContainer{Devices: adj.GetLinux().GetDevices()}
 	ctr.State = api.ContainerState_CONTAINER_RUNNING
-	// "old" is gone from the runtime; "kept" is there with its annotation.
+	// "old" is gone from the runtime; "kept" is there with its annotation
+	// and the device nodes the adjustment gave it.
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, []*api.Container{ctr}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,5 +262,27 @@ func BenchmarkCreateContainerContention(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// TestRefusalLogNamesHolder: the refusal the pod sees does not name a pod
+// of another namespace; nri-gpu's log does.
+func TestRefusalLogNamesHolder(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	p := testPlugin(alloc.Shared, &log)
+	pod, ctr := podCtr("secret", "device=3,exclusive=true")
+	pod.Namespace = "team-a"
+	if _, _, err := p.CreateContainer(ctx, pod, ctr); err != nil {
+		t.Fatal(err)
+	}
+	pod, ctr = podCtr("probe", "device=3")
+	pod.Namespace = "team-b"
+	_, _, err := p.CreateContainer(ctx, pod, ctr)
+	if want := "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 3 is held exclusively by a pod in another namespace (exclusive)"; err == nil || err.Error() != want {
+		t.Errorf("refusal %v, want %s", err, want)
+	}
+	if !strings.Contains(log.String(), "GPU 3 is held exclusively by team-a/secret/main (exclusive)") {
+		t.Errorf("the log does not name the holder:\n%s", log.String())
 	}
 }

@@ -126,7 +126,13 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	switch {
 	case err != nil:
-		p.log.WithFields(fields).WithError(err).Warn("request refused")
+		// The pod's message does not name other tenants' pods; the log
+		// names every holder.
+		logged := err
+		if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
+			logged = errors.New(ae.Logged())
+		}
+		p.log.WithFields(fields).WithError(logged).Warn("request refused")
 		return nil, nil, err
 	case res.Selection.Note != "":
 		p.log.WithFields(fields).Info(res.Selection.Note)

@@ -22,8 +22,9 @@ const (
 	// Management is a CDI annotation naming management.nvidia.com/gpu=all.
 	Management
 	// DeviceList is the device plugin's list of /dev/null mounts under
-	// /var/run/nvidia-container-devices. Pods cannot forge it without
-	// host access, so the policy always accepts it.
+	// /var/run/nvidia-container-devices. A pod that may mount hostPath
+	// volumes can forge it, so outside DeviceListNamespaces it names GPUs
+	// only together with their device nodes (see TrustsDeviceList).
 	DeviceList
 	// Env is the NVIDIA_VISIBLE_DEVICES environment variable, which any
 	// image can set.
@@ -61,36 +62,72 @@ const (
 	VisibleDevicesNamespaces VisibleDevicesMode = "namespaces"
 )
 
+// DefaultMode is the value of policy.default: what a namespace list that
+// is empty means.
+type DefaultMode string
+
+// Default modes.
+const (
+	// DefaultAllow: an empty list means every namespace, and
+	// visibleDevices defaults to allow (the NVIDIA toolkit's behaviour).
+	DefaultAllow DefaultMode = "allow"
+	// DefaultDeny: an empty list means no namespace, and visibleDevices
+	// defaults to deny (for a cluster whose pod authors are not the
+	// node's operator).
+	DefaultDeny DefaultMode = "deny"
+)
+
 // Policy is the "policy" block of the configuration file. The zero value
 // allows every source in every namespace, which is the NVIDIA toolkit's
 // behaviour.
 type Policy struct {
+	// Default says what an empty namespace list below means: allow (the
+	// default) every namespace, or deny every namespace.
+	Default DefaultMode `json:"default,omitempty"`
 	// AnnotationNamespaces may use gpus.nri-gpu.dev annotations; empty
-	// means any namespace.
+	// means what Default says.
 	AnnotationNamespaces []string `json:"annotationNamespaces,omitempty"`
 	// CDINamespaces may use nvidia.cdi.k8s.io annotations naming
-	// nvidia.com/gpu devices; empty means any namespace.
+	// nvidia.com/gpu devices; empty means what Default says.
 	CDINamespaces []string `json:"cdiNamespaces,omitempty"`
 	// ManagementNamespaces may ask for management.nvidia.com/gpu=all;
-	// empty means any namespace.
+	// empty means what Default says.
 	ManagementNamespaces []string `json:"managementNamespaces,omitempty"`
-	// VisibleDevices is allow (default), deny or namespaces.
+	// DeviceListNamespaces may name GPUs by the device plugin's mount
+	// list alone; empty means what Default says. Elsewhere the list is
+	// honoured only in a container that the runtime gave the GPUs'
+	// device nodes (the device plugin's PASS_DEVICE_SPECS=true), and
+	// those nodes decide its GPUs.
+	DeviceListNamespaces []string `json:"deviceListNamespaces,omitempty"`
+	// VisibleDevices is allow, deny or namespaces; it defaults to
+	// Default's mode.
 	VisibleDevices VisibleDevicesMode `json:"visibleDevices,omitempty"`
 	// EnvNamespaces may use NVIDIA_VISIBLE_DEVICES when VisibleDevices is
 	// namespaces.
 	EnvNamespaces []string `json:"envNamespaces,omitempty"`
 }
 
-// SetDefaults fills in the default mode.
+// SetDefaults fills in the default modes.
 func (p *Policy) SetDefaults() {
+	if p.Default == "" {
+		p.Default = DefaultAllow
+	}
 	if p.VisibleDevices == "" {
 		p.VisibleDevices = VisibleDevicesAllow
+		if p.Default == DefaultDeny {
+			p.VisibleDevices = VisibleDevicesDeny
+		}
 	}
 }
 
-// Validate checks the mode and the namespace names; errors name the key
+// Validate checks the modes and the namespace names; errors name the key
 // (policy.<key>) and the bad value.
 func (p Policy) Validate() error {
+	switch p.Default {
+	case "", DefaultAllow, DefaultDeny:
+	default:
+		return fmt.Errorf("key policy.default: %q is not a valid mode (valid: allow, deny)", p.Default)
+	}
 	switch p.VisibleDevices {
 	case VisibleDevicesAllow, VisibleDevicesDeny:
 		if len(p.EnvNamespaces) > 0 {
@@ -110,6 +147,7 @@ func (p Policy) Validate() error {
 		{"annotationNamespaces", p.AnnotationNamespaces},
 		{"cdiNamespaces", p.CDINamespaces},
 		{"managementNamespaces", p.ManagementNamespaces},
+		{"deviceListNamespaces", p.DeviceListNamespaces},
 		{"envNamespaces", p.EnvNamespaces},
 	} {
 		for _, n := range l.ns {
@@ -136,15 +174,17 @@ func validNamespace(n string) bool {
 	return true
 }
 
-// Allows reports whether a pod in namespace may use source s.
+// Allows reports whether a pod in namespace may use source s. The device
+// list is allowed everywhere, as a request: whether it may name GPUs on its
+// own, without their device nodes, is TrustsDeviceList.
 func (p Policy) Allows(s Source, namespace string) bool {
 	switch s {
 	case Annotation:
-		return anyOrListed(p.AnnotationNamespaces, namespace)
+		return p.listed(p.AnnotationNamespaces, namespace)
 	case CDI:
-		return anyOrListed(p.CDINamespaces, namespace)
+		return p.listed(p.CDINamespaces, namespace)
 	case Management:
-		return anyOrListed(p.ManagementNamespaces, namespace)
+		return p.listed(p.ManagementNamespaces, namespace)
 	case DeviceList:
 		return true
 	case Env:
@@ -159,31 +199,49 @@ func (p Policy) Allows(s Source, namespace string) bool {
 	return false
 }
 
+// TrustsDeviceList reports whether the device plugin's mount list alone
+// may name the GPUs of a pod in namespace. Where it may not, only a
+// container that the runtime gave GPU device nodes is served, and with
+// those GPUs: a mount list forged through a hostPath volume gets nothing.
+func (p Policy) TrustsDeviceList(namespace string) bool {
+	return p.listed(p.DeviceListNamespaces, namespace)
+}
+
 // Setting returns the configuration key that decides about s, for
 // messages.
 func (p Policy) Setting(s Source) string {
 	switch s {
 	case Annotation:
-		return "policy.annotationNamespaces: " + list(p.AnnotationNamespaces)
+		return "policy.annotationNamespaces: " + p.list(p.AnnotationNamespaces)
 	case CDI:
-		return "policy.cdiNamespaces: " + list(p.CDINamespaces)
+		return "policy.cdiNamespaces: " + p.list(p.CDINamespaces)
 	case Management:
-		return "policy.managementNamespaces: " + list(p.ManagementNamespaces)
+		return "policy.managementNamespaces: " + p.list(p.ManagementNamespaces)
+	case DeviceList:
+		return "policy.deviceListNamespaces: " + p.list(p.DeviceListNamespaces)
 	case Env:
 		if p.VisibleDevices == VisibleDevicesNamespaces {
-			return "policy.visibleDevices: namespaces, policy.envNamespaces: " + list(p.EnvNamespaces)
+			return "policy.visibleDevices: namespaces, policy.envNamespaces: " + p.list(p.EnvNamespaces)
 		}
 		return "policy.visibleDevices: " + string(p.VisibleDevices)
 	}
 	return ""
 }
 
-func anyOrListed(ns []string, namespace string) bool {
-	return len(ns) == 0 || slices.Contains(ns, namespace)
+// listed reports whether namespace is in ns; an empty ns means every
+// namespace unless Default is deny.
+func (p Policy) listed(ns []string, namespace string) bool {
+	if len(ns) == 0 {
+		return p.Default != DefaultDeny
+	}
+	return slices.Contains(ns, namespace)
 }
 
-func list(ns []string) string {
+func (p Policy) list(ns []string) string {
 	if len(ns) == 0 {
+		if p.Default == DefaultDeny {
+			return "[] (none: policy.default is deny)"
+		}
 		return "[] (any)"
 	}
 	return "[" + strings.Join(ns, ", ") + "]"

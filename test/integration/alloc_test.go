@@ -240,6 +240,18 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 		Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: fmt.Sprintf("/dev/nvidia%d", g3.Minor), Type: "c", Major: 195, Minor: int64(g3.Minor)}}},
 	})
 
+	// A container whose allocation record is forged (a pod annotation
+	// the runtime passed on): it names every GPU, exclusively, but the
+	// container has no GPU device node, so it holds nothing.
+	forged := alloc.Record{Mode: "exclusive"}
+	for _, g := range n.GPUs {
+		forged.GPUs = append(forged.GPUs, g.UUID)
+	}
+	r.kept.put(&api.PodSandbox{Id: "pod-g", Name: "pod-g", Namespace: "other"}, &api.Container{
+		Id: "ctr-g", PodSandboxId: "pod-g", Name: "g", State: api.ContainerState_CONTAINER_RUNNING,
+		Annotations: map[string]string{alloc.Annotation: forged.Encode()},
+	})
+
 	top := t // the restarted plugin must outlive the subtest
 	t.Run("plugin restart", func(t *testing.T) {
 		stopPlugin(t, p)
@@ -250,6 +262,9 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 		r.waitSynced(20 * time.Second)
 		if got, want := table(t, socket), "0=exclusive[default/pod-a/a] 1=exclusive[default/pod-a/a] 2=exclusive[default/pod-b/b] 3=exclusive[default/pod-f/f]"; got != want {
 			t.Errorf("after restart: %s\nwant %s", got, want)
+		}
+		if !strings.Contains(p.log.String(), "other/pod-g/g: annotation nri-gpu.dev/allocation names GPUs whose device nodes the container does not have") {
+			t.Errorf("no warning about the forged record in the log")
 		}
 		_, err := r.run(map[string]string{"gpus.nri-gpu.dev/pod": "1"}, "c")
 		if err == nil || !strings.Contains(err.Error(), "0 of the node's 4 GPUs are free") {

@@ -1,15 +1,18 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-gpu/nri-gpu/test/simnode"
@@ -151,13 +154,50 @@ func TestDaemonSetLayout(t *testing.T) {
 	script = append(script, fmt.Sprintf("exec chroot %q /usr/bin/nri-gpu %s", root, strings.Join(args, " ")))
 	p := startCommand(t, "unshare", "-m", "sh", "-c", strings.Join(script, "\n"))
 	url := metricsURL(t, p)
-	r.waitSynced(20 * time.Second)
+	// The shipped policy refuses waitSynced's probe (the environment);
+	// the device plugin's answer is the probe here.
+	devicePlugin := func(name string) (*api.ContainerAdjustment, error) {
+		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Env: []string{"PATH=/usr/bin:/bin"}, Linux: &api.LinuxContainer{}}
+		for _, g := range n.GPUs {
+			ctr.Mounts = append(ctr.Mounts, &api.Mount{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/" + g.UUID})
+			ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)})
+		}
+		rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
+			Pod: &api.PodSandbox{Id: "pod-" + name, Name: "pod-" + name, Namespace: "default", Uid: "uid-" + name}, Container: ctr})
+		return rpl.GetAdjust(), err
+	}
+	select {
+	case <-r.synced:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the plugin did not connect and synchronize")
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if adj, err := devicePlugin("probe"); err == nil && len(adj.GetLinux().GetDevices()) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin synchronized but does not answer")
+		}
+	}
 	if code, body := httpGet(t, url+"/readyz"); code != 200 {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 
-	adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/pod": "all"}, "ds")
-	if err != nil || len(adj.GetLinux().GetDevices()) != len(n.GPUs)+3 {
+	// The shipped policy is closed: an annotation is refused, the
+	// image's NVIDIA_VISIBLE_DEVICES=all is voided.
+	if _, err := r.create(map[string]string{"gpus.nri-gpu.dev/pod": "all"}, "ann"); err == nil ||
+		!strings.Contains(err.Error(), `not allowed in namespace "default" (policy.annotationNamespaces: [] (none: policy.default is deny))`) {
+		t.Errorf("annotation under the shipped policy: %v", err)
+	}
+	if adj, err := r.create(nil, "env", "NVIDIA_VISIBLE_DEVICES=all"); err != nil || len(adj.GetLinux().GetDevices()) != 0 ||
+		!slices.ContainsFunc(adj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" }) {
+		t.Errorf("env under the shipped policy: %v, %v", adj, err)
+	}
+	// The device plugin's answer (volume-mounts list, PASS_DEVICE_SPECS):
+	// the GPUs' nodes are there; nri-gpu adds the control nodes and the
+	// driver files.
+	adj, err := devicePlugin("ds")
+	if err != nil || len(adj.GetLinux().GetDevices()) != 3 || len(adj.GetMounts()) == 0 {
 		t.Fatalf("CreateContainer: %v, %v", adj, err)
 	}
 	// Mount sources are host paths (driverRoot /), and exist on the
