@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -233,5 +234,27 @@ func TestAdversarialBounded(t *testing.T) {
 				t.Logf("%v, %v", took, err)
 			})
 		}
+	}
+}
+
+// TestHandleContextDone checks that a request whose runtime context is
+// done (the runtime stopped waiting) is abandoned with an error that says
+// so, and books nothing.
+func TestHandleContextDone(t *testing.T) {
+	s := benchSnapshot()
+	p := Path{Source: adjust.Prepare(s, layout), Table: tableFor(s), Sharing: alloc.Shared}
+	pod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "ml"}
+	ctr := &api.Container{Id: "c", PodSandboxId: "p", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	adj, _, err := p.Handle(ctx, pod, ctr)
+	if adj != nil || err == nil || err.Error() != "nri-gpu: request abandoned: the runtime's deadline passed before nri-gpu answered; nothing injected, nothing booked" {
+		t.Errorf("%v, %v", adj, err)
+	}
+	if h := p.Table.Holdings(); len(h) != 0 {
+		t.Errorf("holdings %+v after an abandoned request", h)
+	}
+	if adj, _, err := p.Handle(context.Background(), pod, ctr); err != nil || adj == nil {
+		t.Errorf("live context: %v, %v", adj, err)
 	}
 }

@@ -120,41 +120,69 @@ func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 
 // run runs the stages in order, until one fails or ends the call, and
 // checks the runtime's context before each. (Direct calls rather than a
-// table of stages: the call then stays on the stack.)
+// table of stages or a helper taking them: the call then stays on the
+// stack.)
 func (p *Path) run(c *call) error {
-	if err := p.step(c, p.find); err != nil || c.done {
+	if err := p.live(c); err != nil {
 		return err
 	}
-	if err := p.step(c, p.authorize); err != nil || c.done {
+	if err := p.find(c); err != nil || c.done {
 		return err
 	}
-	if err := p.step(c, p.parse); err != nil || c.done {
+	if err := p.live(c); err != nil {
 		return err
 	}
-	if err := p.step(c, p.reconcile); err != nil || c.done {
+	if err := p.authorize(c); err != nil || c.done {
 		return err
 	}
-	if err := p.step(c, p.selectDevices); err != nil || c.done {
+	if err := p.live(c); err != nil {
 		return err
 	}
-	if err := p.step(c, p.book); err != nil || c.done {
+	if err := p.parse(c); err != nil || c.done {
 		return err
 	}
-	if err := p.step(c, p.require); err != nil || c.done {
+	if err := p.live(c); err != nil {
 		return err
 	}
-	if err := p.step(c, p.build); err != nil || c.done {
+	if err := p.reconcile(c); err != nil || c.done {
 		return err
 	}
-	return p.step(c, p.encode)
+	if err := p.live(c); err != nil {
+		return err
+	}
+	if err := p.selectDevices(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
+		return err
+	}
+	if err := p.book(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
+		return err
+	}
+	if err := p.require(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
+		return err
+	}
+	if err := p.build(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
+		return err
+	}
+	return p.encode(c)
 }
 
-// step runs one stage, unless the runtime's context is done.
-func (p *Path) step(c *call, stage func(*call) error) error {
+// live returns an error when the runtime's context is done.
+func (p *Path) live(c *call) error {
 	if err := c.ctx.Err(); err != nil {
 		return p.abandoned(c, err)
 	}
-	return stage(c)
+	return nil
 }
 
 // abandoned is the error of a call whose context is done: the runtime no
