@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func TestEmitCDI(t *testing.T) {
 	answer := func(ann string) (*api.ContainerAdjustment, string) {
 		pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": ann}}
 		p.Table = tableFor(snap)
-		adj, res, err := p.Handle(pod, &api.Container{Id: "c", Name: "c"})
+		adj, res, err := p.Handle(context.Background(), pod, &api.Container{Id: "c", Name: "c"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -25,7 +26,7 @@ func ExamplePath_Handle() {
 	}
 	pod := &api.PodSandbox{Id: "p", Name: "train", Namespace: "ml"}
 	ctr := &api.Container{Id: "c", PodSandboxId: "p", Name: "main", Env: []string{"NVIDIA_VISIBLE_DEVICES=1,3"}}
-	adj, res, err := p.Handle(pod, ctr)
+	adj, res, err := p.Handle(context.Background(), pod, ctr)
 	if err != nil {
 		fmt.Println(err)
 		return

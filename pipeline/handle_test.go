@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -29,7 +30,7 @@ func tableFor(s *inventory.Snapshot) *alloc.Table { return simnode.TableFor(s) }
 // handleWithPolicy runs the request path of src's node under pol.
 func handleWithPolicy(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pol policy.Policy, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
 	p := Path{Source: src, Table: table, Sharing: sharing, Policy: pol}
-	return p.Handle(pod, ctr)
+	return p.Handle(context.Background(), pod, ctr)
 }
 
 // handle runs the request path with the default policy (every source

@@ -4,8 +4,9 @@
 // allocation table, the sharing mode, the policy); Handle runs the stages
 // in order, each a method that reads and fills one call:
 //
-//	parse      the container's request, from the first source that has one (package request)
+//	find       which source carries the container's request, by key, its value not read (package request)
 //	authorize  whether the pod's namespace may use that source (package policy)
+//	parse      the request, from the source's value: only an allowed source's is read (package request)
 //	reconcile  what the runtime already gave the container: CDI devices, GPU device nodes
 //	select     the devices the request names, looked up in the device source
 //	book       the GPUs in the allocation table (package alloc), which picks those of a count
@@ -18,9 +19,16 @@
 // error that names the request's source; an error releases what the call
 // booked, so a refused container holds nothing. Nothing here touches a
 // file: the device source was discovered and prepared before.
+//
+// Every stage's work is linear in what it reads and bounded whatever the
+// container holds (request.MaxEnvEntries, request.MaxMounts, the bounds
+// of package require, maxAnnotations, maxDevices): a request costs well
+// under a millisecond, within the runtime's 2 s. Handle also stops
+// between stages once the runtime's context is done.
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -80,9 +88,12 @@ func (r *Result) Injected() bool { return len(r.Edits.Devices) > 0 || len(r.Edit
 
 // call is one container's way through the path.
 type call struct {
+	ctx context.Context
 	pod *api.PodSandbox
 	ctr *api.Container
 	res Result
+	// found is the request's carrier (find), parsed once authorized.
+	found request.Found
 	// given are the inventory's GPUs whose nodes the runtime gave the
 	// container already (reconcile).
 	given []inventory.GPU
@@ -95,9 +106,11 @@ type call struct {
 
 // Handle runs the path for container ctr of pod. A nil adjustment with a
 // nil error leaves the container untouched; an error changes nothing (a
-// booking made on the way is released).
-func (p *Path) Handle(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
-	c := call{pod: pod, ctr: ctr}
+// booking made on the way is released). ctx is the runtime's request: once
+// it is done (the runtime stopped waiting), Handle stops at the next stage
+// with an error, and releases what it booked.
+func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	c := call{ctx: ctx, pod: pod, ctr: ctr}
 	if err := p.run(&c); err != nil {
 		p.release(&c)
 		return nil, c.res, err
@@ -105,31 +118,85 @@ func (p *Path) Handle(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAd
 	return c.adj, c.res, nil
 }
 
-// run runs the stages in order, until one fails or ends the call. (Direct
-// calls rather than a table of stages: the call then stays on the stack.)
+// run runs the stages in order, until one fails or ends the call, and
+// checks the runtime's context before each. (Direct calls rather than a
+// table of stages or a helper taking them: the call then stays on the
+// stack.)
 func (p *Path) run(c *call) error {
-	if err := p.parse(c); err != nil || c.done {
+	if err := p.live(c); err != nil {
+		return err
+	}
+	if err := p.find(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
 		return err
 	}
 	if err := p.authorize(c); err != nil || c.done {
 		return err
 	}
+	if err := p.live(c); err != nil {
+		return err
+	}
+	if err := p.parse(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
+		return err
+	}
 	if err := p.reconcile(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
 		return err
 	}
 	if err := p.selectDevices(c); err != nil || c.done {
 		return err
 	}
+	if err := p.live(c); err != nil {
+		return err
+	}
 	if err := p.book(c); err != nil || c.done {
+		return err
+	}
+	if err := p.live(c); err != nil {
 		return err
 	}
 	if err := p.require(c); err != nil || c.done {
 		return err
 	}
+	if err := p.live(c); err != nil {
+		return err
+	}
 	if err := p.build(c); err != nil || c.done {
 		return err
 	}
+	if err := p.live(c); err != nil {
+		return err
+	}
 	return p.encode(c)
+}
+
+// live returns an error when the runtime's context is done.
+func (p *Path) live(c *call) error {
+	if err := c.ctx.Err(); err != nil {
+		return p.abandoned(c, err)
+	}
+	return nil
+}
+
+// abandoned is the error of a call whose context is done: the runtime no
+// longer waits for the answer.
+func (p *Path) abandoned(c *call, err error) error {
+	why := "the runtime cancelled the request"
+	if errors.Is(err, context.DeadlineExceeded) {
+		why = "the runtime's deadline passed"
+	}
+	msg := fmt.Sprintf("request abandoned: %s before nri-gpu answered; nothing injected, nothing booked", why)
+	if c.found.Source.Kind == request.NoSource {
+		return errors.New("nri-gpu: " + msg)
+	}
+	return &request.Error{Source: c.found.Source, Msg: msg}
 }
 
 // release gives back what the call booked.
@@ -140,38 +207,62 @@ func (p *Path) release(c *call) {
 	}
 }
 
-// parse finds and parses the container's request; a container without
-// one is left untouched.
-func (p *Path) parse(c *call) error {
-	var err error
-	c.res.Request, err = request.ParseInput(request.Input{
+// find finds the carrier of the container's request, by key, without
+// reading its value; a container without one is left untouched.
+func (p *Path) find(c *call) error {
+	err := request.CheckMounts(len(c.ctr.GetMounts()))
+	if err != nil {
+		return err
+	}
+	c.found, err = request.Find(request.Input{
 		Annotations: c.pod.GetAnnotations(),
 		Name:        c.ctr.GetName(),
 		Env:         c.ctr.GetEnv(),
 		Mounts:      mounts(c.ctr),
 	})
-	c.done = c.res.Request.Kind == request.Nothing
+	c.res.Request.Source = c.found.Source
+	c.done = err == nil && c.found.Source.Kind == request.NoSource
 	return err
 }
 
-// authorize checks that the pod's namespace may use the request's source.
-// A denied NVIDIA_VISIBLE_DEVICES is ignored, and set to void so that no
-// other injector (the NVIDIA runtime, a CDI hook) honours it; any other
-// denied source refuses the container.
+// authorize checks that the pod's namespace may use the request's source,
+// before its value is read. A denied NVIDIA_VISIBLE_DEVICES is ignored,
+// and set to void so that no other injector (the NVIDIA runtime, a CDI
+// hook) honours it; any other denied source refuses the container.
 func (p *Path) authorize(c *call) error {
-	r := &c.res.Request
-	ns, src := c.pod.GetNamespace(), r.PolicySource()
+	return p.allow(c, c.found.PolicySource(), c.found.Source)
+}
+
+func (p *Path) allow(c *call, src policy.Source, from request.Source) error {
+	ns := c.pod.GetNamespace()
 	if p.Policy.Allows(src, ns) {
 		return nil
 	}
 	if src == policy.Env {
-		c.res.Selection.Note = fmt.Sprintf("%s ignored: not allowed in namespace %q (%s); set to void", r.Source, ns, p.Policy.Setting(src))
+		c.res.Selection.Note = fmt.Sprintf("%s ignored: not allowed in namespace %q (%s); set to void", from, ns, p.Policy.Setting(src))
 		c.adj = &api.ContainerAdjustment{}
 		c.adj.AddEnv(adjust.EnvVisibleDevices, "void")
 		c.done = true
 		return nil
 	}
-	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q (%s)", ns, p.Policy.Setting(src))}
+	return &request.Error{Source: from, Msg: fmt.Sprintf("not allowed in namespace %q (%s)", ns, p.Policy.Setting(src))}
+}
+
+// parse parses the allowed source's value into the request. Where the
+// request's class differs from the one find saw (a CDI list that find took
+// for a management request, or the reverse), it is authorized again.
+func (p *Path) parse(c *call) error {
+	var err error
+	c.res.Request, err = c.found.Parse()
+	if err != nil {
+		return err
+	}
+	r := &c.res.Request
+	c.done = r.Kind == request.Nothing
+	if !c.done && r.PolicySource() != c.found.PolicySource() {
+		return p.allow(c, r.PolicySource(), r.Source)
+	}
+	return nil
 }
 
 // reconcile looks at what the runtime already gives the container. CDI
@@ -179,12 +270,18 @@ func (p *Path) authorize(c *call) error {
 // GPU device nodes (a device plugin's --device, a runtime class) decide
 // the container's GPUs: they are kept, and none is added or booked.
 func (p *Path) reconcile(c *call) error {
-	if cdi := runtimeCDIDevices(c.ctr); len(cdi) > 0 {
+	cdi, err := runtimeCDIDevices(c.ctr)
+	if err != nil {
+		return err
+	}
+	if len(cdi) > 0 {
 		c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container the CDI devices %s: nothing injected", c.res.Request.Source, strings.Join(cdi, ", "))
 		c.done = true
 		return nil
 	}
-	c.given = runtimeGPUs(p.Source.Devices(), c.ctr)
+	if c.given, err = runtimeGPUs(p.Source.Devices(), c.ctr); err != nil {
+		return err
+	}
 	return p.deviceListBacked(c)
 }
 
@@ -374,15 +471,25 @@ func byIndex(devs []inventory.GPU, idx []int) []inventory.GPU {
 	return out
 }
 
-// mounts returns the container's mounts as the request package sees them.
+// mounts returns the container's mounts that may be the device plugin's
+// device list, as the request package sees them: only those whose
+// destination names its directory (request.DeviceListName), so that a
+// container's other mounts cost no copy.
 func mounts(ctr *api.Container) []inventory.Mount {
-	ms := ctr.GetMounts()
-	if len(ms) == 0 {
+	n := 0
+	for _, m := range ctr.GetMounts() {
+		if strings.Contains(m.GetDestination(), request.DeviceListName) {
+			n++
+		}
+	}
+	if n == 0 {
 		return nil
 	}
-	out := make([]inventory.Mount, len(ms))
-	for i, m := range ms {
-		out[i] = inventory.Mount{Source: m.GetSource(), Destination: m.GetDestination()}
+	out := make([]inventory.Mount, 0, n)
+	for _, m := range ctr.GetMounts() {
+		if strings.Contains(m.GetDestination(), request.DeviceListName) {
+			out = append(out, inventory.Mount{Source: m.GetSource(), Destination: m.GetDestination()})
+		}
 	}
 	return out
 }

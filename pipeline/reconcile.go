@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -13,47 +16,83 @@ import (
 	"github.com/nri-gpu/nri-gpu/request"
 )
 
-// maxCDIAnnotation bounds a cdi.k8s.io/ annotation value that is read for
-// device names.
-const maxCDIAnnotation = 4096
+// Bounds on what reconcile reads of the runtime's side of a container
+// (see request.MaxEnvEntries for the request's own): over one, the
+// container is refused with an error that says which, never read in part.
+const (
+	// maxCDIAnnotation bounds a cdi.k8s.io/ annotation value that is read
+	// for device names.
+	maxCDIAnnotation = 4096
+	// maxAnnotations bounds the container's annotations that are looked
+	// through for cdi.k8s.io/ ones: the runtime's own dozen, and the
+	// pod's that it passes on.
+	maxAnnotations = 4096
+	// maxCDINames bounds the CDI device names, NRI's list and those of
+	// the cdi.k8s.io/ annotations together; a container gets a few.
+	maxCDINames = 256
+	// maxDevices bounds the device nodes the runtime gives a container
+	// (a privileged one gets the host's /dev, a few hundred): each is
+	// compared with the node's few GPU and control nodes.
+	maxDevices = 4096
+)
 
 // runtimeCDIDevices returns the NVIDIA CDI devices the runtime injects
 // into the container itself: those NRI lists (containerd 2.4), and those
 // named by the container's CDI annotations (cdi.k8s.io/...), the form in
 // which the CRI plugin passes a container's CDI devices (older runtimes do
-// not list them in NRI).
-func runtimeCDIDevices(ctr *api.Container) []string {
+// not list them in NRI). Sorted, without duplicates.
+func runtimeCDIDevices(ctr *api.Container) ([]string, error) {
 	var out []string
-	add := func(name string) {
+	names := 0
+	add := func(name, from string) error {
+		if names++; names > maxCDINames {
+			return errors.New("nri-gpu: " + from + ": the container has more than " + strconv.Itoa(maxCDINames) + " CDI devices")
+		}
 		name = strings.TrimSpace(name)
 		vendor, class, _, err := parser.ParseQualifiedName(name)
 		if err != nil {
-			return
+			return nil
 		}
-		if kind := vendor + "/" + class; (kind == request.CDIKindGPU || kind == request.CDIKindManagement) && !slices.Contains(out, name) {
+		if kind := vendor + "/" + class; kind == request.CDIKindGPU || kind == request.CDIKindManagement {
 			out = append(out, name)
 		}
+		return nil
 	}
 	for _, d := range ctr.GetCDIDevices() {
-		add(d.GetName())
+		if err := add(d.GetName(), "the runtime's CDI devices"); err != nil {
+			return nil, err
+		}
 	}
-	for key, val := range ctr.GetAnnotations() {
-		if strings.HasPrefix(key, cdi.AnnotationPrefix) && len(val) <= maxCDIAnnotation {
-			for _, name := range strings.Split(val, ",") {
-				add(name)
+	ann := ctr.GetAnnotations()
+	if len(ann) > maxAnnotations {
+		return nil, fmt.Errorf("nri-gpu: container annotations: %d annotations (at most %d)", len(ann), maxAnnotations)
+	}
+	for key, val := range ann {
+		if !strings.HasPrefix(key, cdi.AnnotationPrefix) {
+			continue
+		}
+		if len(val) > maxCDIAnnotation {
+			return nil, fmt.Errorf("nri-gpu: container annotation %s: value is %d bytes long (at most %d)", key, len(val), maxCDIAnnotation)
+		}
+		for name := range strings.SplitSeq(val, ",") {
+			if err := add(name, "container annotation "+key); err != nil {
+				return nil, err
 			}
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out), nil
 }
 
 // runtimeGPUs returns the devices whose nodes the container already has
 // from the runtime, in index order.
-func runtimeGPUs(devs []inventory.GPU, ctr *api.Container) []inventory.GPU {
+func runtimeGPUs(devs []inventory.GPU, ctr *api.Container) ([]inventory.GPU, error) {
 	have := ctr.GetLinux().GetDevices()
 	if len(have) == 0 {
-		return nil
+		return nil, nil
+	}
+	if len(have) > maxDevices {
+		return nil, fmt.Errorf("nri-gpu: container devices: %d device nodes (at most %d)", len(have), maxDevices)
 	}
 	var out []inventory.GPU
 	for _, g := range devs {
@@ -61,7 +100,7 @@ func runtimeGPUs(devs []inventory.GPU, ctr *api.Container) []inventory.GPU {
 			out = append(out, g)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // hasNode reports whether the devices hold n, by path or by number.
@@ -122,13 +161,20 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container) (st
 	if len(uuids) > 0 && e.VisibleDevices != "void" {
 		e.VisibleDevices = strings.Join(uuids, ",")
 	}
+	// One pass over the container's mounts (bounded by
+	// request.MaxMounts), against the edits' few dozen destinations.
+	dst := make(map[string]bool, len(e.Mounts))
+	for _, m := range e.Mounts {
+		dst[m.Destination] = false
+	}
+	for _, cm := range ctr.GetMounts() {
+		if _, ok := dst[cm.GetDestination()]; ok {
+			dst[cm.GetDestination()] = true
+		}
+	}
 	ms := e.Mounts[:0:0]
 	for _, m := range e.Mounts {
-		dup := false
-		for _, cm := range ctr.GetMounts() {
-			dup = dup || cm.GetDestination() == m.Destination
-		}
-		if !dup {
+		if !dst[m.Destination] {
 			ms = append(ms, m)
 		}
 	}

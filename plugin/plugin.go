@@ -113,11 +113,12 @@ func (p *Plugin) path(st *node.State) pipeline.Path {
 }
 
 // CreateContainer handles the runtime's CreateContainer request: the
-// request path on the current state.
-func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+// request path on the current state, under the runtime's context (its
+// deadline is the runtime's plugin timeout).
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	path := p.path(p.node.State())
-	adj, res, err := path.Handle(pod, ctr)
+	adj, res, err := path.Handle(ctx, pod, ctr)
 	p.observeRequest(&res, adj, err, time.Since(start))
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),

@@ -1,6 +1,7 @@
 package request
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -97,6 +98,42 @@ func FuzzParseEnv(f *testing.F) {
 			in.Mounts = []inventory.Mount{{Source: "/dev/null", Destination: mount}}
 		}
 		r, err := ParseInput(in)
+		checkOutcome(t, r, err)
+	})
+}
+
+// allocBound fails when one call of fn allocates more than a multiple of
+// the input's size (plus a constant): what a pod author writes must not
+// decide how much the parser allocates beyond its own size.
+func allocBound(t *testing.T, n int, fn func()) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(16*n+64<<10); got > limit {
+		t.Fatalf("allocated %d bytes for %d bytes of input (limit %d)", got, n, limit)
+	}
+}
+
+// FuzzParseEnvList fuzzes a whole environment, one entry a line, with
+// adversarial shapes: many entries sharing the looked-up prefixes, long
+// lists of IDs, repeated and blank entries. Each call allocates at most a
+// bounded multiple of its input.
+func FuzzParseEnvList(f *testing.F) {
+	f.Add("NVIDIA_VISIBLE_DEVICES=0,1\nNVIDIA_DRIVER_CAPABILITIES=compute")
+	f.Add(strings.Repeat("NVIDIA_VISIBLE_DEVICEX=1\n", 2000) + "NVIDIA_VISIBLE_DEVICES=" + strings.Repeat("0,", 300))
+	f.Add("NVIDIA_VISIBLE_DEVICES=" + strings.Repeat("GPU-1,GPU-2,", 700))
+	f.Add("NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_VISIBLE_DEVICES=void\n" + strings.Repeat(",", 20000))
+	f.Add("NVIDIA_VISIBLE_DEVICES=0\nNVIDIA_DRIVER_CAPABILITIES=" + strings.Repeat("compute,", 3000))
+	f.Fuzz(func(t *testing.T, blob string) {
+		env := strings.Split(blob, "\n")
+		var r Request
+		var err error
+		allocBound(t, len(blob)+16*len(env), func() { r, err = ParseInput(Input{Name: "c", Env: env}) })
+		if err == nil && len(r.IDs) > maxDeviceList {
+			t.Fatalf("%d IDs", len(r.IDs))
+		}
 		checkOutcome(t, r, err)
 	})
 }

@@ -77,30 +77,26 @@ func errorf(source Source, format string, args ...any) *Error {
 	return &Error{Source: source, Msg: fmt.Sprintf(format, args...)}
 }
 
-// getenv returns the value of key in env as the process would see it (the
-// first entry wins, as with getenv(3)).
-func getenv(env []string, key string) (string, bool) {
-	for _, e := range env {
-		if len(e) > len(key) && e[len(key)] == '=' && strings.HasPrefix(e, key) {
-			return e[len(key)+1:], true
-		}
-	}
-	return "", false
-}
-
-// parseEnv parses the NVIDIA toolkit's variables.
-func parseEnv(env []string) (Request, error) {
+// parseEnv parses NVIDIA_VISIBLE_DEVICES as the NVIDIA toolkit reads it:
+// entries split on commas and trimmed, empty ones dropped.
+func parseEnv(val string, caps envValue) (Request, error) {
 	src := envSource(EnvVisibleDevices)
-	val, _ := getenv(env, EnvVisibleDevices)
-	ids := make([]string, 0, strings.Count(val, ",")+1)
+	if len(val) > maxEnvValue {
+		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxEnvValue)
+	}
+	ids := make([]string, 0, min(strings.Count(val, ",")+1, maxDeviceList))
 	for more := true; more; {
 		var id string
 		id, val, more = strings.Cut(val, ",")
-		if id = strings.TrimSpace(id); id != "" {
-			ids = append(ids, id)
+		if id = strings.TrimSpace(id); id == "" {
+			continue
 		}
+		if len(ids) == maxDeviceList {
+			return Request{}, errorf(src, "more than %d device IDs", maxDeviceList)
+		}
+		ids = append(ids, id)
 	}
-	return visibleDevices(src, ids, env)
+	return visibleDevices(src, ids, caps)
 }
 
 // visibleDevices turns a list of device IDs (trimmed, non-empty) into a
@@ -108,7 +104,7 @@ func parseEnv(env []string) (Request, error) {
 // empty list is nothing; the special values win over device IDs, in the
 // order void (nothing), none (the driver without a GPU), all; otherwise
 // the IDs, duplicates dropped, in their order. It reuses ids.
-func visibleDevices(src Source, ids []string, env []string) (Request, error) {
+func visibleDevices(src Source, ids []string, capsEnv envValue) (Request, error) {
 	r := Request{Source: src}
 	switch {
 	case len(ids) == 0 || slices.Contains(ids, "void"):
@@ -119,14 +115,9 @@ func visibleDevices(src Source, ids []string, env []string) (Request, error) {
 		r.Kind = All
 	default:
 		r.Kind = Devices
-		r.IDs = ids[:0]
-		for _, id := range ids {
-			if !slices.Contains(r.IDs, id) {
-				r.IDs = append(r.IDs, id)
-			}
-		}
+		r.IDs = dedupe(ids)
 	}
-	caps, capsSrc, err := envCapabilities(env)
+	caps, capsSrc, err := envCapabilities(capsEnv)
 	if err != nil {
 		return Request{}, err
 	}
@@ -134,14 +125,34 @@ func visibleDevices(src Source, ids []string, env []string) (Request, error) {
 	return r, nil
 }
 
+// dedupe drops repeated IDs, keeping the first of each, in one pass. It
+// reuses ids.
+func dedupe(ids []string) []string {
+	if len(ids) < 2 {
+		return ids
+	}
+	seen := make(map[string]struct{}, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if _, dup := seen[id]; !dup {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // envCapabilities parses NVIDIA_DRIVER_CAPABILITIES; unset or empty gives
 // the default set.
-func envCapabilities(env []string) (inventory.Capabilities, Source, error) {
-	val, ok := getenv(env, EnvDriverCapabilities)
-	if !ok || strings.TrimSpace(val) == "" {
+func envCapabilities(env envValue) (inventory.Capabilities, Source, error) {
+	src := envSource(EnvDriverCapabilities)
+	if len(env.val) > maxEnvValue {
+		return 0, Source{}, errorf(src, "value is %d bytes long (at most %d)", len(env.val), maxEnvValue)
+	}
+	val := env.val
+	if !env.ok || strings.TrimSpace(val) == "" {
 		return inventory.DefaultCapabilities, Source{}, nil
 	}
-	src := envSource(EnvDriverCapabilities)
 	caps, err := ParseCapabilities(val)
 	if err != nil {
 		return 0, Source{}, errorf(src, "%v", err)
@@ -167,7 +178,7 @@ func ParseCapabilities(val string) (inventory.Capabilities, error) {
 		}
 		c, ok := inventory.CapabilityByName(name)
 		if !ok {
-			return 0, fmt.Errorf("unsupported capability %q (valid: %s, all)", name, strings.Join(inventory.CapabilityNames(), ", "))
+			return 0, fmt.Errorf("unsupported capability %s (valid: %s, all)", quote(name), strings.Join(inventory.CapabilityNames(), ", "))
 		}
 		caps = caps.With(c)
 	}
@@ -185,7 +196,7 @@ const maxAnnotation = 4096
 // comma-separated CSV fields, each "all", a count, or key=value with keys
 // count, device, capabilities, driver and exclusive. A field holding commas
 // (device=0,2) is quoted, as Docker requires: "device=0,2".
-func parseAnnotation(src Source, val string, env []string) (Request, error) {
+func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) {
 	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false"`
 	if len(val) > maxAnnotation {
 		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
@@ -196,7 +207,7 @@ func parseAnnotation(src Source, val string, env []string) (Request, error) {
 	}
 	fields, err := splitFields(val)
 	if err != nil {
-		return Request{}, errorf(src, "malformed value %q: %v (%s)", val, err, valid)
+		return Request{}, errorf(src, "malformed value %s: %v (%s)", quote(val), err, valid)
 	}
 
 	r := Request{Source: src}
@@ -219,15 +230,15 @@ func parseAnnotation(src Source, val string, env []string) (Request, error) {
 				seen["count"] = true
 				continue
 			case seen["device"] && isDigits(field):
-				return Request{}, errorf(src, "unexpected field %q: quote a device list that has commas, as in '\"device=0,%s\"'", field, field)
+				return Request{}, errorf(src, "unexpected field %s: quote a device list that has commas, as in '\"device=0,%s\"'", quote(field), field)
 			default:
-				return Request{}, errorf(src, "unexpected field %q (%s)", field, valid)
+				return Request{}, errorf(src, "unexpected field %s (%s)", quote(field), valid)
 			}
 		}
 		key = strings.TrimSpace(key)
 		v = strings.TrimSpace(v)
 		if seen[key] || key == "count" && seen["device"] || key == "device" && seen["count"] {
-			return Request{}, errorf(src, "field %q conflicts with an earlier field (give one of all, N, count= or device=)", field)
+			return Request{}, errorf(src, "field %s conflicts with an earlier field (give one of all, N, count= or device=)", quote(field))
 		}
 		seen[key] = true
 		switch key {
@@ -245,7 +256,10 @@ func parseAnnotation(src Source, val string, env []string) (Request, error) {
 			for _, id := range strings.Split(v, ",") {
 				id = strings.TrimSpace(id)
 				if id == "" {
-					return Request{}, errorf(src, "empty device ID in %q", field)
+					return Request{}, errorf(src, "empty device ID in %s", quote(field))
+				}
+				if len(r.IDs) == maxDeviceList {
+					return Request{}, errorf(src, "more than %d device IDs", maxDeviceList)
 				}
 				r.IDs = append(r.IDs, id)
 			}
@@ -258,7 +272,7 @@ func parseAnnotation(src Source, val string, env []string) (Request, error) {
 			r.Caps, r.CapsSource = caps, src
 		case "driver":
 			if v != "nvidia" {
-				return Request{}, errorf(src, "unsupported driver %q (valid: nvidia)", v)
+				return Request{}, errorf(src, "unsupported driver %s (valid: nvidia)", quote(v))
 			}
 		case "exclusive":
 			var b bool
@@ -267,18 +281,18 @@ func parseAnnotation(src Source, val string, env []string) (Request, error) {
 				b = true
 			case "false":
 			default:
-				return Request{}, errorf(src, "bad value %q for exclusive (valid: true, false)", v)
+				return Request{}, errorf(src, "bad value %s for exclusive (valid: true, false)", quote(v))
 			}
 			r.Exclusive = &b
 		default:
-			return Request{}, errorf(src, "unknown field %q (%s)", key, valid)
+			return Request{}, errorf(src, "unknown field %s (%s)", quote(key), valid)
 		}
 	}
 	if r.Kind == Nothing {
-		return Request{}, errorf(src, "%q requests no GPU (%s)", val, valid)
+		return Request{}, errorf(src, "%s requests no GPU (%s)", quote(val), valid)
 	}
 	if r.Caps == 0 {
-		caps, capsSrc, err := envCapabilities(env)
+		caps, capsSrc, err := envCapabilities(capsEnv)
 		if err != nil {
 			return Request{}, err
 		}
@@ -291,7 +305,7 @@ func parseAnnotation(src Source, val string, env []string) (Request, error) {
 func parseCount(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || !isDigits(s) || n < 1 {
-		return 0, fmt.Errorf("bad GPU count %q (a number of at least 1, or all)", s)
+		return 0, fmt.Errorf("bad GPU count %s (a number of at least 1, or all)", quote(s))
 	}
 	return n, nil
 }

@@ -71,6 +71,12 @@ func (s Source) String() string {
 	case s.Kind == PodAnnotation && s.Key == AnnotationPod:
 		return "annotation " + AnnotationPod
 	}
+	switch {
+	case s.Kind == Env && s.Key == "":
+		return "env" // the environment as a whole
+	case s.Kind == DeviceList && s.Key == "":
+		return "mounts" // the container's mounts as a whole
+	}
 	switch s.Kind {
 	case ContainerAnnotation, PodAnnotation, CDIAnnotation:
 		return "annotation " + s.Key

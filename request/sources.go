@@ -1,7 +1,6 @@
 package request
 
 import (
-	"path"
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -49,29 +48,21 @@ type Input struct {
 //  3. the device plugin's /dev/null mounts under /var/run/nvidia-container-devices;
 //  4. env NVIDIA_VISIBLE_DEVICES.
 //
-// The request's Source says which one it was.
+// The request's Source says which one it was. It is Find then Parse; the
+// request path calls them apart, to decide on the policy in between.
 func ParseInput(in Input) (Request, error) {
-	if key, val, ok := effectiveAnnotation(in.Annotations, AnnotationDomain, in.Name); ok {
-		kind := PodAnnotation
-		if key != AnnotationPod {
-			kind = ContainerAnnotation
-		}
-		return parseAnnotation(Source{kind, key}, val, in.Env)
+	f, err := Find(in)
+	if err != nil {
+		return Request{}, err
 	}
-	if key, val, ok := effectiveAnnotation(in.Annotations, AnnotationCDIDomain, in.Name); ok {
-		return parseCDI(Source{CDIAnnotation, key}, val, in.Env)
-	}
-	if ids := deviceListFromMounts(in.Mounts); len(ids) > 0 {
-		return parseDeviceList(ids, in.Env)
-	}
-	return parseEnv(in.Env)
+	return f.Parse()
 }
 
 // parseCDI parses a comma list of CDI device names. nvidia.com/gpu=<ID>
 // names a GPU by index, UUID or bus id as NVIDIA_VISIBLE_DEVICES does, and
 // nvidia.com/gpu=all every GPU; management.nvidia.com/gpu=all is every GPU
 // and every control node, for management tools.
-func parseCDI(src Source, val string, env []string) (Request, error) {
+func parseCDI(src Source, val string, capsEnv envValue) (Request, error) {
 	const valid = "valid: " + CDIKindGPU + "=<index|GPU-uuid|bus id|all>, " + CDIKindManagement + "=all"
 	r := Request{Source: src}
 	if len(val) > maxAnnotation {
@@ -113,7 +104,7 @@ func parseCDI(src Source, val string, env []string) (Request, error) {
 	default:
 		return r, errorf(src, "no CDI device named (%s)", valid)
 	}
-	caps, capsSrc, err := envCapabilities(env)
+	caps, capsSrc, err := envCapabilities(capsEnv)
 	if err != nil {
 		return r, err
 	}
@@ -139,46 +130,34 @@ func effectiveAnnotation(ann map[string]string, domain, name string) (key, val s
 }
 
 // deviceListFromMounts returns the device IDs that the device plugin's
-// volume-mounts strategy lists: each mount of /dev/null at
-// /var/run/nvidia-container-devices/<ID>, as the NVIDIA toolkit reads
-// them (paths cleaned, duplicates and the bare directory dropped, IMEX
-// channels ignored).
-func deviceListFromMounts(mounts []inventory.Mount) []string {
+// volume-mounts strategy lists (see deviceListID), duplicates dropped, in
+// their order; more than maxDeviceList is an error.
+func deviceListFromMounts(mounts []inventory.Mount) ([]string, error) {
 	var ids []string
-	for _, m := range mounts {
-		if path.Clean(m.Source) != "/dev/null" {
+	seen := map[string]bool{}
+	for i := range mounts {
+		id, ok, err := deviceListID(&mounts[i])
+		if err != nil {
+			return nil, err
+		}
+		if !ok || seen[id] {
 			continue
 		}
-		dst := path.Clean(m.Destination)
-		if !strings.HasPrefix(dst, DeviceListRoot+"/") {
-			continue
+		if len(ids) == maxDeviceList {
+			src := Source{DeviceList, DeviceListRoot}
+			return nil, errorf(src, "more than %d devices", maxDeviceList)
 		}
-		id := strings.Trim(dst[len(DeviceListRoot):], "/")
-		if id == "" || strings.HasPrefix(id, "imex/") || containsString(ids, id) {
-			continue
-		}
+		seen[id] = true
 		ids = append(ids, id)
 	}
-	return ids
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return ids, nil
 }
 
 // parseDeviceList turns the device IDs of the mount list into a request:
 // "all", "none" and "void" as in NVIDIA_VISIBLE_DEVICES, "cdi/<vendor>/<class>/<name>"
 // or "cdi/<vendor>/<class>=<name>" as a CDI name.
-func parseDeviceList(ids []string, env []string) (Request, error) {
+func parseDeviceList(ids []string, caps envValue) (Request, error) {
 	src := Source{DeviceList, DeviceListRoot}
-	if len(ids) > maxDeviceList {
-		return Request{Source: src}, errorf(src, "more than %d devices", maxDeviceList)
-	}
 	var names []string
 	for _, id := range ids {
 		if cdi, ok := strings.CutPrefix(id, "cdi/"); ok {
@@ -194,7 +173,7 @@ func parseDeviceList(ids []string, env []string) (Request, error) {
 		if len(names) != len(ids) {
 			return Request{Source: src}, errorf(src, "mixes CDI names and device IDs")
 		}
-		return parseCDI(src, strings.Join(names, ","), env)
+		return parseCDI(src, strings.Join(names, ","), caps)
 	}
-	return visibleDevices(src, ids, env)
+	return visibleDevices(src, ids, caps)
 }

@@ -32,7 +32,12 @@ type Error struct {
 	Msg      string
 }
 
-func (e *Error) Error() string { return "nri-gpu: env " + e.Variable + ": " + e.Msg }
+func (e *Error) Error() string {
+	if e.Variable == "" {
+		return "nri-gpu: env: " + e.Msg // the environment as a whole
+	}
+	return "nri-gpu: env " + e.Variable + ": " + e.Msg
+}
 
 func errorf(variable, format string, args ...any) *Error {
 	return &Error{Variable: variable, Msg: fmt.Sprintf(format, args...)}
@@ -51,15 +56,33 @@ type Condition struct {
 	Property string // cuda, driver, arch or brand
 	Op       string // =, !=, <, <=, >, >=
 	Value    string
+	// version is Value parsed, for cuda, driver and arch: parsed once,
+	// not per GPU.
+	version [4]int
 }
 
 // Requirement is a parsed requirement expression: any of its terms must
 // hold; a term holds when all its conditions hold.
 type Requirement [][]Condition
 
-// maxRequirement bounds a requirement expression; nvidia/cuda images' are
-// a few hundred bytes.
-const maxRequirement = 4096
+// Bounds on the requirements of one container: with them, checking a
+// container's environment costs at most a few tens of microseconds, however
+// many variables a pod author writes (see the request path's bounds,
+// request.MaxEnvEntries).
+const (
+	// maxRequirement bounds a requirement expression; nvidia/cuda images'
+	// are a few hundred bytes, 1.5 KiB for the longest (CUDA 11).
+	maxRequirement = 4096
+	// maxVariables bounds the NVIDIA_REQUIRE_* entries of a container;
+	// images set one or two.
+	maxVariables = 32
+	// maxTotal bounds the requirement expressions of a container
+	// together.
+	maxTotal = 16 << 10
+	// maxEnvEntries bounds the environment entries looked at, as the
+	// request path's request.MaxEnvEntries.
+	maxEnvEntries = 1 << 14
+)
 
 // ParseRequirement parses an expression in the toolkit's grammar: terms
 // separated by spaces are ORed, conditions separated by commas within a
@@ -106,7 +129,8 @@ func parseCondition(s string) (Condition, error) {
 	}
 	switch c.Property {
 	case "cuda", "driver", "arch":
-		if _, ok := parseVersion(c.Value); !ok {
+		var ok bool
+		if c.version, ok = parseVersion(c.Value); !ok {
 			return Condition{}, fmt.Errorf("invalid expression %s: %s is not a version", quote(s), quote(c.Value))
 		}
 	case "brand":
@@ -120,18 +144,27 @@ func parseCondition(s string) (Condition, error) {
 	return c, nil
 }
 
-// parseVersion parses a dotted decimal version of at most 4 parts.
+// parseVersion parses a dotted decimal version of at most 4 parts of at
+// most 9 digits each, in one pass and without allocating.
 func parseVersion(s string) ([4]int, bool) {
 	var v [4]int
-	parts := strings.Split(s, ".")
-	if len(parts) > 4 {
-		return v, false
-	}
-	for i, p := range parts {
-		if p == "" || len(p) > 9 || strings.Trim(p, "0123456789") != "" {
-			return v, false
+	part, digits := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.':
+			if digits == 0 || part == 3 {
+				return [4]int{}, false
+			}
+			part, digits = part+1, 0
+		case c >= '0' && c <= '9' && digits < 9:
+			v[part] = v[part]*10 + int(c-'0')
+			digits++
+		default:
+			return [4]int{}, false
 		}
-		v[i], _ = strconv.Atoi(p)
+	}
+	if digits == 0 {
+		return [4]int{}, false
 	}
 	return v, true
 }
@@ -148,33 +181,40 @@ func compareVersions(a, b [4]int) int {
 	return 0
 }
 
-// holds evaluates c against the node and one GPU's arch and brand (empty
-// when unknown, or when the container gets no GPU: then arch and brand
+// facts are the node's and one GPU's versions, parsed once per check.
+type facts struct {
+	cuda, driver, arch       [4]int
+	cudaOK, driverOK, archOK bool
+	brand                    string
+	noGPU                    bool
+}
+
+// holds evaluates c against the node and one GPU's arch and brand
+// (unknown arch: an arch condition does not hold; no GPU: arch and brand
 // conditions hold, there being nothing to compare).
-func (c Condition) holds(n NodeFacts, arch, brand string, noGPU bool) bool {
-	var have string
+func (c *Condition) holds(f *facts) bool {
+	var have [4]int
+	var ok bool
 	switch c.Property {
 	case "cuda":
-		have = n.CUDA
+		have, ok = f.cuda, f.cudaOK
 	case "driver":
-		have = n.Driver
+		have, ok = f.driver, f.driverOK
 	case "arch":
-		if noGPU {
+		if f.noGPU {
 			return true
 		}
-		have = arch
+		have, ok = f.arch, f.archOK
 	case "brand":
-		if noGPU {
+		if f.noGPU {
 			return true
 		}
-		return (brand == c.Value) == (c.Op == "=")
+		return (f.brand == c.Value) == (c.Op == "=")
 	}
-	hv, ok := parseVersion(have)
-	want, _ := parseVersion(c.Value)
 	if !ok {
 		return false
 	}
-	cmp := compareVersions(hv, want)
+	cmp := compareVersions(have, c.version)
 	switch c.Op {
 	case "=":
 		return cmp == 0
@@ -191,16 +231,20 @@ func (c Condition) holds(n NodeFacts, arch, brand string, noGPU bool) bool {
 }
 
 // holds reports whether the requirement holds for every GPU (or for the
-// node alone when gpus is empty).
+// node alone when gpus is empty). Each distinct GPU model is evaluated
+// once: the cost is the number of conditions times the node's models.
 func (r Requirement) holds(n NodeFacts, gpus []inventory.GPU) bool {
-	check := func(arch, brand string, noGPU bool) bool {
-		if len(r) == 0 {
-			return true
-		}
+	if len(r) == 0 {
+		return true
+	}
+	var f facts
+	f.cuda, f.cudaOK = parseVersion(n.CUDA)
+	f.driver, f.driverOK = parseVersion(n.Driver)
+	check := func() bool {
 		for _, and := range r {
 			ok := true
-			for _, c := range and {
-				if !c.holds(n, arch, brand, noGPU) {
+			for i := range and {
+				if !and[i].holds(&f) {
 					ok = false
 					break
 				}
@@ -212,10 +256,18 @@ func (r Requirement) holds(n NodeFacts, gpus []inventory.GPU) bool {
 		return false
 	}
 	if len(gpus) == 0 {
-		return check("", "", true)
+		f.noGPU = true
+		return check()
 	}
+	done := make(map[string]bool, 1)
 	for _, g := range gpus {
-		if !check(GPUArch(g.Model), GPUBrand(g.Model), false) {
+		if done[g.Model] {
+			continue
+		}
+		done[g.Model] = true
+		f.arch, f.archOK = parseVersion(GPUArch(g.Model))
+		f.brand = GPUBrand(g.Model)
+		if !check() {
 			return false
 		}
 	}
@@ -227,34 +279,82 @@ func (r Requirement) holds(n NodeFacts, gpus []inventory.GPU) bool {
 // NVIDIA_DISABLE_REQUIRE is true. A legacy image's CUDA_VERSION without
 // NVIDIA_REQUIRE_CUDA requires cuda>=<its major.minor>. The error has the
 // toolkit's wording.
+//
+// It makes one pass over the environment, which is bounded at
+// maxEnvEntries entries, maxVariables requirement variables of
+// maxRequirement bytes each and maxTotal bytes together; more is an error.
 func Check(env []string, n NodeFacts, gpus []inventory.GPU) error {
-	if v, ok := getenv(env, EnvDisableRequire); ok {
-		if b, _ := strconv.ParseBool(strings.TrimSpace(v)); b {
-			return nil
-		}
+	if len(env) > maxEnvEntries {
+		return errorf("", "%d entries (at most %d)", len(env), maxEnvEntries)
 	}
 	type req struct{ key, val string }
 	var reqs []req
-	hasCUDA := false
+	var disable, cudaVersion string
+	var hasDisable, hasCUDAVersion bool
+	count, total := 0, 0
 	for _, kv := range env {
-		key, val, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(key, EnvRequirePrefix) || strings.HasPrefix(key, EnvRequireJetpack) {
+		// A look at the first byte and a prefix pass over nearly every
+		// entry; only a requirement variable is split.
+		if kv == "" || kv[0] != 'N' && kv[0] != 'C' {
 			continue
 		}
-		if v, _ := getenv(env, key); v != val {
-			continue // a later duplicate: the process sees the first
+		if v, ok := strings.CutPrefix(kv, EnvCUDAVersion+"="); ok {
+			if !hasCUDAVersion {
+				cudaVersion, hasCUDAVersion = v, true
+			}
+			continue
 		}
-		hasCUDA = hasCUDA || key == EnvRequirePrefix+"CUDA"
-		reqs = append(reqs, req{key, val})
-	}
-	if v, ok := getenv(env, EnvCUDAVersion); ok && !hasCUDA && strings.TrimSpace(v) != "" {
-		mv, ok := parseVersion(majorMinor(strings.TrimSpace(v)))
+		if v, ok := strings.CutPrefix(kv, EnvDisableRequire+"="); ok {
+			if !hasDisable {
+				disable, hasDisable = v, true
+			}
+			continue
+		}
+		if !strings.HasPrefix(kv, EnvRequirePrefix) || strings.HasPrefix(kv, EnvRequireJetpack) {
+			continue
+		}
+		key, val, ok := strings.Cut(kv, "=")
 		if !ok {
-			return errorf(EnvCUDAVersion, "invalid CUDA version %s", quote(v))
+			continue
+		}
+		count++
+		if total += len(val); count <= maxVariables && total <= maxTotal {
+			reqs = append(reqs, req{key, val})
+		}
+	}
+	if b, _ := strconv.ParseBool(strings.TrimSpace(disable)); hasDisable && b {
+		return nil
+	}
+	switch {
+	case count > maxVariables:
+		return errorf(EnvRequirePrefix+"*", "%d requirement variables (at most %d)", count, maxVariables)
+	case total > maxTotal:
+		return errorf(EnvRequirePrefix+"*", "requirement variables are %d bytes long together (at most %d)", total, maxTotal)
+	}
+	// By name; the first entry of a name is the one the process sees:
+	// later duplicates are dropped.
+	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].key < reqs[j].key })
+	out := reqs[:0]
+	hasCUDA := false
+	for i, rq := range reqs {
+		if i > 0 && rq.key == reqs[i-1].key {
+			continue
+		}
+		hasCUDA = hasCUDA || rq.key == EnvRequirePrefix+"CUDA"
+		out = append(out, rq)
+	}
+	reqs = out
+	if v := strings.TrimSpace(cudaVersion); !hasCUDA && v != "" {
+		if len(v) > maxRequirement {
+			return errorf(EnvCUDAVersion, "value is %d bytes long (at most %d)", len(v), maxRequirement)
+		}
+		mv, ok := parseVersion(majorMinor(v))
+		if !ok {
+			return errorf(EnvCUDAVersion, "invalid CUDA version %s", quote(cudaVersion))
 		}
 		reqs = append(reqs, req{EnvCUDAVersion, fmt.Sprintf("cuda>=%d.%d", mv[0], mv[1])})
+		sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].key < reqs[j].key })
 	}
-	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].key < reqs[j].key })
 	for _, rq := range reqs {
 		r, err := ParseRequirement(rq.val)
 		if err != nil {
@@ -339,17 +439,6 @@ func GPUBrand(model string) string {
 		return "nvidiartx"
 	}
 	return "nvidia"
-}
-
-// getenv returns the value of key in env as the process would see it (the
-// first entry wins, as with getenv(3)).
-func getenv(env []string, key string) (string, bool) {
-	for _, e := range env {
-		if len(e) > len(key) && e[len(key)] == '=' && strings.HasPrefix(e, key) {
-			return e[len(key)+1:], true
-		}
-	}
-	return "", false
 }
 
 // quote quotes a user's token for a message, cutting very long ones.

@@ -1,6 +1,7 @@
 package require
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -101,6 +102,32 @@ func FuzzRequirement(f *testing.F) {
 			t.Fatalf("ParseRequirement(%q) failed (%v) but the check passed", expr, perr)
 		}
 		if err != nil && !strings.HasPrefix(err.Error(), "nri-gpu: env NVIDIA_REQUIRE_CUDA: requirement error: ") {
+			t.Fatalf("error %q", err)
+		}
+	})
+}
+
+// FuzzCheckEnv fuzzes a whole environment, one entry a line, with
+// adversarial shapes: many requirement variables, repeated ones, long
+// expressions, entries sharing their prefix. One call allocates at most a
+// bounded multiple of its input, and an error names a variable.
+func FuzzCheckEnv(f *testing.F) {
+	f.Add("NVIDIA_REQUIRE_CUDA=cuda>=12.0\nCUDA_VERSION=12.4.1")
+	f.Add(strings.Repeat("NVIDIA_REQUIRE_X=cuda>=1.0\n", 40))
+	f.Add(strings.Repeat("NVIDIA_REQUIRE_CUDA=cuda>=1.0\n", 20) + "NVIDIA_DISABLE_REQUIRE=true")
+	f.Add("NVIDIA_REQUIRE_A=" + strings.Repeat("cuda>=1.0,driver>=1 ", 200) + "\nNVIDIA_REQUIRE_B=" + strings.Repeat("arch>=9.0 ", 400))
+	f.Add(strings.Repeat("NVIDIA_REQUIREX=1\n", 3000) + "CUDA_VERSION=" + strings.Repeat("9", 5000))
+	gpus := []inventory.GPU{{Index: 0, Model: "NVIDIA H100 80GB HBM3"}, {Index: 1, Model: "Tesla T4"}}
+	f.Fuzz(func(t *testing.T, blob string) {
+		env := strings.Split(blob, "\n")
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := Check(env, NodeFacts{CUDA: "13.0", Driver: "580.126.09"}, gpus)
+		runtime.ReadMemStats(&after)
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(16*len(blob)+64<<10); got > limit {
+			t.Fatalf("allocated %d bytes for %d bytes of input (limit %d)", got, len(blob), limit)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "nri-gpu: env") {
 			t.Fatalf("error %q", err)
 		}
 	})
