@@ -40,9 +40,15 @@ type Options struct {
 // maxSmallFile bounds what is read of a procfs or sysfs file.
 const maxSmallFile = 64 << 10
 
-// maxLDCache bounds what is read of ld.so.cache (real ones are well below
-// a megabyte).
-const maxLDCache = 32 << 20
+// maxLDCache bounds what is read of ld.so.cache. Real ones are a few
+// hundred KiB (this repository's CI host: 33 KiB; a desktop with every
+// package of its distribution: under 1 MiB); a larger cache is refused
+// before it is read. Parsing one costs up to about twice its size again
+// (its string table copied once, the entries, sorted offsets), so a
+// hostile cache costs discovery at most about 12 MiB, well within the
+// DaemonSet's 64 MiB limit (GOMEMLIMIT 48 MiB) next to the plugin's own
+// few MiB.
+const maxLDCache = 4 << 20
 
 // Discover reads the node and returns its snapshot. A node without GPUs or
 // without a driver is a valid, empty snapshot with a warning; an error is
@@ -86,15 +92,49 @@ type discovery struct {
 	dirCache  map[string][]string
 }
 
+// maxWarnings bounds the warnings of one discovery. A hostile driver root
+// can make every candidate file a warning of up to 8 KiB (two paths of up
+// to 4 KiB); real nodes have a handful.
+const maxWarnings = 200
+
+// Bounds of the files read for one library of one class, so that a
+// hostile ld.so.cache, which can name 65,536 paths each costing up to 256
+// lookups to resolve, costs a bounded amount, and cannot hide the files of
+// the usual directories behind its own.
+const (
+	// maxCacheCandidates bounds the paths taken from ld.so.cache: a
+	// real cache names two or three per library and class (the SONAME
+	// link, the development link).
+	maxCacheCandidates = 16
+	// maxCandidates bounds the paths read in all, ld.so.cache's and the
+	// usual directories' (where older versions may be left behind).
+	maxCandidates = 64
+)
+
 func (d *discovery) warnf(format string, args ...any) {
-	d.snap.Warnings = append(d.snap.Warnings, fmt.Sprintf(format, args...))
+	d.warn(fmt.Sprintf(format, args...))
+}
+
+// warn records a warning and reports whether it was kept.
+func (d *discovery) warn(msg string) bool {
+	switch len(d.snap.Warnings) {
+	case maxWarnings:
+		d.snap.Warnings = append(d.snap.Warnings, fmt.Sprintf("more than %d warnings: the rest are left out", maxWarnings))
+		return false
+	case maxWarnings + 1:
+		return false
+	}
+	d.snap.Warnings = append(d.snap.Warnings, msg)
+	return true
 }
 
 // deviceWarnf records a warning about the device nodes or the GPU list
 // (also among all warnings).
 func (d *discovery) deviceWarnf(format string, args ...any) {
-	d.warnf(format, args...)
-	d.snap.DeviceWarnings = append(d.snap.DeviceWarnings, d.snap.Warnings[len(d.snap.Warnings)-1])
+	msg := fmt.Sprintf(format, args...)
+	if d.warn(msg) {
+		d.snap.DeviceWarnings = append(d.snap.DeviceWarnings, msg)
+	}
 }
 
 // kernel discovers the driver version, the majors, the GPUs and the
@@ -326,9 +366,14 @@ func (d *discovery) driverFiles() {
 // SONAME starts with base wins, preferring a file of the driver's version.
 func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capability, want64 bool) (inventory.DriverFile, bool) {
 	var candidates []string
+	prefix := base + "."
 	for _, e := range cache {
-		if (e.Name == base || strings.HasPrefix(e.Name, base+".")) &&
+		if (e.Name == base || strings.HasPrefix(e.Name, prefix)) &&
 			(want64 && e.Is64Bit() || !want64 && e.Is32Bit()) {
+			if len(candidates) == maxCacheCandidates {
+				d.warnf("ld.so.cache of the driver root names more than %d files for %s (%s): the rest are not read", maxCacheCandidates, base, classOf(want64))
+				break
+			}
 			candidates = append(candidates, e.Path)
 		}
 	}
@@ -347,12 +392,17 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capab
 	var best *inventory.DriverFile
 	bestVersioned := false
 	seen := map[string]bool{}
+	read := 0
 	for _, cand := range candidates {
 		cand = path.Clean(cand)
 		if seen[cand] {
 			continue
 		}
 		seen[cand] = true
+		if read++; read > maxCandidates {
+			d.warnf("the library directories of the driver root hold more than %d files for %s (%s): the rest are not read", maxCandidates, base, classOf(want64))
+			break
+		}
 		rel, err := resolveInRoot(d.drv, strings.TrimPrefix(cand, "/"))
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
@@ -394,6 +444,14 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capab
 		d.warnf("%s does not carry the kernel module's version %s: the driver install may be broken", best.HostPath, d.snap.DriverVersion)
 	}
 	return *best, true
+}
+
+// classOf names the class of library wanted.
+func classOf(want64 bool) string {
+	if want64 {
+		return "64-bit"
+	}
+	return "32-bit"
 }
 
 // binary finds the driver binary name in the usual directories.
@@ -442,25 +500,43 @@ func readSmall(root *os.Root, rel string) ([]byte, error) {
 	return readLimited(root, rel, maxSmallFile)
 }
 
-// readLimited reads at most max bytes of a file under root; a longer file
-// is an error rather than silently cut.
-func readLimited(root *os.Root, rel string, max int64) ([]byte, error) {
+// readLimited reads at most limit bytes of a file under root; a longer
+// file is an error rather than silently cut. A file whose size says it is
+// longer is refused before it is read; one whose size says nothing (procfs
+// files are 0 bytes) is read up to limit+1 bytes.
+func readLimited(root *os.Root, rel string, limit int64) ([]byte, error) {
 	f, err := openNoBlock(root, rel)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", rel, fi.Mode().Type())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", rel, max)
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", rel, fi.Mode().Type())
 	}
-	return data, nil
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes (%d)", rel, limit, fi.Size())
+	}
+	// Sized by the file when it says its size, so that reading a cache
+	// of n bytes allocates n, not the 2n to 3n of a growing buffer.
+	buf := make([]byte, 0, max(fi.Size(), 512)+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("%s: larger than %d bytes", rel, limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }

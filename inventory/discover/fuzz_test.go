@@ -2,6 +2,7 @@ package discover
 
 import (
 	"bytes"
+	"debug/elf"
 	"os"
 	"runtime"
 	"testing"
@@ -9,19 +10,23 @@ import (
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
-// allocBound fails when one call of fn allocates more than a multiple of
-// the input's size: a length field in the input must not decide how much
-// the parser allocates.
-func allocBound(t *testing.T, n int, fn func()) {
+// allocBound fails when one call of fn allocates more than perByte bytes
+// per byte of the input's n bytes plus fixed: a length field in the input
+// must not decide how much the parser allocates.
+func allocBound(t *testing.T, n int, perByte, fixed uint64, fn func()) {
 	t.Helper()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	fn()
 	runtime.ReadMemStats(&after)
-	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(64*n+1<<20); got > limit {
+	if got, limit := after.TotalAlloc-before.TotalAlloc, perByte*uint64(n)+fixed; got > limit {
 		t.Fatalf("allocated %d bytes for %d bytes of input (limit %d)", got, n, limit)
 	}
 }
+
+// fuzzSlack is added to every bound: TotalAlloc counts the whole process,
+// and the fuzzing engine allocates meanwhile.
+const fuzzSlack = 256 << 10
 
 func seedFile(f *testing.F, path string) {
 	if data, err := os.ReadFile(path); err == nil {
@@ -29,27 +34,59 @@ func seedFile(f *testing.F, path string) {
 	}
 }
 
-// FuzzParseLDCache fuzzes ld.so.cache contents of both formats.
+// FuzzParseLDCache fuzzes ld.so.cache contents of both formats. The seeds
+// in testdata hold the hostile shapes of bounds_test.go: entries pointing
+// into one long string, strings longer than a path, paths through a link
+// loop. Parsing allocates at most the string table's copy, 40 bytes of
+// entry and 16 of sorted offsets per 24-byte entry: under 4 bytes per
+// byte of cache, whatever the entries point at.
 func FuzzParseLDCache(f *testing.F) {
 	seedFile(f, "/etc/ld.so.cache")
 	f.Add([]byte(ldMagicOld))
 	f.Add([]byte(ldMagicNew + "\x00\x00\x00\x00\xff\xff\xff\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var entries []LDCacheEntry
-		allocBound(t, len(data), func() { entries, _ = ParseLDCache(data) })
-		if len(entries) > len(data)/ldOldEntrySize {
+		allocBound(t, len(data), 4, fuzzSlack, func() { entries, _ = ParseLDCache(data) })
+		if len(entries) > len(data)/ldOldEntrySize || len(entries) > ldMaxEntries {
 			t.Fatalf("%d entries from %d bytes", len(entries), len(data))
+		}
+		for _, e := range entries {
+			if len(e.Name) > ldMaxString || len(e.Path) > ldMaxString {
+				t.Fatalf("string of %d bytes accepted", max(len(e.Name), len(e.Path)))
+			}
 		}
 	})
 }
 
-// FuzzParseELF fuzzes the SONAME reader with arbitrary files.
+// FuzzParseELF fuzzes the SONAME reader with arbitrary files, each read as
+// it is and as the head of a sparse 1 GiB file: either way the reader
+// allocates at most maxELFAlloc, whatever the file's sections claim (the
+// seed sparse-dynamic-256MiB is the head of the file TestDiscoverSparseELF
+// plants). Where it finds a SONAME, debug/elf (which reads whole sections)
+// must find the same one.
 func FuzzParseELF(f *testing.F) {
 	seedFile(f, "/lib/x86_64-linux-gnu/libdl.so.2")
 	f.Add([]byte("\x7fELF\x02\x01\x01"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		allocBound(t, len(data), func() {
-			info, err := parseELF(bytes.NewReader(data), int64(len(data)))
+		var info elfInfo
+		var err error
+		allocBound(t, len(data), 0, maxELFAlloc+fuzzSlack, func() {
+			info, err = parseELF(bytes.NewReader(data), int64(len(data)))
+		})
+		if err == nil && info.SONAME == "" {
+			t.Fatal("no error and no SONAME")
+		}
+		if err == nil {
+			ef, eerr := elf.NewFile(bytes.NewReader(data))
+			if eerr == nil {
+				names, _ := ef.DynString(elf.DT_SONAME)
+				if len(names) == 0 || names[0] != info.SONAME || (ef.Class == elf.ELFCLASS64) != info.Is64 {
+					t.Fatalf("SONAME %q (64-bit %v), debug/elf: %q (%v)", info.SONAME, info.Is64, names, ef.Class)
+				}
+			}
+		}
+		allocBound(t, len(data), 0, maxELFAlloc+fuzzSlack, func() {
+			info, err := parseELF(sparseReader{data, 1 << 30}, 1<<30)
 			if err == nil && info.SONAME == "" {
 				t.Fatal("no error and no SONAME")
 			}

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 )
 
 // LDCacheEntry is one library of the dynamic loader's cache: the name the
@@ -48,9 +48,15 @@ const (
 	ldOldEntrySize  = 12
 	ldNewHeaderSize = 48
 	ldNewEntrySize  = 24
-	// ldMaxEntries bounds the entries accepted from a cache, so that a
-	// corrupt count cannot make the reader allocate without limit.
-	ldMaxEntries = 1 << 20
+	// ldMaxEntries bounds the entries accepted from a cache. A real cache
+	// lists a few thousand libraries (a desktop with every package of its
+	// distribution installed, about 5,000); 65,536 leaves a wide margin
+	// and keeps the parsed entries under 3 MiB.
+	ldMaxEntries = 1 << 16
+	// ldMaxString bounds a name or path in the cache: PATH_MAX (4096)
+	// with its terminating NUL, the longest path the loader could open.
+	// Longer strings are refused rather than cut.
+	ldMaxString = 4095
 )
 
 // ParseLDCache parses the contents of an ld.so.cache file in the old
@@ -69,8 +75,11 @@ func ParseLDCache(data []byte) ([]LDCacheEntry, error) {
 	}
 	n := binary.LittleEndian.Uint32(data[12:16])
 	end := uint64(ldOldHeaderSize) + uint64(n)*ldOldEntrySize
-	if n > ldMaxEntries || end > uint64(len(data)) {
+	if end > uint64(len(data)) {
 		return nil, fmt.Errorf("ld.so.cache: %d entries do not fit in %d bytes", n, len(data))
+	}
+	if n > ldMaxEntries {
+		return nil, fmt.Errorf("ld.so.cache: %d entries, more than the %d accepted", n, ldMaxEntries)
 	}
 	// A new-format cache follows the old entries, 8-byte aligned, in the
 	// compatibility format that glibc wrote until 2.32; prefer it.
@@ -93,8 +102,11 @@ func parseLDCacheNew(data []byte, off int) ([]LDCacheEntry, error) {
 	}
 	n := binary.LittleEndian.Uint32(base[20:24])
 	end := uint64(ldNewHeaderSize) + uint64(n)*ldNewEntrySize
-	if n > ldMaxEntries || end > uint64(len(base)) {
+	if end > uint64(len(base)) {
 		return nil, fmt.Errorf("ld.so.cache: %d entries do not fit in %d bytes", n, len(base))
+	}
+	if n > ldMaxEntries {
+		return nil, fmt.Errorf("ld.so.cache: %d entries, more than the %d accepted", n, ldMaxEntries)
 	}
 	return readLDEntries(base[ldNewHeaderSize:end], ldNewEntrySize, base)
 }
@@ -103,37 +115,65 @@ func parseLDCacheNew(data []byte, off int) ([]LDCacheEntry, error) {
 // with its flags, key and value (both offsets into strs), as both formats
 // lay them out.
 //
+// Its cost is linear in the cache's size whatever the entries point at.
 // The string table is copied once and names and paths are slices of that
 // copy: entries that all point at one long string must not each allocate
-// it (a cache of n bytes could otherwise cost n² bytes).
+// it (a cache of n bytes could otherwise cost n² bytes). And the table is
+// scanned once: the string offsets are sorted, and the end of the string
+// at an offset that lies within the previous offset's string is that
+// string's end, so no byte is scanned twice (scanning each entry's string
+// from its offset cost entries x string length, minutes for a cache of a
+// few MiB).
 func readLDEntries(table []byte, size int, strs []byte) ([]LDCacheEntry, error) {
+	n := len(table) / size
+	key := func(i int) uint32 { return binary.LittleEndian.Uint32(table[i*size+4:]) }
+	val := func(i int) uint32 { return binary.LittleEndian.Uint32(table[i*size+8:]) }
+	starts := make([]uint32, 0, 2*n)
+	for i := range n {
+		starts = append(starts, key(i), val(i))
+	}
+	slices.Sort(starts)
+	starts = slices.Compact(starts)
+	ends := make([]uint32, len(starts))
+	end := -1 // where the last string scanned ends (its NUL)
+	for j, o := range starts {
+		if int64(o) > int64(end) {
+			if int64(o) >= int64(len(strs)) {
+				return nil, fmt.Errorf("ld.so.cache: entry %d: string offset %d out of range", entryOf(n, key, val, o), o)
+			}
+			window := strs[o:min(int64(o)+ldMaxString+1, int64(len(strs)))]
+			k := bytes.IndexByte(window, 0)
+			switch {
+			case k < 0 && int64(o)+int64(len(window)) == int64(len(strs)):
+				return nil, fmt.Errorf("ld.so.cache: entry %d: string at offset %d is not terminated", entryOf(n, key, val, o), o)
+			case k < 0:
+				return nil, fmt.Errorf("ld.so.cache: entry %d: string at offset %d is longer than %d bytes", entryOf(n, key, val, o), o, ldMaxString)
+			}
+			end = int(o) + k
+		}
+		ends[j] = uint32(end)
+	}
+
 	all := string(strs)
-	entries := make([]LDCacheEntry, 0, len(table)/size)
-	for i := 0; i+size <= len(table); i += size {
-		e := table[i : i+size]
-		flags := int32(binary.LittleEndian.Uint32(e[0:4]))
-		key, err := cString(all, uint64(binary.LittleEndian.Uint32(e[4:8])))
-		if err != nil {
-			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i/size, err)
-		}
-		val, err := cString(all, uint64(binary.LittleEndian.Uint32(e[8:12])))
-		if err != nil {
-			return nil, fmt.Errorf("ld.so.cache: entry %d: %w", i/size, err)
-		}
-		entries = append(entries, LDCacheEntry{Name: key, Path: val, Flags: flags})
+	str := func(o uint32) string {
+		j, _ := slices.BinarySearch(starts, o)
+		return all[o:ends[j]]
+	}
+	entries := make([]LDCacheEntry, 0, n)
+	for i := range n {
+		flags := int32(binary.LittleEndian.Uint32(table[i*size:]))
+		entries = append(entries, LDCacheEntry{Name: str(key(i)), Path: str(val(i)), Flags: flags})
 	}
 	return entries, nil
 }
 
-// cString returns the NUL-terminated string at off in b, without copying.
-func cString(b string, off uint64) (string, error) {
-	if off >= uint64(len(b)) {
-		return "", fmt.Errorf("string offset %d out of range", off)
+// entryOf returns the index of the first of the n entries whose key or
+// value is the offset o, for an error message.
+func entryOf(n int, key, val func(int) uint32, o uint32) int {
+	for i := range n {
+		if key(i) == o || val(i) == o {
+			return i
+		}
 	}
-	s := b[off:]
-	i := strings.IndexByte(s, 0)
-	if i < 0 {
-		return "", fmt.Errorf("string at offset %d is not terminated", off)
-	}
-	return s[:i], nil
+	return -1
 }

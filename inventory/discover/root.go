@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -16,6 +18,12 @@ import (
 // maxSymlinks bounds the symbolic links followed while resolving one path,
 // as the kernel does (ELOOP).
 const maxSymlinks = 40
+
+// maxLookups bounds the components looked up while resolving one path: a
+// driver file's path takes fewer than 20, while 40 links of 2,000
+// components each ("x/x/.../x") could take 80,000 and, before the bound,
+// copied the rest of the path at each link.
+const maxLookups = 256
 
 // errEscapes is returned when a path leaves its root through "..".
 var errEscapes = errors.New("path escapes the root")
@@ -27,12 +35,13 @@ var errEscapes = errors.New("path escapes the root")
 // leave the root is an error. Every lookup goes through root, so a link
 // cannot reach outside it even if the tree changes meanwhile.
 func resolveInRoot(root *os.Root, name string) (string, error) {
-	var done []string // resolved components
-	todo := splitPath(name)
-	links := 0
+	var done []string       // resolved components
+	todo := splitPath(name) // components left, the next one last
+	slices.Reverse(todo)
+	links, lookups := 0, 0
 	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
+		c := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
 		switch c {
 		case ".":
 			continue
@@ -42,6 +51,9 @@ func resolveInRoot(root *os.Root, name string) (string, error) {
 			}
 			done = done[:len(done)-1]
 			continue
+		}
+		if lookups++; lookups > maxLookups {
+			return "", fmt.Errorf("resolving takes more than %d lookups", maxLookups)
 		}
 		p := path.Join(append(done, c)...)
 		fi, err := root.Lstat(p)
@@ -54,7 +66,7 @@ func resolveInRoot(root *os.Root, name string) (string, error) {
 		}
 		links++
 		if links > maxSymlinks {
-			return "", fmt.Errorf("%s: too many levels of symbolic links", name)
+			return "", fmt.Errorf("too many levels of symbolic links")
 		}
 		target, err := root.Readlink(p)
 		if err != nil {
@@ -63,7 +75,9 @@ func resolveInRoot(root *os.Root, name string) (string, error) {
 		if strings.HasPrefix(target, "/") {
 			done = done[:0]
 		}
-		todo = append(splitPath(target), todo...)
+		next := splitPath(target)
+		slices.Reverse(next)
+		todo = append(todo, next...)
 	}
 	if len(done) == 0 {
 		return ".", nil
@@ -114,42 +128,37 @@ func readELF(root *os.Root, rel string) (elfInfo, error) {
 	return parseELF(f, fi.Size())
 }
 
-// parseELF reads the SONAME and class of the ELF shared object r of the
-// given size. The header's tables and every section must lie within the
-// file before debug/elf reads them: debug/elf sizes its buffers by those
-// fields (up to 10 MiB each) whatever the file's real size, so without the
-// check a 64-byte file could make discovery allocate megabytes.
-func parseELF(r io.ReaderAt, size int64) (elfInfo, error) {
-	if err := checkELFBounds(r, size); err != nil {
-		return elfInfo{}, err
-	}
-	ef, err := elf.NewFile(r)
-	if err != nil {
-		return elfInfo{}, errors.New("not an ELF file")
-	}
-	defer ef.Close()
-	if ef.Type != elf.ET_DYN {
-		return elfInfo{}, fmt.Errorf("not a shared object (%s)", ef.Type)
-	}
-	names, err := ef.DynString(elf.DT_SONAME)
-	if err != nil {
-		return elfInfo{}, fmt.Errorf("reading SONAME: %w", err)
-	}
-	if len(names) == 0 || names[0] == "" {
-		return elfInfo{}, errors.New("no SONAME")
-	}
-	return elfInfo{SONAME: names[0], Is64: ef.Class == elf.ELFCLASS64}, nil
-}
+// Bounds of what is read of a shared object to find its SONAME: the ELF
+// header, the section headers up to the first SHT_DYNAMIC one and the
+// header of its string table, the .dynamic section up to DT_SONAME, and
+// the SONAME itself; each read is bounded, so reading any file costs at
+// most a few KiB of memory and, in the worst case (65,535 section
+// headers), 4 MiB of reads. debug/elf, used before, reads whole sections
+// whatever their size: a sparse file with a 256 MiB .dynamic section (a
+// few KiB of disk) cost discovery 1.3 GiB.
+const (
+	// maxDynamic bounds the .dynamic section: real ones are a few hundred
+	// bytes to a few KiB (30 to 60 entries of 16 bytes); a larger one is
+	// refused.
+	maxDynamic = 64 << 10
+	// maxSONAME bounds the SONAME: it is a file name, at most NAME_MAX
+	// (255) bytes; a longer one is refused.
+	maxSONAME = 255
+	// elfChunk is the most read at once of the section headers or of the
+	// .dynamic section.
+	elfChunk = 4096
+)
 
-// checkELFBounds checks that the program and section header tables and the
-// contents of every section lie within the file's size.
-func checkELFBounds(r io.ReaderAt, size int64) error {
+// parseELF reads the SONAME and class of the ELF shared object r of the
+// given size, as the DT_SONAME entry of its first SHT_DYNAMIC section (up
+// to DT_NULL) and that section's string table say (debug/elf's DynString
+// reads the same). Every read lies within size and is bounded (see
+// maxDynamic): a length field in the file cannot make it read or allocate
+// more.
+func parseELF(r io.ReaderAt, size int64) (elfInfo, error) {
 	var h [64]byte
-	if size < 52 {
-		return errors.New("not an ELF file")
-	}
-	if _, err := r.ReadAt(h[:min(size, 64)], 0); err != nil || string(h[:4]) != elf.ELFMAG {
-		return errors.New("not an ELF file")
+	if size < 52 || readFull(r, h[:min(size, 64)], 0) != nil || string(h[:4]) != elf.ELFMAG {
+		return elfInfo{}, errors.New("not an ELF file")
 	}
 	var bo binary.ByteOrder
 	switch elf.Data(h[elf.EI_DATA]) {
@@ -158,50 +167,148 @@ func checkELFBounds(r io.ReaderAt, size int64) error {
 	case elf.ELFDATA2MSB:
 		bo = binary.BigEndian
 	default:
-		return errors.New("not an ELF file (bad byte order)")
+		return elfInfo{}, errors.New("not an ELF file (bad byte order)")
 	}
-	var phoff, shoff uint64
-	var phentsize, phnum, shentsize, shnum uint16
+	if v := elf.Version(h[elf.EI_VERSION]); v != elf.EV_CURRENT {
+		return elfInfo{}, fmt.Errorf("not an ELF file (version %d)", v)
+	}
+	var shoff uint64
+	var shentsize, shnum uint16
 	is64 := elf.Class(h[elf.EI_CLASS]) == elf.ELFCLASS64
 	switch {
 	case is64 && size >= 64:
-		phoff, shoff = bo.Uint64(h[32:]), bo.Uint64(h[40:])
-		phentsize, phnum, shentsize, shnum = bo.Uint16(h[54:]), bo.Uint16(h[56:]), bo.Uint16(h[58:]), bo.Uint16(h[60:])
+		shoff, shentsize, shnum = bo.Uint64(h[40:]), bo.Uint16(h[58:]), bo.Uint16(h[60:])
 	case elf.Class(h[elf.EI_CLASS]) == elf.ELFCLASS32:
-		phoff, shoff = uint64(bo.Uint32(h[28:])), uint64(bo.Uint32(h[32:]))
-		phentsize, phnum, shentsize, shnum = bo.Uint16(h[42:]), bo.Uint16(h[44:]), bo.Uint16(h[46:]), bo.Uint16(h[48:])
+		shoff, shentsize, shnum = uint64(bo.Uint32(h[32:])), bo.Uint16(h[46:]), bo.Uint16(h[48:])
 	default:
-		return errors.New("not an ELF file (bad class)")
+		return elfInfo{}, errors.New("not an ELF file (bad class)")
 	}
-	within := func(off, n uint64) bool { return off <= uint64(size) && n <= uint64(size)-off }
-	if !within(phoff, uint64(phentsize)*uint64(phnum)) || !within(shoff, uint64(shentsize)*uint64(shnum)) {
-		return errors.New("ELF header tables lie outside the file")
+	if t := elf.Type(bo.Uint16(h[16:])); t != elf.ET_DYN {
+		return elfInfo{}, fmt.Errorf("not a shared object (%s)", t)
 	}
-	if shnum == 0 && shoff != 0 {
-		return errors.New("ELF extended section numbering is not supported")
+	if shnum == 0 {
+		if shoff != 0 {
+			return elfInfo{}, errors.New("ELF extended section numbering is not supported")
+		}
+		return elfInfo{}, errors.New("no SONAME")
 	}
 	want := uint16(40)
 	if is64 {
 		want = 64
 	}
-	if shnum > 0 && shentsize != want {
-		return fmt.Errorf("ELF section header size %d (want %d)", shentsize, want)
+	if shentsize != want {
+		return elfInfo{}, fmt.Errorf("ELF section header size %d (want %d)", shentsize, want)
 	}
-	sh := make([]byte, want)
-	for i := uint64(0); i < uint64(shnum); i++ {
-		if _, err := r.ReadAt(sh, int64(shoff+i*uint64(want))); err != nil {
-			return errors.New("ELF section headers unreadable")
-		}
-		var typ uint32
-		var off, n uint64
+	within := func(off, n uint64) bool { return off <= uint64(size) && n <= uint64(size)-off }
+	if !within(shoff, uint64(want)*uint64(shnum)) {
+		return elfInfo{}, errors.New("ELF section headers lie outside the file")
+	}
+
+	type section struct {
+		typ, flags, link uint32
+		off, size        uint64
+	}
+	header := func(b []byte) section {
 		if is64 {
-			typ, off, n = bo.Uint32(sh[4:]), bo.Uint64(sh[24:]), bo.Uint64(sh[32:])
-		} else {
-			typ, off, n = bo.Uint32(sh[4:]), uint64(bo.Uint32(sh[16:])), uint64(bo.Uint32(sh[20:]))
+			return section{typ: bo.Uint32(b[4:]), flags: uint32(bo.Uint64(b[8:])), off: bo.Uint64(b[24:]), size: bo.Uint64(b[32:]), link: bo.Uint32(b[40:])}
 		}
-		if elf.SectionType(typ) != elf.SHT_NOBITS && !within(off, n) {
-			return fmt.Errorf("ELF section %d lies outside the file", i)
+		return section{typ: bo.Uint32(b[4:]), flags: bo.Uint32(b[8:]), off: uint64(bo.Uint32(b[16:])), size: uint64(bo.Uint32(b[20:])), link: bo.Uint32(b[24:])}
+	}
+	// The first SHT_DYNAMIC section, its headers read elfChunk at a time.
+	buf := make([]byte, elfChunk)
+	var dyn section
+	found := false
+	per := elfChunk / int(want)
+	for i := 0; i < int(shnum) && !found; i += per {
+		n := min(per, int(shnum)-i)
+		if readFull(r, buf[:n*int(want)], int64(shoff)+int64(i)*int64(want)) != nil {
+			return elfInfo{}, errors.New("ELF section headers unreadable")
+		}
+		for j := range n {
+			if s := header(buf[j*int(want):]); elf.SectionType(s.typ) == elf.SHT_DYNAMIC {
+				dyn, found = s, true
+				break
+			}
 		}
 	}
-	return nil
+	if !found {
+		return elfInfo{}, errors.New("no SONAME")
+	}
+	if !within(dyn.off, dyn.size) {
+		return elfInfo{}, errors.New("ELF .dynamic section lies outside the file")
+	}
+	if dyn.size > maxDynamic {
+		return elfInfo{}, fmt.Errorf("ELF .dynamic section of %d bytes, more than the %d read", dyn.size, maxDynamic)
+	}
+	if dyn.flags&uint32(elf.SHF_COMPRESSED) != 0 {
+		return elfInfo{}, errors.New("ELF .dynamic section is compressed")
+	}
+	if dyn.link == 0 || dyn.link >= uint32(shnum) || readFull(r, buf[:want], int64(shoff)+int64(dyn.link)*int64(want)) != nil {
+		return elfInfo{}, errors.New("ELF .dynamic section has no string table")
+	}
+	str := header(buf[:want])
+	if elf.SectionType(str.typ) != elf.SHT_STRTAB || str.flags&uint32(elf.SHF_COMPRESSED) != 0 || !within(str.off, str.size) {
+		return elfInfo{}, errors.New("ELF .dynamic section has no string table")
+	}
+
+	// DT_SONAME, reading the entries elfChunk at a time up to DT_NULL.
+	entsize := uint64(8)
+	if is64 {
+		entsize = 16
+	}
+	var soname uint64
+	found = false
+	for off := uint64(0); off+entsize <= dyn.size && !found; off += elfChunk {
+		n := min(elfChunk, (dyn.size-off)/entsize*entsize)
+		if readFull(r, buf[:n], int64(dyn.off+off)) != nil {
+			return elfInfo{}, errors.New("ELF .dynamic section unreadable")
+		}
+		for e := buf[:n]; len(e) > 0; e = e[entsize:] {
+			var tag, val uint64
+			if is64 {
+				tag, val = bo.Uint64(e), bo.Uint64(e[8:])
+			} else {
+				tag, val = uint64(bo.Uint32(e)), uint64(bo.Uint32(e[4:]))
+			}
+			if elf.DynTag(tag) == elf.DT_NULL {
+				return elfInfo{}, errors.New("no SONAME")
+			}
+			if elf.DynTag(tag) == elf.DT_SONAME {
+				soname, found = val, true
+				break
+			}
+		}
+	}
+	if !found {
+		return elfInfo{}, errors.New("no SONAME")
+	}
+	if soname >= str.size {
+		return elfInfo{}, fmt.Errorf("SONAME at offset %d outside its string table", soname)
+	}
+	name := buf[:min(maxSONAME+1, str.size-soname)]
+	if readFull(r, name, int64(str.off+soname)) != nil {
+		return elfInfo{}, errors.New("ELF string table unreadable")
+	}
+	end := bytes.IndexByte(name, 0)
+	switch {
+	case end < 0 && uint64(len(name)) == str.size-soname:
+		return elfInfo{}, errors.New("SONAME not terminated")
+	case end < 0:
+		return elfInfo{}, fmt.Errorf("SONAME longer than %d bytes", maxSONAME)
+	case end == 0:
+		return elfInfo{}, errors.New("no SONAME")
+	}
+	return elfInfo{SONAME: string(name[:end]), Is64: is64}, nil
+}
+
+// readFull reads len(b) bytes at off, or fails.
+func readFull(r io.ReaderAt, b []byte, off int64) error {
+	n, err := r.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
