@@ -118,63 +118,57 @@ func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 	return c.adj, c.res, nil
 }
 
+// Stages of the path, in order.
+const (
+	stageFind = iota
+	stageAuthorize
+	stageParse
+	stageReconcile
+	stageSelect
+	stageBook
+	stageRequire
+	stageBuild
+	stageEncode
+	stages
+)
+
 // run runs the stages in order, until one fails or ends the call, and
-// checks the runtime's context before each. (Direct calls rather than a
-// table of stages or a helper taking them: the call then stays on the
-// stack.)
+// stops when the runtime no longer waits for the answer.
 func (p *Path) run(c *call) error {
-	if err := p.live(c); err != nil {
-		return err
+	for s := 0; s < stages; s++ {
+		if err := p.live(c); err != nil {
+			return err
+		}
+		if err := p.stage(s, c); err != nil || c.done {
+			return err
+		}
 	}
-	if err := p.find(c); err != nil || c.done {
-		return err
+	return nil
+}
+
+// stage runs stage s. (A switch of direct calls rather than a table of
+// functions: the call then stays on the stack.)
+func (p *Path) stage(s int, c *call) error {
+	switch s {
+	case stageFind:
+		return p.find(c)
+	case stageAuthorize:
+		return p.authorize(c)
+	case stageParse:
+		return p.parse(c)
+	case stageReconcile:
+		return p.reconcile(c)
+	case stageSelect:
+		return p.selectDevices(c)
+	case stageBook:
+		return p.book(c)
+	case stageRequire:
+		return p.require(c)
+	case stageBuild:
+		return p.build(c)
+	default:
+		return p.encode(c)
 	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.authorize(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.parse(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.reconcile(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.selectDevices(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.book(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.require(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	if err := p.build(c); err != nil || c.done {
-		return err
-	}
-	if err := p.live(c); err != nil {
-		return err
-	}
-	return p.encode(c)
 }
 
 // live returns an error when the runtime's context is done.
