@@ -45,17 +45,20 @@ type readyReporter struct{}
 
 func (readyReporter) Status() status.Status { return status.Status{Ready: true} }
 
-// otherUID is a user that is not root and not the test's: the node's dev
-// user where there is one; no account is needed to run as it.
-const otherUID = 1001
+// otherUID is a user that is not root and not the test's: 1001 (the dev
+// user of the development machine) unless the test runs as 1001; no
+// account is needed to own a file or run as it.
+var otherUID = func() int {
+	if os.Geteuid() == 1001 {
+		return 1002
+	}
+	return 1001
+}()
 
 func needRoot(t *testing.T, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skipf("needs root: %s", why)
-	}
-	if os.Geteuid() == otherUID {
-		t.Skip("runs as the other user")
 	}
 }
 
@@ -93,10 +96,10 @@ func TestImpostors(t *testing.T) {
 		f.write(t, "/proc/4242/comm", "nri-gpu\n")
 		f.write(t, "/proc/4242/status", fmt.Sprintf("Name:\tnri-gpu\nUid:\t%d\t%d\t%d\t%d\n", otherUID, otherUID, otherUID, otherUID))
 		f.write(t, "/proc/4242/cmdline", "nri-gpu\x00run\x00--metrics-addr\x00"+strings.TrimPrefix(f.health.URL, "http://")+"\x00")
-		expect(t, Run(f.o), "registration", Fail, "pid 4242, named nri-gpu but run by uid 1001")
+		expect(t, Run(f.o), "registration", Fail, fmt.Sprintf("pid 4242, named nri-gpu but run by uid %d", otherUID))
 		// A setuid-like mix counts as the untrusted user too.
 		f.write(t, "/proc/4242/status", fmt.Sprintf("Name:\tnri-gpu\nUid:\t%d\t0\t0\t0\n", otherUID))
-		expect(t, Run(f.o), "registration", Fail, "run by uid 1001")
+		expect(t, Run(f.o), "registration", Fail, fmt.Sprintf("run by uid %d", otherUID))
 	})
 
 	t.Run("status socket owned by another user", func(t *testing.T) {
@@ -107,7 +110,7 @@ func TestImpostors(t *testing.T) {
 		if err := os.Lchown(p, otherUID, otherUID); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, Run(f.o), "registration", Fail, "is owned by uid 1001, not root")
+		expect(t, Run(f.o), "registration", Fail, fmt.Sprintf("is owned by uid %d, not root", otherUID))
 	})
 
 	t.Run("status socket served by another user", func(t *testing.T) {
@@ -147,7 +150,7 @@ func TestImpostors(t *testing.T) {
 		}
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), impostorEnv+"="+p)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(otherUID), Gid: uint32(otherUID)}}
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -166,6 +169,6 @@ func TestImpostors(t *testing.T) {
 		if err := os.Lchown(p, 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, Run(f.o), "registration", Fail, fmt.Sprintf("is served by pid %d of uid 1001, not root", cmd.Process.Pid))
+		expect(t, Run(f.o), "registration", Fail, fmt.Sprintf("is served by pid %d of uid %d, not root", cmd.Process.Pid, otherUID))
 	})
 }
