@@ -11,7 +11,8 @@ require (
 	github.com/sirupsen/logrus v1.10.2
 	go.yaml.in/yaml/v2 v2.4.2
 	golang.org/x/mod v0.32.0
-	golang.org/x/sys v0.39.0
+	golang.org/x/net v0.58.0
+	golang.org/x/sys v0.47.0
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
 	sigs.k8s.io/yaml v1.6.0
 	tags.cncf.io/container-device-interface v1.1.1

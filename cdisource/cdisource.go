@@ -5,10 +5,12 @@
 // of device takes: one implementation of adjust.Source, and no branch in
 // the request path.
 //
-// Nothing from a spec is trusted blindly: a spec the CDI library refuses,
-// a device node or mount source that does not exist on the host, or a hook
-// the configuration does not allow, removes that device (or, for the
-// spec's own edits, every device of the spec) with a warning.
+// Nothing from a spec is trusted blindly: a spec directory or spec file
+// that anyone but root can write (see Trusted), a spec the CDI library
+// refuses, a device node or mount source that does not exist on the host,
+// a read-write mount or a hook the configuration does not allow, removes
+// that device (or, for the spec's own edits or a spec nri-gpu does not
+// trust, every device of the spec) with a warning.
 package cdisource
 
 import (
@@ -43,6 +45,9 @@ type Options struct {
 	// AllowHooks lets devices whose specs carry OCI hooks be served; the
 	// hooks then run with an explicit environment.
 	AllowHooks bool
+	// AllowWritableMounts lets devices whose specs mount host paths
+	// read-write (without "ro" in the mount's options) be served.
+	AllowWritableMounts bool
 }
 
 // HookEnv is the environment a hook from a spec gets when the spec gives
@@ -93,25 +98,41 @@ func Discover(o Options) (*Source, error) {
 	warnf := func(format string, args ...any) {
 		snap.Warnings = append(snap.Warnings, fmt.Sprintf(format, args...))
 	}
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(o.SpecDirs...), cdi.WithAutoRefresh(false))
-	if cache == nil {
-		return nil, fmt.Errorf("reading CDI specs: %w", err)
-	}
-	for p, errs := range cache.GetErrors() {
-		for _, e := range errs {
-			warnf("CDI spec %s refused: %v", p, e)
+	var dirs []string
+	for _, d := range o.SpecDirs {
+		if why := Trusted(d); why != "" {
+			warnf("CDI spec directory %s refused: %s: none of its specs is read", d, why)
+			continue
 		}
+		dirs = append(dirs, d)
+	}
+	var vendorSpecs []*cdi.Spec
+	if len(dirs) > 0 { // none would be the CDI library's default directories
+		cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+		if cache == nil {
+			return nil, fmt.Errorf("reading CDI specs: %w", err)
+		}
+		for p, errs := range cache.GetErrors() {
+			for _, e := range errs {
+				warnf("CDI spec %s refused: %v", p, e)
+			}
+		}
+		vendorSpecs = cache.GetVendorSpecs(vendor)
 	}
 
-	c := checker{host: host, allowHooks: o.AllowHooks}
+	c := checker{host: host, allowHooks: o.AllowHooks, allowWritableMounts: o.AllowWritableMounts}
 	type found struct {
 		name  string
 		edits *edits
 	}
 	var devices []found
 	var common *edits
-	for _, spec := range cache.GetVendorSpecs(vendor) {
+	for _, spec := range vendorSpecs {
 		if spec.GetClass() != class {
+			continue
+		}
+		if why := Trusted(spec.GetPath()); why != "" {
+			warnf("CDI spec %s refused: %s: none of its devices is offered", spec.GetPath(), why)
 			continue
 		}
 		specEdits, err := c.edits(spec.ContainerEdits)
@@ -177,8 +198,9 @@ func Discover(o Options) (*Source, error) {
 // checker turns a spec's edits into inventory edits, checking them
 // against the host.
 type checker struct {
-	host       *os.Root
-	allowHooks bool
+	host                *os.Root
+	allowHooks          bool
+	allowWritableMounts bool
 }
 
 func isEmpty(e *edits) bool {
@@ -203,6 +225,9 @@ func (c checker) edits(ce specs.ContainerEdits) (*edits, error) {
 		}
 		if _, err := c.host.Stat(strings.TrimPrefix(path.Clean(m.HostPath), "/")); err != nil {
 			return nil, fmt.Errorf("mount source %s: %w", m.HostPath, err)
+		}
+		if !c.allowWritableMounts && !readOnly(m.Options) {
+			return nil, fmt.Errorf("mount %s -> %s is read-write (no \"ro\" in its options %q); set cdiImport.allowWritableMounts to serve it", m.HostPath, m.ContainerPath, m.Options)
 		}
 		typ := m.Type
 		if typ == "" {

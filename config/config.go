@@ -88,6 +88,9 @@ type CDIImport struct {
 	SpecDirs []string `json:"specDirs,omitempty"`
 	// AllowHooks lets devices whose specs carry OCI hooks be served.
 	AllowHooks bool `json:"allowHooks,omitempty"`
+	// AllowWritableMounts lets devices whose specs mount host paths
+	// read-write (a mount without "ro" in its options) be served.
+	AllowWritableMounts bool `json:"allowWritableMounts,omitempty"`
 }
 
 // LibraryMode is the value of the libraryMode key.

@@ -100,8 +100,8 @@ func TestParseStrictKeys(t *testing.T) {
 		{"cdiImport: {kind: amd.com/gpu, AllowHooks: true}\n", []string{`key cdiImport: unknown field "AllowHooks": keys are case-sensitive, did you mean "allowHooks"?`}},
 		{"cdiImport: {Kind: amd.com/gpu, SPECDIRS: [/etc/cdi], AllowHooks: true}\n", []string{
 			`key cdiImport: unknown field "Kind"`, `key cdiImport: unknown field "SPECDIRS"`, `key cdiImport: unknown field "AllowHooks"`,
-			`(valid keys: kind, specDirs, allowHooks)`}},
-		{"cdiImport:\n  kind: amd.com/gpu\n  vendor: amd\n", []string{`key cdiImport: unknown field "vendor" (valid keys: kind, specDirs, allowHooks)`}},
+			`(valid keys: kind, specDirs, allowHooks, allowWritableMounts)`}},
+		{"cdiImport:\n  kind: amd.com/gpu\n  vendor: amd\n", []string{`key cdiImport: unknown field "vendor" (valid keys: kind, specDirs, allowHooks, allowWritableMounts)`}},
 		{"policy:\n  envNamespace: [ml]\n", []string{`key policy: unknown field "envNamespace" (valid keys: default, annotationNamespaces, cdiNamespaces, managementNamespaces, deviceListNamespaces, visibleDevices, envNamespaces)`}},
 		{"HostRoot: /host\n", []string{`unknown field "HostRoot": keys are case-sensitive, did you mean "hostRoot"?`, `(valid keys: hostRoot, driverRoot, `}},
 		{"libraryMODE: files\n", []string{`unknown field "libraryMODE"`, `did you mean "libraryMode"?`}},
@@ -112,6 +112,8 @@ func TestParseStrictKeys(t *testing.T) {
 		{"policy:\n  cdiNamespaces: [a]\n  cdiNamespaces: [b]\n", []string{`key policy: duplicate field "cdiNamespaces"`}},
 		{"policy:\n  envNamespaces: [123]\n", []string{`key policy.envNamespaces: expected a string, got a number (quote it`}},
 		{"cdiImport: {kind: amd.com/gpu, allowHooks: maybe}\n", []string{`key cdiImport.allowHooks: expected a boolean, got a string`}},
+		{"cdiImport: {kind: amd.com/gpu, allowWritableMounts: rw}\n", []string{`key cdiImport.allowWritableMounts: expected a boolean, got a string`}},
+		{"cdiImport: {kind: amd.com/gpu, AllowWritableMounts: true}\n", []string{`key cdiImport: unknown field "AllowWritableMounts": keys are case-sensitive, did you mean "allowWritableMounts"?`}},
 		{"- hostRoot: /\n", []string{`the configuration must be a mapping of keys, not a list`}},
 	} {
 		_, err := Parse([]byte(tc.yaml))
@@ -131,6 +133,13 @@ func TestParseStrictKeys(t *testing.T) {
 	c, err := Parse([]byte("cdiImport: {kind: amd.com/gpu, specDirs: [/etc/cdi], allowHooks: yes}\n"))
 	if err != nil || c.CDIImport == nil || c.CDIImport.Kind != "amd.com/gpu" || !c.CDIImport.AllowHooks || !reflect.DeepEqual(c.CDIImport.SpecDirs, []string{"/etc/cdi"}) {
 		t.Errorf("cdiImport: %+v, %v", c.CDIImport, err)
+	}
+	if c.CDIImport != nil && c.CDIImport.AllowWritableMounts {
+		t.Errorf("cdiImport.allowWritableMounts is on unless set")
+	}
+	c, err = Parse([]byte("cdiImport: {kind: amd.com/gpu, allowWritableMounts: true}\n"))
+	if err != nil || c.CDIImport == nil || !c.CDIImport.AllowWritableMounts {
+		t.Errorf("cdiImport.allowWritableMounts: %+v, %v", c.CDIImport, err)
 	}
 }
 

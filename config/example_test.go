@@ -16,5 +16,5 @@ func ExampleParse() {
 	fmt.Println(err)
 	// Output:
 	// true exclusive <nil>
-	// key cdiImport: unknown field "SPECDIRS": keys are case-sensitive, did you mean "specDirs"? (valid keys: kind, specDirs, allowHooks)
+	// key cdiImport: unknown field "SPECDIRS": keys are case-sensitive, did you mean "specDirs"? (valid keys: kind, specDirs, allowHooks, allowWritableMounts)
 }

@@ -321,6 +321,7 @@ func TestEachFailure(t *testing.T) {
 		{"nri-gpu running with --metrics-addr", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.o.HealthURL = ""
 			f.write(t, "/proc/4242/comm", "nri-gpu\n")
+			f.write(t, "/proc/4242/status", "Name:\tnri-gpu\nUid:\t0\t0\t0\t0\n")
 			f.write(t, "/proc/4242/cmdline", "/usr/local/bin/nri-gpu\x00run\x00--metrics-addr\x00"+strings.TrimPrefix(f.health.URL, "http://")+"\x00")
 			f.write(t, "/proc/4243/comm", "nri-gpu\n") // a doctor run: ignored
 			f.write(t, "/proc/4243/cmdline", "nri-gpu\x00doctor\x00")
@@ -328,6 +329,7 @@ func TestEachFailure(t *testing.T) {
 		{"nri-gpu running without --metrics-addr", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.o.HealthURL = ""
 			f.write(t, "/proc/4242/comm", "nri-gpu\n")
+			f.write(t, "/proc/4242/status", "Name:\tnri-gpu\nUid:\t0\t0\t0\t0\n")
 			f.write(t, "/proc/4242/cmdline", "nri-gpu\x00run\x00")
 		}, "registration", Warn, "whether it is connected cannot be seen"},
 		{"nvidia default runtime", simnode.Options{}, func(t *testing.T, f *fixture) {

@@ -160,10 +160,12 @@ type process struct {
 
 // findProcesses lists the nri-gpu processes under <hostRoot>/proc other
 // than o.Self and other than `nri-gpu doctor` runs: those whose command
-// name is nri-gpu, or NN-nri-gpu for a pre-registered one.
-func findProcesses(o *Options) []process {
+// name is nri-gpu, or NN-nri-gpu for a pre-registered one, and whose
+// every uid (real, effective, saved, file system: /proc/<pid>/status) is
+// trusted (trustedUID): any user can name a process nri-gpu. ignored says
+// which processes had the name but not the user.
+func findProcesses(o *Options) (out []process, ignored []string) {
 	entries, _ := os.ReadDir(o.host("/proc"))
-	var out []process
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == o.Self {
@@ -182,6 +184,15 @@ func findProcesses(o *Options) []process {
 		if len(args) > 1 && args[1] == "doctor" {
 			continue
 		}
+		uids, err := processUIDs(o.host(fmt.Sprintf("/proc/%d/status", pid)))
+		if err != nil {
+			ignored = append(ignored, fmt.Sprintf("pid %d: %v", pid, err))
+			continue
+		}
+		if i := slices.IndexFunc(uids, func(u uint32) bool { return !trustedUID(u) }); i >= 0 {
+			ignored = append(ignored, fmt.Sprintf("pid %d, named %s but run by uid %d, not %s", pid, name, uids[i], trustedUsers()))
+			continue
+		}
 		p := process{pid: pid, args: args}
 		for i, a := range args {
 			if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "metrics-addr="); ok && strings.HasPrefix(a, "-") {
@@ -192,7 +203,7 @@ func findProcesses(o *Options) []process {
 		}
 		out = append(out, p)
 	}
-	return out
+	return out, ignored
 }
 
 // healthURL turns a --metrics-addr value into a URL this process can
@@ -217,14 +228,25 @@ func readyz(url string) (bool, string) {
 	return ask(http.Client{Timeout: 3 * time.Second}, strings.TrimRight(url, "/")+"/readyz")
 }
 
-// statusReady asks nri-gpu's status socket for its readiness (GET /ready).
-func statusReady(socket string) (bool, string) {
+// statusReady asks nri-gpu's status socket for its readiness (GET /ready),
+// from a process of a trusted user only (dialTrusted): untrusted says
+// otherwise.
+func statusReady(socket string) (ok bool, msg string, untrusted *untrustedPeer) {
 	c := http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+			c, err := dialTrusted(ctx, socket)
+			if u := (*untrustedPeer)(nil); errors.As(err, &u) {
+				untrusted = u
+			}
+			return c, err
 		},
 	}}
-	return ask(c, "http://nri-gpu/ready")
+	ok, msg = ask(c, "http://nri-gpu/ready")
+	if untrusted != nil {
+		return false, "", untrusted
+	}
+	return ok, msg, nil
 }
 
 // ask GETs url: whether it answered 200, and its first line or the error.
@@ -240,8 +262,9 @@ func ask(c http.Client, url string) (bool, string) {
 
 // checkRegistered checks that nri-gpu is registered with the runtime.
 // The definite answer is nri-gpu's own readiness (connected and
-// synchronized), asked at --health-url, on its status socket, or at the
-// --metrics-addr of a running nri-gpu. Without a listener, a pre-registered binary (the
+// synchronized), asked at --health-url, on its status socket (owned and
+// served by root or this user), or at the --metrics-addr of a running
+// nri-gpu (run by root or this user). Without a listener, a pre-registered binary (the
 // runtime starts it and hands it its connection) passes, and a running
 // process is a warning: alive, but its connection cannot be seen from
 // outside.
@@ -257,7 +280,17 @@ func checkRegistered(o *Options, f *runtimeFacts, out *[]Result) {
 		return
 	}
 	if _, err := os.Stat(o.StatusSocket); err == nil {
-		if ok, msg := statusReady(o.StatusSocket); ok {
+		fixImpostor := "remove it and find what created it: nri-gpu's status socket is made by nri-gpu, which runs as root"
+		if why := socketOwner(o.StatusSocket); why != "" {
+			add(out, Injection, name, Fail, fmt.Sprintf("status socket %s is %s: not nri-gpu's, its answer is not believed", o.StatusSocket, why), fixImpostor)
+			return
+		}
+		ok, msg, untrusted := statusReady(o.StatusSocket)
+		if untrusted != nil {
+			add(out, Injection, name, Fail, fmt.Sprintf("status socket %s is %v: not nri-gpu's, its answer is not believed", o.StatusSocket, untrusted), fixImpostor)
+			return
+		}
+		if ok {
 			add(out, Injection, name, Pass, fmt.Sprintf("nri-gpu reports itself connected and synchronized (status socket %s)", o.StatusSocket), "")
 		} else {
 			add(out, Injection, name, Fail, fmt.Sprintf("status socket %s: %s", o.StatusSocket, msg),
@@ -265,7 +298,11 @@ func checkRegistered(o *Options, f *runtimeFacts, out *[]Result) {
 		}
 		return
 	}
-	procs := findProcesses(o)
+	procs, ignored := findProcesses(o)
+	notTrusted := ""
+	if len(ignored) > 0 {
+		notTrusted = " (not believed: " + firstLines(ignored, 2) + ")"
+	}
 	for _, p := range procs {
 		if p.metricsAddr == "" {
 			continue
@@ -286,13 +323,13 @@ func checkRegistered(o *Options, f *runtimeFacts, out *[]Result) {
 	case preRegistered && len(procs) > 0:
 		add(out, Injection, name, Pass, fmt.Sprintf("pre-registered as %s and running (pid %d): the runtime started it", pre, procs[0].pid), "")
 	case preRegistered:
-		add(out, Injection, name, Warn, fmt.Sprintf("pre-registered as %s, but no process of it runs: the runtime starts it when the runtime starts", pre),
+		add(out, Injection, name, Warn, fmt.Sprintf("pre-registered as %s, but no process of it runs%s: the runtime starts it when the runtime starts", pre, notTrusted),
 			"restart the runtime; if it still does not run, see the runtime's log")
 	case len(procs) > 0:
 		add(out, Injection, name, Warn, fmt.Sprintf("nri-gpu runs (pid %d) but has no --metrics-addr: whether it is connected cannot be seen", procs[0].pid),
 			"run it with --metrics-addr (or pass --health-url) for a definite answer")
 	default:
-		add(out, Injection, name, Fail, fmt.Sprintf("nri-gpu is not running and not pre-registered (%s)", pre), fixDeploy)
+		add(out, Injection, name, Fail, fmt.Sprintf("nri-gpu is not running and not pre-registered (%s)%s", pre, notTrusted), fixDeploy)
 	}
 }
 

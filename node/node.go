@@ -155,7 +155,7 @@ type discovered struct {
 
 func discoverFor(cfg config.Config) (discovered, error) {
 	if ci := cfg.CDIImport; ci != nil {
-		src, err := cdisource.Discover(cdisource.Options{Kind: ci.Kind, SpecDirs: underRoot(cfg.HostRoot, ci.SpecDirs), HostRoot: cfg.HostRoot, AllowHooks: ci.AllowHooks})
+		src, err := cdisource.Discover(cdisource.Options{Kind: ci.Kind, SpecDirs: underRoot(cfg.HostRoot, ci.SpecDirs), HostRoot: cfg.HostRoot, AllowHooks: ci.AllowHooks, AllowWritableMounts: ci.AllowWritableMounts})
 		if err != nil {
 			return discovered{}, err
 		}

@@ -66,12 +66,24 @@ func Handler(r Reporter) http.Handler {
 	return mux
 }
 
-// Serve serves Handler(r) on a unix socket at path (mode 0660, its
+// SocketMode is the status socket's mode: the owner and its group may
+// connect (connecting needs write permission), no one else: the status
+// names pods.
+const SocketMode = 0o660
+
+// Serve serves Handler(r) on a unix socket at path (mode SocketMode, its
 // directory created) until ctx is done. A stale socket left by a killed
 // plugin is replaced; one that another process still serves is an error.
 // It returns once the socket listens; log hears of a server that stops.
+//
+// The socket never exists at path with another mode: it is bound in a
+// private directory (mode 0700) beside path, given its mode there and
+// renamed into place, since bind creates it with the process's umask
+// and a chmod after the bind leaves a window in which anyone could
+// connect.
 func Serve(ctx context.Context, path string, r Reporter, log logrus.FieldLogger) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("status socket: %w", err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -86,18 +98,19 @@ func Serve(ctx context.Context, path string, r Reporter, log logrus.FieldLogger)
 			return fmt.Errorf("status socket: %w", err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	l, err := listen(path)
 	if err != nil {
-		return fmt.Errorf("status socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
 		return fmt.Errorf("status socket: %w", err)
 	}
 	srv := &http.Server{Handler: Handler(r), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
+		// The listener was bound elsewhere: remove the socket here,
+		// unless another process has replaced it since.
+		if fi, err := os.Lstat(path); err == nil && os.SameFile(fi, l.fi) {
+			os.Remove(path)
+		}
 	}()
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -106,4 +119,43 @@ func Serve(ctx context.Context, path string, r Reporter, log logrus.FieldLogger)
 	}()
 	log.Infof("serving status on %s", path)
 	return nil
+}
+
+// listener is a unix listener bound elsewhere and renamed to its path.
+type listener struct {
+	*net.UnixListener
+	fi os.FileInfo
+}
+
+// listen binds a unix socket at path with SocketMode and no window with
+// another mode: bound in a new directory of mode 0700 in path's directory
+// (only this process's user can reach it there), chmod there, then
+// renamed to path, which replaces a stale socket atomically.
+func listen(path string) (*listener, error) {
+	private, err := os.MkdirTemp(filepath.Dir(path), ".s") // 0700; short: socket paths are limited to 107 bytes
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(private)
+	tmp := filepath.Join(private, "s")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	l.SetUnlinkOnClose(false)
+	fail := func(err error) (*listener, error) {
+		l.Close()
+		return nil, err
+	}
+	if err := os.Chmod(tmp, SocketMode); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fail(err)
+	}
+	return &listener{UnixListener: l, fi: fi}, nil
 }
