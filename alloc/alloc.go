@@ -55,12 +55,26 @@ type Holder struct {
 	Container string `json:"container,omitempty"`
 }
 
-// String names the holder as namespace/pod/container, for messages.
+// String names the holder as namespace/pod/container, for messages; a
+// pod's own holding (a pod-level request, PodHolder) as namespace/pod.
 func (h Holder) String() string {
-	if h.Pod == "" && h.Container == "" {
+	switch {
+	case h.Pod == "" && h.Container == "":
 		return "container " + h.ID
+	case h.Container == "":
+		return h.Namespace + "/" + h.Pod
 	}
 	return h.Namespace + "/" + h.Pod + "/" + h.Container
+}
+
+// PodHolderPrefix starts the ID of a pod's own holding: "pod:" and the
+// pod's sandbox ID. Container IDs are hexadecimal, so the two never meet.
+const PodHolderPrefix = "pod:"
+
+// PodHolder names the pod with the given sandbox ID as the holder of the
+// GPUs of a pod-level request, which all its containers share.
+func PodHolder(podID, namespace, pod string) Holder {
+	return Holder{ID: PodHolderPrefix + podID, PodID: podID, Namespace: namespace, Pod: pod}
 }
 
 // Holding is what one container holds.
@@ -69,6 +83,9 @@ type Holding struct {
 	Mode   Mode
 	// GPUs are indices, ascending.
 	GPUs []int
+	// Members are the containers that share a pod's holding (PodHolder):
+	// the one that booked it and those that joined it (Join).
+	Members []string
 }
 
 // Request asks for the GPUs of one container.
@@ -82,6 +99,9 @@ type Request struct {
 	// Source names where the request came from, for messages
 	// ("annotation gpus.nri-gpu.dev/pod").
 	Source string
+	// Member is the container that books or joins a pod's holding
+	// (Join).
+	Member string
 }
 
 // Error is a request the table cannot meet. Its message, which the
@@ -163,6 +183,10 @@ func (t *Table) SetGPUs(gpus []int) {
 func (t *Table) Allocate(r Request) ([]int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.allocate(r)
+}
+
+func (t *Table) allocate(r Request) ([]int, error) {
 	old := t.byID[r.Holder.ID]
 	if old != nil {
 		t.remove(old)
@@ -176,6 +200,53 @@ func (t *Table) Allocate(r Request) ([]int, error) {
 	}
 	t.add(&Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus})
 	return slices.Clone(gpus), nil
+}
+
+// Join books GPUs for r.Holder as Allocate does, unless the holder already
+// holds some: then it returns those, changes nothing, and reports that it
+// joined. A pod-level request books once for the pod this way, and every
+// later container of the pod joins the pod's holding.
+// The holding is returned as it is: its mode is the first request's.
+func (t *Table) Join(r Request) (Holding, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old := t.byID[r.Holder.ID]; old != nil {
+		if r.Member != "" && !slices.Contains(old.Members, r.Member) {
+			old.Members = append(old.Members, r.Member)
+		}
+		return Holding{Holder: old.Holder, Mode: old.Mode, GPUs: slices.Clone(old.GPUs)}, true, nil
+	}
+	gpus, err := t.allocate(r)
+	if err != nil {
+		return Holding{}, false, err
+	}
+	if r.Member != "" {
+		t.byID[r.Holder.ID].Members = []string{r.Member}
+	}
+	return Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus}, false, nil
+}
+
+// Leave takes the container with the given ID out of the pods' holdings
+// it shares (Join), and releases a pod's holding that it was the last
+// member of: a pod whose only container asking was removed (a creation
+// the runtime undid) holds nothing. It reports whether a holding went.
+// A container's stop does not leave: an init container stops before the
+// pod's next container joins.
+func (t *Table) Leave(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := false
+	for _, h := range t.byID {
+		if len(h.Members) == 0 || !slices.Contains(h.Members, id) {
+			continue
+		}
+		h.Members = slices.DeleteFunc(h.Members, func(m string) bool { return m == id })
+		if len(h.Members) == 0 {
+			t.remove(h)
+			gone = true
+		}
+	}
+	return gone
 }
 
 // Check returns the error Allocate(r) would return, without booking: nil
@@ -359,6 +430,7 @@ func (t *Table) Rebuild(hs []Holding) {
 	t.reset()
 	for i := range hs {
 		h := hs[i]
+		h.Members = slices.Clone(h.Members)
 		h.GPUs = slices.Clone(h.GPUs)
 		slices.Sort(h.GPUs)
 		h.GPUs = slices.Compact(h.GPUs)

@@ -17,6 +17,10 @@ const Annotation = "nri-gpu.dev/allocation"
 type Record struct {
 	Mode string   `json:"mode"`
 	GPUs []string `json:"gpus"`
+	// Pod is set when the GPUs are the pod's (a pod-level request, held
+	// by PodHolder and shared by all its containers), not the container's
+	// own.
+	Pod bool `json:"pod,omitempty"`
 }
 
 // Encode returns the annotation value: {"mode":"exclusive","gpus":["GPU-..."]}.
@@ -28,7 +32,7 @@ func (r Record) Encode() string {
 		b, _ := json.Marshal(r) // cannot fail: strings only
 		return string(b)
 	}
-	n := 24 + len(r.Mode)
+	n := 35 + len(r.Mode)
 	for _, g := range r.GPUs {
 		n += len(g) + 3
 	}
@@ -45,7 +49,11 @@ func (r Record) Encode() string {
 		b.WriteString(g)
 		b.WriteByte('"')
 	}
-	b.WriteString("]}")
+	b.WriteByte(']')
+	if r.Pod {
+		b.WriteString(`,"pod":true`)
+	}
+	b.WriteByte('}')
 	return b.String()
 }
 

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,8 +41,13 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 // given GPUs by someone else) holds the GPUs whose device nodes are in its
 // spec and those named by its CDI devices of the source's kind
 // (nvidia.com/gpu=<index, UUID or all>), in the node's sharing mode: nri-gpu
-// does not know what was meant, so it applies its own policy. Warnings
-// tell what could not be read.
+// does not know what was meant, so it applies its own policy (as the
+// request path books such GPUs, Path.hold). A privileged container (the
+// runtime gave it every host device, see privileged) holds no GPU by its
+// device nodes: only by its record or its CDI devices. A record of a
+// pod-level request (alloc.Record.Pod) is the pod's: the pod holds the
+// GPUs (alloc.PodHolder) as long as one of its containers with such a
+// record is not stopped. Warnings tell what could not be read.
 func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
 	devs := src.Devices()
 	byPod := make(map[string]*api.PodSandbox, len(pods))
@@ -50,11 +56,14 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 	}
 	var hs []alloc.Holding
 	var warnings []string
+	// podAt finds a pod's holding in hs, by holder ID.
+	podAt := map[string]int{}
 	for _, c := range ctrs {
 		if c.GetState() == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
 		h := alloc.Holding{Holder: HolderOf(byPod[c.GetPodSandboxId()], c), Mode: sharing}
+		podLevel := false
 		if v, ok := c.GetAnnotations()[alloc.Annotation]; ok {
 			rec, mode, err := alloc.DecodeRecord(v)
 			if err != nil {
@@ -85,11 +94,28 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 					h.GPUs = nil
 				} else {
 					h.Mode = mode
+					podLevel = rec.Pod && len(h.GPUs) > 0
 				}
 			}
 		}
+		if podLevel {
+			h.Holder = alloc.PodHolder(h.Holder.PodID, h.Holder.Namespace, h.Holder.Pod)
+			if i, ok := podAt[h.Holder.ID]; ok {
+				// Every container of the pod records the pod's GPUs.
+				hs[i].GPUs = append(hs[i].GPUs, h.GPUs...)
+				slices.Sort(hs[i].GPUs)
+				hs[i].GPUs = slices.Compact(hs[i].GPUs)
+				hs[i].Members = append(hs[i].Members, c.GetId())
+				if h.Mode == alloc.Exclusive {
+					hs[i].Mode = alloc.Exclusive
+				}
+				continue
+			}
+			podAt[h.Holder.ID] = len(hs)
+			h.Members = []string{c.GetId()}
+		}
 		if len(h.GPUs) == 0 {
-			h.GPUs, warnings = foreignGPUs(src, c, h.Holder, warnings)
+			h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
 		}
 		if len(h.GPUs) > 0 {
 			hs = append(hs, h)
@@ -120,11 +146,16 @@ func hasGPUNode(c *api.Container, g inventory.GPU) bool {
 }
 
 // foreignGPUs returns the GPUs a container got other than through nri-gpu:
-// device nodes of the source in its spec, and CDI devices of its kind.
-func foreignGPUs(src adjust.Source, c *api.Container, h alloc.Holder, warnings []string) ([]int, []string) {
+// device nodes of the source in its spec (none for a privileged
+// container, which has every node of the host), and CDI devices of its
+// kind; in index order, without duplicates.
+func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.Holder, warnings []string) ([]int, []string) {
 	devs := src.Devices()
 	var idx []int
 	for _, d := range c.GetLinux().GetDevices() {
+		if privileged {
+			break
+		}
 		for _, g := range devs {
 			if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == g.Node.Major && d.GetMinor() == g.Node.Minor {
 				idx = append(idx, g.Index)
@@ -149,7 +180,8 @@ func foreignGPUs(src adjust.Source, c *api.Container, h alloc.Holder, warnings [
 		}
 		idx = append(idx, g.Index)
 	}
-	return idx, warnings
+	slices.Sort(idx)
+	return slices.Compact(idx), warnings
 }
 
 // findGPU finds a GPU by index, UUID (case-insensitive) or the CDI name

@@ -4,6 +4,7 @@
 // allocation table, the sharing mode, the policy); Handle runs the stages
 // in order, each a method that reads and fills one call:
 //
+//	hold       the GPUs the runtime gave the container (its device nodes, CDI devices), booked as the runtime's choice
 //	find       which source carries the container's request, by key, its value not read (package request)
 //	authorize  whether the pod's namespace may use that source (package policy)
 //	parse      the request, from the source's value: only an allowed source's is read (package request)
@@ -31,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -97,6 +99,16 @@ type call struct {
 	// given are the inventory's GPUs whose nodes the runtime gave the
 	// container already (reconcile).
 	given []inventory.GPU
+	// privileged is set for a container that the runtime gave every
+	// host device (privileged): its device nodes say nothing of its GPUs.
+	privileged bool
+	// runtimeBooked is set when the hold stage booked the GPUs the
+	// runtime gave the container: the runtime decided them.
+	runtimeBooked bool
+	// joined is set when the container joined its pod's holding (a
+	// pod-level request that an earlier container of the pod booked):
+	// the holding is the pod's, and the call does not release it.
+	joined bool
 	// rec is the booking's record, for the container's annotation.
 	rec alloc.Record
 	// adj is the answer; done ends the path with it.
@@ -120,7 +132,8 @@ func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 
 // Stages of the path, in order.
 const (
-	stageFind = iota
+	stageHold = iota
+	stageFind
 	stageAuthorize
 	stageParse
 	stageReconcile
@@ -150,6 +163,8 @@ func (p *Path) run(c *call) error {
 // functions: the call then stays on the stack.)
 func (p *Path) stage(s int, c *call) error {
 	switch s {
+	case stageHold:
+		return p.hold(c)
 	case stageFind:
 		return p.find(c)
 	case stageAuthorize:
@@ -193,12 +208,52 @@ func (p *Path) abandoned(c *call, err error) error {
 	return &request.Error{Source: c.found.Source, Msg: msg}
 }
 
-// release gives back what the call booked.
+// release gives back what the call booked; a pod's holding that the call
+// joined stays, since other containers of the pod hold it.
 func (p *Path) release(c *call) {
 	if c.res.Holding != nil {
-		p.Table.Release(c.res.Holding.Holder.ID)
+		if c.joined {
+			p.Table.Leave(c.ctr.GetId())
+		} else {
+			p.Table.Release(c.res.Holding.Holder.ID)
+		}
 		c.res.Holding = nil
 	}
+}
+
+// runtimeSource names the runtime's own devices in the table's refusals.
+const runtimeSource = "the GPUs the runtime gave the container (device plugin, --device or CDI)"
+
+// hold books the GPUs the runtime itself gave the container, before its
+// request is looked at: their device nodes (a device plugin's DeviceSpecs,
+// --device) and CDI devices of the source's kind. They are the runtime's
+// (the kubelet's) choice: the container keeps exactly those, and they are
+// booked in the node's sharing mode, so that no count request hands them
+// out again. A conflict with an exclusive holding refuses the container,
+// naming the holder, as for any request. A privileged container (one the
+// runtime gave every host device, see privileged) has no GPU from its
+// device nodes; a container without any books nothing. The booking is
+// rebuilt at Synchronize the same way (Holdings), without a record.
+func (p *Path) hold(c *call) error {
+	c.privileged = privileged(c.ctr)
+	if n := len(c.ctr.GetLinux().GetDevices()); n > maxDevices {
+		return fmt.Errorf("nri-gpu: container devices: %d device nodes (at most %d)", n, maxDevices)
+	}
+	if n := len(c.ctr.GetCDIDevices()); n > maxCDINames {
+		return fmt.Errorf("nri-gpu: the runtime's CDI devices: the container has more than %d CDI devices", maxCDINames)
+	}
+	h := HolderOf(c.pod, c.ctr)
+	idx, _ := foreignGPUs(p.Source, c.ctr, c.privileged, h, nil)
+	if len(idx) == 0 {
+		return nil
+	}
+	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: runtimeSource})
+	if err != nil {
+		return err
+	}
+	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got}
+	c.runtimeBooked = true
+	return nil
 }
 
 // find finds the carrier of the container's request, by key, without
@@ -216,6 +271,9 @@ func (p *Path) find(c *call) error {
 	})
 	c.res.Request.Source = c.found.Source
 	c.done = err == nil && c.found.Source.Kind == request.NoSource
+	if c.done && c.runtimeBooked {
+		c.res.Selection.Note = fmt.Sprintf("the runtime gives the container GPUs %s: booked (%s) as the runtime's choice", indices(c.res.Holding.GPUs), c.res.Holding.Mode)
+	}
 	return err
 }
 
@@ -273,8 +331,10 @@ func (p *Path) reconcile(c *call) error {
 		c.done = true
 		return nil
 	}
-	if c.given, err = runtimeGPUs(p.Source.Devices(), c.ctr); err != nil {
-		return err
+	if !c.privileged {
+		if c.given, err = runtimeGPUs(p.Source.Devices(), c.ctr); err != nil {
+			return err
+		}
 	}
 	return p.deviceListBacked(c)
 }
@@ -285,11 +345,12 @@ func (p *Path) reconcile(c *call) error {
 // hostPath volumes can mount /dev/null at
 // /var/run/nvidia-container-devices/<ID> itself, but cannot add device
 // nodes to its spec. With the nodes, they decide the container's GPUs
-// (book), whatever the list names.
+// (book), whatever the list names. A privileged container's list is taken
+// as it is: it reaches every device of the node anyway.
 func (p *Path) deviceListBacked(c *call) error {
 	r := &c.res.Request
 	ns := c.pod.GetNamespace()
-	if r.PolicySource() != policy.DeviceList || len(c.given) > 0 || p.Policy.TrustsDeviceList(ns) {
+	if r.PolicySource() != policy.DeviceList || len(c.given) > 0 || c.privileged || p.Policy.TrustsDeviceList(ns) {
 		return nil
 	}
 	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q without the GPUs' device nodes from the runtime "+
@@ -306,15 +367,23 @@ func (p *Path) selectDevices(c *call) error {
 }
 
 // book decides the container's GPUs and books them: the runtime's own
-// when it gave some (not booked: the runtime decided), none for a
+// when it gave some (booked by hold: the runtime decided), none for a
 // management container (it sees every GPU and holds none, but is refused
 // while another container holds one of them exclusively), else those
-// named or, for a count, those the table picks.
+// named or, for a count, those the table picks. A pod-level count
+// (gpus.nri-gpu.dev/pod: N) is the pod's: booked once, by its first
+// container, for the pod (alloc.PodHolder), and every later container of
+// the pod joins that holding and gets its GPUs. (Named pod-level requests
+// give every container the same GPUs by naming them: each container
+// books them.)
 func (p *Path) book(c *call) error {
 	r, sel := &c.res.Request, &c.res.Selection
 	switch {
-	case len(c.given) > 0:
+	case c.runtimeBooked:
 		c.res.GPUs = c.given
+		if len(c.given) == 0 {
+			c.res.GPUs = byIndex(p.Source.Devices(), c.res.Holding.GPUs)
+		}
 		return nil
 	case r.Management:
 		return p.checkManagement(c)
@@ -333,7 +402,18 @@ func (p *Path) book(c *call) error {
 	for _, g := range sel.GPUs {
 		req.GPUs = append(req.GPUs, g.Index)
 	}
-	got, err := p.Table.Allocate(req)
+	podLevel := r.Source.Kind == request.PodAnnotation && sel.Count > 0
+	var got []int
+	var err error
+	if podLevel {
+		req.Member = req.Holder.ID
+		req.Holder = alloc.PodHolder(req.Holder.PodID, req.Holder.Namespace, req.Holder.Pod)
+		var h alloc.Holding
+		h, c.joined, err = p.Table.Join(req)
+		got, mode = h.GPUs, h.Mode
+	} else {
+		got, err = p.Table.Allocate(req)
+	}
 	if err != nil {
 		return err
 	}
@@ -343,7 +423,8 @@ func (p *Path) book(c *call) error {
 		c.res.GPUs = byIndex(p.Source.Devices(), got)
 	}
 	c.res.Holding = &alloc.Holding{Holder: req.Holder, Mode: mode, GPUs: got}
-	c.rec.Mode = mode.String()
+	c.rec.Mode = c.res.Holding.Mode.String()
+	c.rec.Pod = podLevel
 	c.rec.GPUs = make([]string, 0, len(c.res.GPUs))
 	for _, g := range c.res.GPUs {
 		c.rec.GPUs = append(c.rec.GPUs, g.ID())
@@ -392,13 +473,18 @@ func (p *Path) build(c *call) error {
 		addNodes(&e, p.Source.Control())
 		e.VisibleDevices = "void"
 	}
-	have, n := dropExisting(&e, p.Source.Devices(), c.ctr)
+	have, n := dropExisting(&e, p.Source.Devices(), c.ctr, c.privileged)
 	c.res.Edits = e
 	if have == "" {
 		return nil
 	}
-	if len(e.Devices) == 0 && len(e.Mounts) == 0 {
-		p.release(c)
+	if len(e.Devices) == 0 && len(e.Mounts) == 0 && !c.privileged {
+		// Nothing to write the booking's record on: a booking of this
+		// call's own goes back (the runtime's stays, rebuilt without
+		// a record; a pod's stays with the pod).
+		if !c.runtimeBooked {
+			p.release(c)
+		}
 		c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s and every driver file: nothing injected", r.Source, have)
 		c.done = true
 		return nil
@@ -424,7 +510,7 @@ func (p *Path) encode(c *call) error {
 		// from the runtime gets only the missing ones: always edits.
 		c.adj, c.res.Emit = p.emitCDI(c)
 	}
-	if c.res.Holding != nil {
+	if c.res.Holding != nil && !c.runtimeBooked {
 		c.adj.AddAnnotation(alloc.Annotation, c.rec.Encode())
 	}
 	return nil
@@ -449,6 +535,15 @@ func (p *Path) emitCDI(c *call) (*api.ContainerAdjustment, string) {
 		names = append(names, n)
 	}
 	return adjust.CDIAdjustment(names, c.res.Edits.VisibleDevices), "cdi"
+}
+
+// indices writes GPU indices as "0, 2".
+func indices(idx []int) string {
+	s := make([]string, len(idx))
+	for i, g := range idx {
+		s[i] = strconv.Itoa(g)
+	}
+	return strings.Join(s, ", ")
 }
 
 // byIndex returns the devices of the given indices, in that order.

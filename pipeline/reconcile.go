@@ -84,6 +84,37 @@ func runtimeCDIDevices(ctr *api.Container) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
+// privileged reports whether the runtime gave the container every host
+// device: a privileged container. containerd's CRI (checked with 2.4)
+// gives one every device node of the host's /dev and one device cgroup
+// rule, allow all: {allow: true, access: "rwm"}, no type, no numbers; a
+// container given devices one by one (a device plugin's DeviceSpecs,
+// --device) has a deny-all rule and one allow rule per device. So the
+// rule tells them apart: a container whose device cgroup rules allow
+// every device (an allow rule of type "a" or none, without major and
+// minor, with read and write access), with no deny rule after it, is
+// privileged, and its device nodes say nothing of which GPUs it was
+// given. Kubernetes gives no unprivileged container such a rule, so a pod
+// author cannot produce it without being privileged (and so root on the
+// node already).
+func privileged(ctr *api.Container) bool {
+	all := false
+	for _, r := range ctr.GetLinux().GetResources().GetDevices() {
+		every := (r.GetType() == "" || r.GetType() == "a") && anyNumber(r.GetMajor()) && anyNumber(r.GetMinor())
+		switch {
+		case r.GetAllow() && every && strings.Contains(r.GetAccess(), "r") && strings.Contains(r.GetAccess(), "w"):
+			all = true
+		case !r.GetAllow():
+			all = false
+		}
+	}
+	return all
+}
+
+// anyNumber reports whether a device cgroup rule's major or minor matches
+// every number: unset, or -1 (the runtime spec's wildcard).
+func anyNumber(n *api.OptionalInt64) bool { return n == nil || n.GetValue() == -1 }
+
 // runtimeGPUs returns the devices whose nodes the container already has
 // from the runtime, in index order.
 func runtimeGPUs(devs []inventory.GPU, ctr *api.Container) ([]inventory.GPU, error) {
@@ -130,8 +161,10 @@ func addNodes(e *adjust.Edits, nodes []inventory.DeviceNode) {
 // NVIDIA_VISIBLE_DEVICES names the GPUs it has. Device nodes (by path or
 // number) and mount destinations it already has are dropped. It says which
 // nodes it had ("/dev/nvidia0, /dev/nvidiactl"; empty when none) and how
-// many were GPUs.
-func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container) (string, int) {
+// many were GPUs. A privileged container has every node of the host: its
+// GPU nodes decide nothing, and NVIDIA_VISIBLE_DEVICES stays as the
+// request made it.
+func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, privileged bool) (string, int) {
 	have := ctr.GetLinux().GetDevices()
 	var nv []string
 	for _, d := range have {
@@ -147,7 +180,7 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container) (st
 	isGPU := map[string]bool{}
 	for _, g := range devs {
 		isGPU[g.Node.Path] = true
-		if present(g.Node) {
+		if present(g.Node) && !privileged {
 			uuids = append(uuids, g.UUID)
 		}
 	}

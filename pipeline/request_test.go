@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -189,7 +190,7 @@ func TestHandleWithPolicy(t *testing.T) {
 			t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want GPU 2's UUID", got)
 		}
 	})
-	t.Run("failed or runtime-given requests leave no booking", func(t *testing.T) {
+	t.Run("failed requests leave no booking, runtime-given GPUs are booked", func(t *testing.T) {
 		table := tableFor(prep.Snapshot())
 		// A count request is booked before its GPUs' arch can be
 		// checked; the unmet requirement releases the booking.
@@ -197,16 +198,21 @@ func TestHandleWithPolicy(t *testing.T) {
 		if adj, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "2"), ctr); adj != nil || err == nil {
 			t.Errorf("unmet arch: %v, %v", adj, err)
 		}
-		// GPUs from the runtime are not booked by nri-gpu.
+		if h := table.Holdings(); len(h) != 0 {
+			t.Errorf("bookings left: %+v", h)
+		}
+		// GPUs from the runtime are booked as the runtime's choice, in
+		// the node's mode, without a record (Holdings rebuilds them from
+		// the device nodes alone).
 		ctr = &api.Container{Id: "ctr-2", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
 			{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2},
 		}}}
 		adj, res, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml"), ctr)
-		if err != nil || adj == nil || res.Holding != nil {
+		if err != nil || adj == nil || res.Holding == nil || adj.Annotations[alloc.Annotation] != "" {
 			t.Errorf("runtime-given GPU: %v, %v, holding %v", adj, err, res.Holding)
 		}
-		if h := table.Holdings(); len(h) != 0 {
-			t.Errorf("bookings left: %+v", h)
+		if h := table.Holdings(); len(h) != 1 || h[0].Holder.ID != "ctr-2" || !slices.Equal(h[0].GPUs, []int{2}) || h[0].Mode != alloc.Shared {
+			t.Errorf("bookings: %+v, want ctr-2 holding GPU 2 shared", h)
 		}
 	})
 	t.Run("unmet requirement fails and changes nothing", func(t *testing.T) {

@@ -46,10 +46,13 @@ func testPlugin(sharing alloc.Mode, log io.Writer) *Plugin {
 	return memPlugin(cfg, l)
 }
 
+// podCtr returns a pod with one container, main, that asks for ann by the
+// container-level annotation (a container's own GPUs, released when it
+// stops; see pod_test.go for pod-level counts).
 func podCtr(name, ann string, env ...string) (*api.PodSandbox, *api.Container) {
 	pod := &api.PodSandbox{Id: "pod-" + name, Name: name, Namespace: "ns"}
 	if ann != "" {
-		pod.Annotations = map[string]string{"gpus.nri-gpu.dev/pod": ann}
+		pod.Annotations = map[string]string{"gpus.nri-gpu.dev/container.main": ann}
 	}
 	return pod, &api.Container{Id: "ctr-" + name, PodSandboxId: pod.Id, Name: "main", Env: env}
 }
@@ -80,10 +83,10 @@ func TestCreateContainerAllocates(t *testing.T) {
 		// Least shared first: 5, 6, 7 are free.
 		{"c", `"device=7,2"`, nil, uuid(7) + "," + uuid(2), `{"mode":"shared","gpus":["` + uuid(7) + `","` + uuid(2) + `"]}`},
 		{"d", "2", nil, uuid(5) + "," + uuid(6), ""},
-		{"e", "device=1", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 1 is held exclusively by ns/a/main (exclusive)", ""},
-		{"f", "all", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 0 is held exclusively by ns/a/main (exclusive)", ""},
+		{"e", "device=1", nil, "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 1 is held exclusively by ns/a/main (exclusive)", ""},
+		{"f", "all", nil, "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 0 is held exclusively by ns/a/main (exclusive)", ""},
 		{"g", "", []string{"NVIDIA_VISIBLE_DEVICES=all"}, "nri-gpu: env NVIDIA_VISIBLE_DEVICES: GPU 0 is held exclusively by ns/a/main (exclusive)", ""},
-		{"h", "1,exclusive=true", nil, "nri-gpu: annotation gpus.nri-gpu.dev/pod: exclusive request for 1 GPU cannot be met: 0 of the node's 8 GPUs are free; held: " +
+		{"h", "1,exclusive=true", nil, "nri-gpu: annotation gpus.nri-gpu.dev/container.main: exclusive request for 1 GPU cannot be met: 0 of the node's 8 GPUs are free; held: " +
 			"GPU 0: ns/a/main (exclusive); GPU 1: ns/a/main (exclusive); GPU 2: ns/b/main (shared), ns/c/main (shared); GPU 3: ns/b/main (shared); " +
 			"GPU 4: ns/b/main (shared); GPU 5: ns/d/main (shared); GPU 6: ns/d/main (shared); GPU 7: ns/c/main (shared)", ""},
 		// The driver alone holds no GPU.
@@ -147,7 +150,7 @@ func TestExclusiveNodePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod, ctr = podCtr("b", "device=3,exclusive=false")
-	if _, _, err := p.CreateContainer(ctx, pod, ctr); err == nil || err.Error() != "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 3 is held exclusively by ns/a/main (exclusive)" {
+	if _, _, err := p.CreateContainer(ctx, pod, ctr); err == nil || err.Error() != "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 3 is held exclusively by ns/a/main (exclusive)" {
 		t.Errorf("shared request for an exclusively held GPU: %v", err)
 	}
 	pod, ctr = podCtr("c", "", "NVIDIA_VISIBLE_DEVICES=2,3")
@@ -279,7 +282,7 @@ func TestRefusalLogNamesHolder(t *testing.T) {
 	pod, ctr = podCtr("probe", "device=3")
 	pod.Namespace = "team-b"
 	_, _, err := p.CreateContainer(ctx, pod, ctr)
-	if want := "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 3 is held exclusively by a pod in another namespace (exclusive)"; err == nil || err.Error() != want {
+	if want := "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 3 is held exclusively by a pod in another namespace (exclusive)"; err == nil || err.Error() != want {
 		t.Errorf("refusal %v, want %s", err, want)
 	}
 	if !strings.Contains(log.String(), "GPU 3 is held exclusively by team-a/secret/main (exclusive)") {

@@ -190,9 +190,15 @@ func (p *Plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.
 	return nil, nil
 }
 
-// RemoveContainer releases the GPUs of a removed container.
+// RemoveContainer releases the GPUs of a removed container, and its
+// pod's GPUs (a pod-level count) when it was the last container of the pod
+// that shared them (a creation the runtime undid).
 func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	p.release(pipeline.HolderOf(pod, ctr), "removed")
+	h := pipeline.HolderOf(pod, ctr)
+	p.release(h, "removed")
+	if p.table.Leave(h.ID) {
+		p.logTable("released by pod " + pod.GetNamespace() + "/" + pod.GetName() + " (its last container that shared the pod's GPUs was removed)")
+	}
 	return nil
 }
 

@@ -297,7 +297,7 @@ func TestAllocationSurvivesRestarts(t *testing.T) {
 			t.Errorf("after the runtime's restart: %s\nwant %s", got, want)
 		}
 		r.removePod("a")
-		if got, want := table(t, socket), "0=free 1=free 2=exclusive[default/pod-c/c] 3=exclusive[default/pod-f/f]"; got != want {
+		if got, want := table(t, socket), "0=free 1=free 2=exclusive[default/pod-c] 3=exclusive[default/pod-f/f]"; got != want {
 			t.Errorf("after removing pod a: %s\nwant %s", got, want)
 		}
 		if !strings.Contains(p.log.String(), "allocation: released by the 1 containers of pod default/pod-a (removed)") {

@@ -71,6 +71,9 @@ type PodOptions struct {
 	// RuntimeHandler selects a runtime handler other than the default
 	// ("runc"), e.g. one added through ContainerdOptions.ExtraConfig.
 	RuntimeHandler string
+	// Privileged lets the pod's containers be privileged (a
+	// ContainerSpec's Privileged), as a privileged Kubernetes pod.
+	Privileged bool
 }
 
 // RunPod runs a pod sandbox with host networking (no CNI needed) and returns its id.
@@ -108,6 +111,7 @@ func (r *CRI) podConfig(name string, annotations map[string]string, o PodOptions
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: o.CgroupParent,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				Privileged: o.Privileged,
 				NamespaceOptions: &runtimeapi.NamespaceOption{
 					Network: runtimeapi.NamespaceMode_NODE,
 					Pid:     runtimeapi.NamespaceMode_CONTAINER,

@@ -35,7 +35,9 @@ func allocTable(t *testing.T, socket string) string {
 // restarts the plugin (killed, as a crash) and containerd while the
 // containers run, and checks that the allocation table is the same after
 // each, that count requests still find the node full, and that stopping a
-// container and removing a pod release their GPUs.
+// container and removing a pod release their GPUs. The requests are the
+// containers' own (gpus.nri-gpu.dev/container.<name>): a pod-level count
+// is held until the pod stops (TestHoldersOnRealContainerd).
 func TestAllocationAcrossRestarts(t *testing.T) {
 	c := harness.StartForTest(t, harness.ContainerdOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")
@@ -48,15 +50,15 @@ func TestAllocationAcrossRestarts(t *testing.T) {
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
 
-	a := w.mustRun("a", map[string]string{"gpus.nri-gpu.dev/pod": "2"}, harness.ContainerSpec{})
-	b := w.mustRun("b", map[string]string{"gpus.nri-gpu.dev/pod": "2"}, harness.ContainerSpec{})
+	a := w.mustRun("a", map[string]string{"gpus.nri-gpu.dev/container.a": "2"}, harness.ContainerSpec{})
+	b := w.mustRun("b", map[string]string{"gpus.nri-gpu.dev/container.b": "2"}, harness.ContainerSpec{})
 	ga, gb := gpuNodes(a), gpuNodes(b)
 	if len(ga) != 2 || len(gb) != 2 || slices.ContainsFunc(ga, func(g string) bool { return slices.Contains(gb, g) }) {
 		t.Fatalf("a got %q, b got %q: want two GPUs each, none shared", ga, gb)
 	}
 	full := func(when string) {
 		t.Helper()
-		_, err := w.run("c-"+when, map[string]string{"gpus.nri-gpu.dev/pod": "1"}, harness.ContainerSpec{})
+		_, err := w.run("c-"+when, map[string]string{"gpus.nri-gpu.dev/container.c-" + when: "1"}, harness.ContainerSpec{})
 		if err == nil || !strings.Contains(err.Error(), "exclusive request for 1 GPU cannot be met: 0 of the node's 4 GPUs are free; held: GPU 0: default/a/a (exclusive)") {
 			t.Errorf("%s: count request on a full node: %v", when, err)
 		}
@@ -95,7 +97,7 @@ func TestAllocationAcrossRestarts(t *testing.T) {
 	if err := w.cri.StopContainer(w.ctx, a.id, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c2 := w.mustRun("c2", map[string]string{"gpus.nri-gpu.dev/pod": "2"}, harness.ContainerSpec{})
+	c2 := w.mustRun("c2", map[string]string{"gpus.nri-gpu.dev/container.c2": "2"}, harness.ContainerSpec{})
 	if got := gpuNodes(c2); !slices.Equal(got, ga) {
 		t.Errorf("after a stopped: c2 got %q, want a's %q", got, ga)
 	}
