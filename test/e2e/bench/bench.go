@@ -93,8 +93,9 @@ const (
 	FloorBinDir = "floor-bindir"
 )
 
-// DiagnosticPaths can be added to the main table with -paths.
-var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware, FloorBinDir}
+// DiagnosticPaths can be added to the main table with -paths (NRIGPUCopy,
+// nri-gpu with its library cache of copies, is in copy.go).
+var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware, FloorBinDir, NRIGPUCopy}
 
 // Case is one kind of container measured: a path with a request.
 type Case struct {
@@ -193,8 +194,11 @@ type Env struct {
 	fixedFile  string
 	nriGPU     *proc
 	nriGPUMode string
-	fixed      *proc
-	pods       map[string]string
+	// copyMount is CopyMode's libraryCacheMount, a bind mount ("" when
+	// not mounted).
+	copyMount string
+	fixed     *proc
+	pods      map[string]string
 }
 
 // proc is a plugin process with its output.
@@ -274,7 +278,7 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	if e.Node, err = simnode.Generate(filepath.Join(e.Dir, "node"), simnode.Options{NumGPUs: numGPUs, DeviceNodes: true, Layout: simnode.LayoutRHEL, KernelRelease: strings.TrimSpace(string(kernel))}); err != nil {
 		return nil, err
 	}
-	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode, BinDirMode} {
+	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode, BinDirMode} { // and CopyMode below
 		p := filepath.Join(e.Dir, "nri-gpu-"+mode+".yaml")
 		data := fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlibraryMode: %s\n", e.Node.Root, e.Node.Root, mode)
 		switch mode {
@@ -292,6 +296,14 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 			return nil, err
 		}
 		e.configs[mode] = p
+	}
+	copyCfg, err := e.setupCopyCache()
+	if err != nil {
+		return nil, err
+	}
+	e.configs[CopyMode] = filepath.Join(e.Dir, "nri-gpu-"+CopyMode+".yaml")
+	if err := os.WriteFile(e.configs[CopyMode], []byte(copyCfg), 0o644); err != nil {
+		return nil, err
 	}
 	if e.toolkit, err = toolkitSpec(e.Node, e.Hook); err != nil {
 		return nil, err
@@ -539,6 +551,7 @@ func (e *Env) Close() {
 			e.logf("cleanup: %v", err)
 		}
 	}
+	e.unmountCopyCache()
 	if e.Dir != "" {
 		if e.Tools != nil {
 			if err := harness.CleanupDir(filepath.Join(e.Dir, "runc-nvidia"), e.Tools.Runc); err != nil {
@@ -685,6 +698,13 @@ func (e *Env) verify(ctx context.Context, c *Case, id string) (string, error) {
 		}
 		info += ", binaries on PATH"
 	}
+	if c.Mode == CopyMode {
+		more, err := e.checkCopyMount(ctx, c, id)
+		if err != nil {
+			return info, err
+		}
+		info += more
+	}
 	return info, e.checkLibs(ctx, c, id)
 }
 
@@ -736,10 +756,27 @@ type Result struct {
 
 // Run measures cases in rounds after one warm-up round (which also
 // verifies every case): each round runs every case once, in an order
-// shuffled per round.
+// shuffled per round. nri-gpu runs in one mode at a time: when a case
+// needs it in another mode than it runs in (the main table's nri-gpu and
+// nri-gpu-copy), Run restarts it in that mode and runs one unmeasured
+// container of the case first, so that no measured container is the first
+// a fresh process serves.
 func (e *Env) Run(ctx context.Context, cases []*Case, rounds int) (*Result, error) {
 	r := &Result{Cases: cases, Samples: map[string][]Sample{}, Info: map[string]string{}}
+	switchTo := func(c *Case) error {
+		if c.Path != NRIGPU || c.Mode == e.nriGPUMode {
+			return nil
+		}
+		if err := e.StartNRIGPU(c.Mode); err != nil {
+			return err
+		}
+		_, _, err := e.once(ctx, c, false)
+		return err
+	}
 	for _, c := range cases {
+		if err := switchTo(c); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
 		_, info, err := e.once(ctx, c, true)
 		if err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
@@ -752,6 +789,9 @@ func (e *Env) Run(ctx context.Context, cases []*Case, rounds int) (*Result, erro
 	for round := 0; round < rounds; round++ {
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, c := range order {
+			if err := switchTo(c); err != nil {
+				return nil, fmt.Errorf("round %d: %w", round, err)
+			}
 			s, _, err := e.once(ctx, c, false)
 			if err != nil {
 				return nil, fmt.Errorf("round %d: %w", round, err)

@@ -100,10 +100,17 @@ func TestBenchSmoke(t *testing.T) {
 	if r.Info[NRIGPU] != r.Info[Floor] || r.Info[NRIGPU] != r.Info[CDI] {
 		t.Errorf("nri-gpu %q, floor %q and cdi %q differ", r.Info[NRIGPU], r.Info[Floor], r.Info[CDI])
 	}
+	// nri-gpu with its library cache through a second mount: the same
+	// spec, its library directory mounted from the cache of copies
+	// (checked from inside the container and on the cache's inodes).
+	if got := r.Info[NRIGPUCopy]; !strings.HasPrefix(got, r.Info[NRIGPU]+", libraries from the copy cache (") {
+		t.Errorf("%s got %q, want nri-gpu's %q with its libraries from the copy cache", NRIGPUCopy, got, r.Info[NRIGPU])
+	}
 	var out bytes.Buffer
 	WriteTable(&out, r, Floor)
+	WriteLayout(&out, r)
 	WriteTargets(&out, r)
-	if !strings.Contains(out.String(), pathLabels[NVIDIARuntime]) || !strings.Contains(out.String(), "target: nri-gpu <= 0.75x the toolkit path") {
+	if !strings.Contains(out.String(), pathLabels[NVIDIARuntime]) || !strings.Contains(out.String(), "Library cache of copies (nri-gpu-copy) over hard links") || !strings.Contains(out.String(), "target: nri-gpu <= 0.75x the toolkit path") {
 		t.Errorf("report lacks rows or targets:\n%s", out.String())
 	}
 	t.Logf("\n%s", out.String())

@@ -31,13 +31,16 @@ func MainCases(paths []string) []*Case {
 	if slices.Contains(paths, FloorBinDir) {
 		cs = append(cs, &Case{Name: FloorBinDir, Path: Floor, GPUs: 1, Mode: BinDirMode})
 	}
+	if slices.Contains(paths, NRIGPUCopy) {
+		cs = append(cs, &Case{Name: NRIGPUCopy, Path: NRIGPU, GPUs: 1, Mode: CopyMode})
+	}
 	slices.SortStableFunc(cs, func(a, b *Case) int { return order(a.Name) - order(b.Name) })
 	return cs
 }
 
 // order is the report order of the main table's rows.
 func order(name string) int {
-	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, FloorBinDir, Floor, FloorFirmware, NRIGPU, CDI, Toolkit, NVIDIARuntime} {
+	for i, p := range []string{Baseline, FloorDevices, FloorLibDir, FloorBinDir, Floor, FloorFirmware, NRIGPU, NRIGPUCopy, CDI, Toolkit, NVIDIARuntime} {
 		if p == name {
 			return i
 		}
@@ -103,6 +106,7 @@ var pathLabels = map[string]string{
 	FloorLibDir:   "2b. floor without single-file mounts (device nodes + library directory)",
 	FloorFirmware: "2c. floor with firmware: mount (+ the GSP firmware directory)",
 	FloorBinDir:   "2d. floor with binaryDir: /usr/local/nvidia/bin (binaries in one directory on PATH)",
+	NRIGPUCopy:    "3b. nri-gpu, library cache through a second mount (libraryCacheMount: copies, not hard links)",
 }
 
 func label(c *Case) string {
@@ -160,6 +164,24 @@ func WriteScaling(w io.Writer, r *Result, gpus []int, caps []string) {
 		}
 	}
 	fmt.Fprintf(w, "\nbaseline create+start p50: %.1f ms. The toolkit's spec is the same for every capability set (CDI mode mounts every driver file); its row is measured once per GPU count.\n", r.Stat(Baseline, CreateStart).P50)
+}
+
+// WriteLayout writes, when the main table has both nri-gpu rows, the
+// paired ratios of nri-gpu with its library cache of copies (CopyMode)
+// over nri-gpu with hard links (the default), per phase.
+func WriteLayout(w io.Writer, r *Result) {
+	if r.Samples[NRIGPU] == nil || r.Samples[NRIGPUCopy] == nil {
+		return
+	}
+	fmt.Fprintf(w, "Library cache of copies (nri-gpu-copy) over hard links (nri-gpu), paired p50 [95%% CI] over %d rounds:\n\n", len(r.Samples[NRIGPU]))
+	for _, m := range []struct {
+		name string
+		m    Metric
+	}{{"create", Create}, {"start", Start}, {"create+start", CreateStart}, {"total", Total}} {
+		v, lo, hi := r.Ratio(NRIGPUCopy, NRIGPU, m.m)
+		fmt.Fprintf(w, "- %s: %.3f [%.3f–%.3f]\n", m.name, v, lo, hi)
+	}
+	fmt.Fprintln(w)
 }
 
 // WriteTargets checks the project's start-latency targets (see

@@ -123,6 +123,7 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 		fmt.Printf("### One GPU, default capabilities (compute,utility)\n\n")
 		bench.WriteTable(os.Stdout, r, bench.Floor)
 		fmt.Println()
+		bench.WriteLayout(os.Stdout, r) // a paragraph when the main table has nri-gpu-copy
 		bench.WriteTargets(os.Stdout, r)
 		fmt.Println()
 	}
