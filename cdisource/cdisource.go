@@ -185,7 +185,7 @@ func Discover(o Options) (*Source, error) {
 		rest := *d.edits
 		rest.nodes = slices.Clone(d.edits.nodes[1:])
 		snap.GPUs = append(snap.GPUs, inventory.GPU{
-			Index: i, Minor: int(main.Minor), Name: d.name, Node: main,
+			Index: i, Minor: int(main.Minor), Name: d.name, Node: main, NUMANode: inventory.NoNUMANode,
 		})
 		src.edits = append(src.edits, &rest)
 	}

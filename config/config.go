@@ -78,6 +78,20 @@ type Config struct {
 	CDIImport *CDIImport `json:"cdiImport,omitempty"`
 	// Policy says which namespaces may use which request source.
 	Policy policy.Policy `json:"policy,omitempty"`
+	// DevicePlugin is the kubelet device plugin (off by default).
+	DevicePlugin DevicePlugin `json:"devicePlugin,omitempty"`
+}
+
+// DevicePlugin configures nri-gpu's kubelet device plugin, which
+// advertises the node's GPUs to the kubelet as an extended resource.
+type DevicePlugin struct {
+	// Enabled starts the device plugin with nri-gpu run.
+	Enabled bool `json:"enabled,omitempty"`
+	// ResourceName is the extended resource the GPUs are advertised as.
+	ResourceName string `json:"resourceName,omitempty"`
+	// SocketDir is the kubelet's device plugin directory, where its
+	// registration socket is and the plugin serves its own.
+	SocketDir string `json:"socketDir,omitempty"`
 }
 
 // CDIImport says which CDI devices to serve.
@@ -151,6 +165,10 @@ const (
 	DefaultFirmware     = FirmwareAuto
 	DefaultEmit         = EmitEdits
 	DefaultSharing      = SharingShared
+	// DefaultResourceName and DefaultDevicePluginDir are those of the
+	// devicePlugin key (the kubelet's own directory).
+	DefaultResourceName    = inventory.KindNVIDIA
+	DefaultDevicePluginDir = "/var/lib/kubelet/device-plugins"
 )
 
 // DefaultCDISpecDirs are the CDI spec directories runtimes read by default.
@@ -199,6 +217,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Sharing == "" {
 		c.Sharing = DefaultSharing
+	}
+	if c.DevicePlugin.ResourceName == "" {
+		c.DevicePlugin.ResourceName = DefaultResourceName
+	}
+	if c.DevicePlugin.SocketDir == "" {
+		c.DevicePlugin.SocketDir = DefaultDevicePluginDir
 	}
 	c.Policy.SetDefaults()
 }
@@ -337,6 +361,9 @@ func (c Config) Validate() error {
 	if c.LibraryDir == c.Library32Dir {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
 	}
+	if err := c.DevicePlugin.validate(); err != nil {
+		return err
+	}
 	return c.Policy.Validate()
 }
 
@@ -389,4 +416,64 @@ func checkMode[T ~string](key, noun string, v T, valid []T) error {
 		names[i] = string(m)
 	}
 	return fmt.Errorf("key %s: unknown %s %q (valid: %s)", key, noun, v, strings.Join(names, ", "))
+}
+
+// validate checks the device plugin's resource name (an extended
+// resource name, as the kubelet requires) and socket directory.
+func (d DevicePlugin) validate() error {
+	if err := checkPath("devicePlugin.socketDir", d.SocketDir); err != nil {
+		return err
+	}
+	if strings.ContainsAny(d.SocketDir, ":\x00") {
+		return fmt.Errorf("key devicePlugin.socketDir: %q must not contain ':' or NUL", d.SocketDir)
+	}
+	// The plugin's socket, nri-gpu-<resource>.sock in socketDir, must
+	// fit in a unix socket address (108 bytes with its NUL).
+	if l := len(d.SocketDir) + len("/nri-gpu-") + len(d.ResourceName) + len(".sock"); l > 107 {
+		return fmt.Errorf("key devicePlugin.socketDir: %q: the device plugin's socket path would be %d bytes, more than a unix socket allows (107)", d.SocketDir, l)
+	}
+	if why := extendedResourceProblem(d.ResourceName); why != "" {
+		return fmt.Errorf("key devicePlugin.resourceName: %q is not an extended resource name such as %s: %s", d.ResourceName, DefaultResourceName, why)
+	}
+	return nil
+}
+
+// extendedResourceProblem says why name is not an extended resource name
+// the kubelet accepts from a device plugin ("" if it is): <domain>/<name>,
+// a DNS subdomain outside kubernetes.io, then a name of at most 63
+// letters, digits, '-', '_' and '.', beginning and ending with a letter or
+// digit.
+func extendedResourceProblem(name string) string {
+	domain, short, ok := strings.Cut(name, "/")
+	switch {
+	case !ok || domain == "" || short == "":
+		return "it must be <domain>/<name>"
+	case strings.Contains(short, "/"):
+		return "it has more than one '/'"
+	case len(domain) > 253:
+		return "the domain is longer than 253 characters"
+	case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || domain == "k8s.io" || strings.HasSuffix(domain, ".k8s.io"):
+		return "the kubernetes.io and k8s.io domains are Kubernetes' own"
+	case strings.HasPrefix(name, "requests."):
+		return "it must not begin with requests."
+	case len(short) > 63:
+		return "the name after '/' is longer than 63 characters"
+	}
+	for _, label := range strings.Split(domain, ".") {
+		if label == "" || len(label) > 63 || !alnum(label[0], false) || !alnum(label[len(label)-1], false) ||
+			strings.ContainsFunc(label, func(r rune) bool { return r > 127 || !alnum(byte(r), false) && r != '-' }) {
+			return fmt.Sprintf("the domain's label %q is not lower-case letters, digits and '-', beginning and ending with a letter or digit", label)
+		}
+	}
+	if !alnum(short[0], true) || !alnum(short[len(short)-1], true) ||
+		strings.ContainsFunc(short, func(r rune) bool { return r > 127 || !alnum(byte(r), true) && r != '-' && r != '_' && r != '.' }) {
+		return fmt.Sprintf("the name %q after '/' is not letters, digits, '-', '_' and '.', beginning and ending with a letter or digit", short)
+	}
+	return ""
+}
+
+// alnum reports whether c is a digit or a lower-case letter (or, with
+// upper, any ASCII letter).
+func alnum(c byte, upper bool) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || upper && 'A' <= c && c <= 'Z'
 }

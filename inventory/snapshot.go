@@ -40,7 +40,16 @@ type GPU struct {
 	// Name is the device's CDI name when it comes from another vendor's
 	// CDI spec (package cdisource); requests may name it.
 	Name string
+	// NUMANode is the NUMA node the GPU is attached to, as sysfs says
+	// (/sys/bus/pci/devices/<bus id>/numa_node); -1 when unknown: no
+	// NUMA, no sysfs, or a GPU that does not come from NVIDIA discovery.
+	// The zero value is NUMA node 0: discovery sets -1 where sysfs is
+	// silent.
+	NUMANode int
 }
+
+// NoNUMANode is GPU.NUMANode where the NUMA node is unknown.
+const NoNUMANode = -1
 
 // ID names the GPU whatever the inventory's order: its UUID, or the CDI
 // name of another vendor's device.

@@ -82,6 +82,11 @@ type Node struct {
 	lastProblem string
 	obs         Observer
 	onChange    func(*State)
+	// subs are the functions Subscribe registered, by id; guarded by
+	// subMu (not mu, so that a subscriber may read the node).
+	subMu  sync.Mutex
+	subs   map[int]func(*State)
+	nextID int
 }
 
 // Option configures a Node.
@@ -221,7 +226,43 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 	}
 	n.state.Store(st)
 	n.observer().Inventory(snap)
+	n.notify(st)
 	return nil
+}
+
+// Subscribe has f called with every state that becomes current after it
+// returns (a reload, a rediscovery that changed something, Swap), after
+// requests can read it; cancel stops the calls. Unlike OnChange, any
+// number of subscribers may come and go while the node runs (the kubelet
+// device plugin follows the node's GPUs this way). f must be cheap and
+// must not block: it runs in the goroutine that installed the state.
+func (n *Node) Subscribe(f func(*State)) (cancel func()) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	if n.subs == nil {
+		n.subs = map[int]func(*State){}
+	}
+	id := n.nextID
+	n.nextID++
+	n.subs[id] = f
+	return func() {
+		n.subMu.Lock()
+		defer n.subMu.Unlock()
+		delete(n.subs, id)
+	}
+}
+
+// notify calls the subscribers with st.
+func (n *Node) notify(st *State) {
+	n.subMu.Lock()
+	fs := make([]func(*State), 0, len(n.subs))
+	for _, f := range n.subs {
+		fs = append(fs, f)
+	}
+	n.subMu.Unlock()
+	for _, f := range fs {
+		f(st)
+	}
 }
 
 // prepare makes an NVIDIA snapshot ready for requests: where each driver
@@ -338,4 +379,18 @@ func Fixed(st *State, log *logrus.Logger, opts ...Option) *Node {
 	}
 	n.state.Store(st)
 	return n
+}
+
+// Swap makes st current as Fixed does, without discovery: a state built
+// in memory replacing the current one, for tests of what follows the
+// node (OnChange, then the subscribers, are told as after a rediscovery).
+func (n *Node) Swap(st *State) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.onChange != nil {
+		n.onChange(st)
+	}
+	n.state.Store(st)
+	n.observer().Inventory(st.Snapshot())
+	n.notify(st)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/deviceplugin"
 	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/plugin"
 	"github.com/nri-gpu/nri-gpu/status"
@@ -193,6 +194,8 @@ func runCmd(args []string, stderr io.Writer) error {
 		}
 	}
 
+	dpDone := startDevicePlugin(ctx, cfg.DevicePlugin, p.Node(), log)
+
 	log.Infof("nri-gpu %s starting", Version)
 	err = p.Run(ctx, plugin.RunOptions{
 		SocketPath:    *socket,
@@ -200,10 +203,34 @@ func runCmd(args []string, stderr io.Writer) error {
 		Index:         *idx,
 		PreRegistered: os.Getenv(api.PluginSocketEnvVar) != "",
 	})
+	cancel()
+	<-dpDone
 	if err == nil {
 		log.Info("stopped")
 	}
 	return err
+}
+
+// startDevicePlugin runs the kubelet device plugin until ctx ends when the
+// configuration's devicePlugin.enabled says so; the channel is closed when
+// it has stopped (at once when it is off). A device plugin that cannot run
+// is logged, and NRI injection goes on without it. Its keys are read at
+// start: changing them takes a restart.
+func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node, log *logrus.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if !c.Enabled {
+		close(done)
+		return done
+	}
+	dp := deviceplugin.New(n, deviceplugin.Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir}, log)
+	log.WithFields(logrus.Fields{"resource": c.ResourceName, "socket": dp.Socket()}).Info("device plugin: starting (devicePlugin.enabled)")
+	go func() {
+		defer close(done)
+		if err := dp.Run(ctx); err != nil {
+			log.WithError(err).Error("device plugin stopped: the kubelet does not see this node's GPUs")
+		}
+	}()
+	return done
 }
 
 func inventoryCmd(args []string, stdout, stderr io.Writer) error {

@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -265,12 +266,51 @@ func (d *discovery) gpus(nvMajor int64) {
 			BusID: f.bus,
 			Model: f.info.Model,
 			Node:  *n,
+			// NUMANode from sysfs; -1 where it says nothing.
+			NUMANode: d.numaNode(f.bus),
 		})
 	}
 	if len(all) == 0 {
 		d.deviceWarnf("the driver lists no GPU: the node offers no GPU")
 	}
 }
+
+// numaNode returns the NUMA node of the PCI device at bus, from
+// /sys/bus/pci/devices/<bus>/numa_node under hostRoot, or
+// inventory.NoNUMANode when sysfs has no such file (a container without
+// /sys, a simulated node) or says -1 (a machine without NUMA). A value
+// that is not a small integer is a warning, and unknown.
+func (d *discovery) numaNode(bus string) int {
+	rel := path.Join("sys/bus/pci/devices", bus, "numa_node")
+	data, err := readSmall(d.host, rel)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.warnf("GPU %s: NUMA node unknown: %v", bus, err)
+		}
+		return inventory.NoNUMANode
+	}
+	n, err := ParseNUMANode(data)
+	if err != nil {
+		d.warnf("GPU %s: NUMA node unknown: /%s: %v", bus, rel, err)
+		return inventory.NoNUMANode
+	}
+	return n
+}
+
+// ParseNUMANode parses a sysfs numa_node file: a decimal integer from -1
+// (no NUMA node) to 1023, and a newline.
+func ParseNUMANode(data []byte) (int, error) {
+	s := strings.TrimSpace(string(data))
+	n, err := strconv.Atoi(s)
+	if err != nil || n < -1 || n > maxNUMANode {
+		return inventory.NoNUMANode, fmt.Errorf("%q is not a NUMA node (valid: -1 to %d)", truncate(s, 32), maxNUMANode)
+	}
+	return n, nil
+}
+
+// maxNUMANode bounds a NUMA node number (the kernel's default
+// CONFIG_NODES_SHIFT allows at most 1024 nodes).
+const maxNUMANode = 1023
 
 // node returns the device node at p (under hostRoot) when it is a
 // character device with the expected numbers, or nil. Its permission bits

@@ -359,3 +359,43 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestDiscoverNUMANode checks that each GPU's NUMA node is read from
+// /sys/bus/pci/devices/<bus id>/numa_node, and is unknown (-1) where the
+// file is missing, says -1 or is not a NUMA node (with a warning).
+func TestDiscoverNUMANode(t *testing.T) {
+	n := generateWithNodes(t, simnode.Options{GPUs: []simnode.GPU{
+		{BusID: "0000:18:00.0", NUMANode: "0"},
+		{BusID: "0000:38:00.0", NUMANode: "1"},
+		{BusID: "0000:58:00.0", NUMANode: "-1"},
+		{BusID: "0000:78:00.0"},
+		{BusID: "0000:98:00.0", NUMANode: "lots"},
+	}})
+	s := discoverAt(t, n.Root)
+	var got []int
+	for _, g := range s.GPUs {
+		got = append(got, g.NUMANode)
+	}
+	if want := []int{0, 1, -1, -1, -1}; !slices.Equal(got, want) {
+		t.Errorf("NUMA nodes %v, want %v", got, want)
+	}
+	if !slices.ContainsFunc(s.Warnings, func(w string) bool {
+		return strings.Contains(w, "0000:98:00.0") && strings.Contains(w, `"lots" is not a NUMA node`)
+	}) {
+		t.Errorf("warnings %q, want one naming GPU 0000:98:00.0 and its bad numa_node", s.Warnings)
+	}
+}
+
+// TestParseNUMANode checks the sysfs numa_node grammar.
+func TestParseNUMANode(t *testing.T) {
+	for in, want := range map[string]int{"0\n": 0, "1": 1, "-1\n": -1, "1023\n": 1023} {
+		if got, err := discover.ParseNUMANode([]byte(in)); err != nil || got != want {
+			t.Errorf("ParseNUMANode(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-2", "1024", "x", "0x1", "1 2", strings.Repeat("9", 100)} {
+		if got, err := discover.ParseNUMANode([]byte(in)); err == nil || got != -1 {
+			t.Errorf("ParseNUMANode(%q) = %d, %v; want -1 and an error", in, got, err)
+		}
+	}
+}

@@ -146,8 +146,12 @@ func gpuInfo(g GPU, version string) string {
 // directories left over from an earlier Generate are removed first.
 func writeGPUInfo(root string, c *config, clean bool) error {
 	dir := filepath.Join(root, "proc", "driver", "nvidia", "gpus")
+	pci := filepath.Join(root, "sys", "bus", "pci", "devices")
 	if clean {
 		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(pci); err != nil {
 			return err
 		}
 	}
@@ -155,6 +159,11 @@ func writeGPUInfo(root string, c *config, clean bool) error {
 		p := filepath.Join(dir, g.BusID, "information")
 		if err := writeFile(p, []byte(gpuInfo(g, c.version)), 0o644); err != nil {
 			return err
+		}
+		if g.NUMANode != "" {
+			if err := writeFile(filepath.Join(pci, g.BusID, "numa_node"), []byte(g.NUMANode+"\n"), 0o444); err != nil {
+				return err
+			}
 		}
 	}
 	return os.MkdirAll(dir, 0o755)

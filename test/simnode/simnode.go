@@ -63,6 +63,12 @@ type GPU struct {
 	UUID     string // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lower-case hex)
 	Model    string // e.g. "NVIDIA H100 80GB HBM3"
 	Excluded bool   // "GPU Excluded: Yes"
+	// NUMANode, when not empty, is written to
+	// /sys/bus/pci/devices/<bus>/numa_node ("0", "1", "-1" for a machine
+	// without NUMA, or anything else for tests of bad values); empty
+	// writes no such file, and discovery then reports the NUMA node as
+	// unknown.
+	NUMANode string
 }
 
 // Options controls what Generate and Upgrade lay out. The zero value gives a
