@@ -86,6 +86,10 @@ type Holding struct {
 	// Members are the containers that share a pod's holding (PodHolder):
 	// the one that booked it and those that joined it (Join).
 	Members []string
+	// Kubelet is set when the GPUs are the kubelet's assignment (its
+	// device plugin's Allocate, checked against the container's device
+	// nodes), not a request nri-gpu read.
+	Kubelet bool
 }
 
 // Request asks for the GPUs of one container.
@@ -102,6 +106,9 @@ type Request struct {
 	// Member is the container that books or joins a pod's holding
 	// (Join).
 	Member string
+	// Kubelet marks the holding as the kubelet's assignment
+	// (Holding.Kubelet).
+	Kubelet bool
 }
 
 // Error is a request the table cannot meet. Its message, which the
@@ -198,7 +205,7 @@ func (t *Table) allocate(r Request) ([]int, error) {
 		}
 		return nil, err
 	}
-	t.add(&Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus})
+	t.add(&Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus, Kubelet: r.Kubelet})
 	return slices.Clone(gpus), nil
 }
 
@@ -453,6 +460,9 @@ type GPUState struct {
 type HolderState struct {
 	Holder
 	Mode string `json:"mode"`
+	// Kubelet is set when the holding is the kubelet's assignment
+	// (Holding.Kubelet).
+	Kubelet bool `json:"kubelet,omitempty"`
 }
 
 // State returns the table: one row per GPU of the node, ascending, then one
@@ -472,7 +482,7 @@ func (t *Table) State() []GPUState {
 		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}}
 		hs := t.byGPU[g]
 		for _, h := range hs {
-			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String()})
+			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet})
 		}
 		switch {
 		case anyExclusive(hs):
@@ -491,14 +501,16 @@ func (t *Table) Holdings() []Holding {
 	defer t.mu.Unlock()
 	out := make([]Holding, 0, len(t.byID))
 	for _, h := range t.byID {
-		out = append(out, Holding{Holder: h.Holder, Mode: h.Mode, GPUs: slices.Clone(h.GPUs)})
+		out = append(out, Holding{Holder: h.Holder, Mode: h.Mode, GPUs: slices.Clone(h.GPUs), Kubelet: h.Kubelet})
 	}
 	slices.SortFunc(out, func(a, b Holding) int { return strings.Compare(a.Holder.ID, b.Holder.ID) })
 	return out
 }
 
 // Summary is the table in one line, for the log:
-// "0=exclusive[default/a/main] 1=shared[default/b/x,default/c/y] 2=free".
+// "0=exclusive[default/a/main] 1=shared[default/b/x,default/c/y] 2=free";
+// a holder whose GPUs the kubelet assigned is marked "kubelet:"
+// ("3=shared[kubelet:default/d/main]").
 func Summary(rows []GPUState) string {
 	var b strings.Builder
 	for i, r := range rows {
@@ -513,6 +525,9 @@ func Summary(rows []GPUState) string {
 			for j, h := range r.Holders {
 				if j > 0 {
 					b.WriteByte(',')
+				}
+				if h.Kubelet {
+					b.WriteString("kubelet:")
 				}
 				b.WriteString(h.String())
 			}

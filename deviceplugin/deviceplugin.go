@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/node"
 )
 
@@ -51,7 +52,7 @@ const (
 // The NRI side is to trust it only together with the GPUs' device nodes,
 // which the kubelet adds from Allocate's device specs and a non-privileged
 // pod cannot add itself (docs/design.md, "The kubelet device plugin").
-const AllocationAnnotation = "gpus.nri-gpu.dev/kubelet"
+const AllocationAnnotation = alloc.KubeletAnnotation
 
 // registerTimeout bounds one Register call to the kubelet; retryInterval
 // is how long a failed registration waits before the next try (a kubelet

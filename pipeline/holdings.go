@@ -47,7 +47,11 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 // device nodes: only by its record or its CDI devices. A record of a
 // pod-level request (alloc.Record.Pod) is the pod's: the pod holds the
 // GPUs (alloc.PodHolder) as long as one of its containers with such a
-// record is not stopped. Warnings tell what could not be read.
+// record is not stopped. A container without a record that carries the
+// kubelet's assignment (alloc.KubeletAnnotation) with the device nodes of
+// exactly its GPUs holds them as the kubelet's (Holding.Kubelet); an
+// annotation without those nodes is reported and not trusted
+// (kubeletAssignment). Warnings tell what could not be read.
 func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
 	devs := src.Devices()
 	byPod := make(map[string]*api.PodSandbox, len(pods))
@@ -115,7 +119,18 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 			h.Members = []string{c.GetId()}
 		}
 		if len(h.GPUs) == 0 {
-			h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
+			kub, warn := kubeletAssignment(devs, c, privileged(c))
+			if warn != "" {
+				warnings = append(warnings, h.Holder.String()+": "+warn)
+			}
+			if kub != nil {
+				for _, g := range kub {
+					h.GPUs = append(h.GPUs, g.Index)
+				}
+				h.Kubelet = true
+			} else {
+				h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
+			}
 		}
 		if len(h.GPUs) > 0 {
 			hs = append(hs, h)

@@ -82,6 +82,9 @@ type Result struct {
 	// or "edits (<why not cdi>)" when CDI names were wanted; empty
 	// without emit: cdi.
 	Emit string
+	// Warnings are what the log should hear of that does not refuse the
+	// container: a kubelet annotation that was not trusted.
+	Warnings []string
 }
 
 // Injected reports whether the answer gives the container devices or
@@ -105,6 +108,10 @@ type call struct {
 	// runtimeBooked is set when the hold stage booked the GPUs the
 	// runtime gave the container: the runtime decided them.
 	runtimeBooked bool
+	// kubelet are the GPUs of the kubelet's assignment, checked against
+	// the container's device nodes (kubeletAssignment); the hold stage
+	// booked them, and they are the container's request.
+	kubelet []inventory.GPU
 	// joined is set when the container joined its pod's holding (a
 	// pod-level request that an earlier container of the pod booked):
 	// the holding is the pod's, and the call does not release it.
@@ -243,24 +250,47 @@ func (p *Path) hold(c *call) error {
 		return fmt.Errorf("nri-gpu: the runtime's CDI devices: the container has more than %d CDI devices", maxCDINames)
 	}
 	h := HolderOf(c.pod, c.ctr)
-	idx, _ := foreignGPUs(p.Source, c.ctr, c.privileged, h, nil)
+	kub, warn := kubeletAssignment(p.Source.Devices(), c.ctr, c.privileged)
+	if warn != "" {
+		c.res.Warnings = append(c.res.Warnings, warn)
+	}
+	var idx []int
+	source := runtimeSource
+	if kub != nil {
+		for _, g := range kub {
+			idx = append(idx, g.Index)
+		}
+		source = kubeletSource.String()
+	} else {
+		idx, _ = foreignGPUs(p.Source, c.ctr, c.privileged, h, nil)
+	}
 	if len(idx) == 0 {
 		return nil
 	}
-	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: runtimeSource})
+	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kub != nil})
 	if err != nil {
 		return err
 	}
-	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got}
+	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kub != nil}
 	c.runtimeBooked = true
+	c.kubelet = kub
 	return nil
 }
+
+// kubeletSource is the source of the kubelet's assignments.
+var kubeletSource = request.Source{Kind: request.Kubelet, Key: alloc.KubeletAnnotation}
 
 // find finds the carrier of the container's request, by key, without
 // reading its value; a container without one is left untouched.
 func (p *Path) find(c *call) error {
 	err := request.CheckMounts(len(c.ctr.GetMounts()))
 	if err != nil {
+		return err
+	}
+	if c.kubelet != nil {
+		// The kubelet decided the container's GPUs: they are its
+		// request, and the pod's own carriers are not read.
+		c.res.Request, err = request.KubeletRequest(alloc.KubeletAnnotation, uuids(c.kubelet), c.ctr.GetEnv())
 		return err
 	}
 	c.found, err = request.Find(request.Input{
@@ -282,6 +312,9 @@ func (p *Path) find(c *call) error {
 // and set to void so that no other injector (the NVIDIA runtime, a CDI
 // hook) honours it; any other denied source refuses the container.
 func (p *Path) authorize(c *call) error {
+	if c.kubelet != nil {
+		return nil
+	}
 	return p.allow(c, c.found.PolicySource(), c.found.Source)
 }
 
@@ -304,6 +337,9 @@ func (p *Path) allow(c *call, src policy.Source, from request.Source) error {
 // request's class differs from the one find saw (a CDI list that find took
 // for a management request, or the reverse), it is authorized again.
 func (p *Path) parse(c *call) error {
+	if c.kubelet != nil {
+		return nil
+	}
 	var err error
 	c.res.Request, err = c.found.Parse()
 	if err != nil {

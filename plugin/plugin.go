@@ -125,6 +125,9 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		"pod":       pod.GetName(),
 		"container": ctr.GetName(),
 	}
+	for _, w := range res.Warnings {
+		p.log.WithFields(fields).Warn(w)
+	}
 	switch {
 	case err != nil:
 		// The pod's message does not name other tenants' pods; the log
@@ -276,7 +279,7 @@ func (p *Plugin) Status() status.Status {
 		}
 	}
 	for _, row := range p.table.State() {
-		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index]})
+		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index], Kubelet: status.KubeletHolders(row)})
 	}
 	return s
 }

@@ -31,6 +31,10 @@ const (
 	DeviceList
 	// Env is an environment variable of the container.
 	Env
+	// Kubelet is the kubelet's assignment, from nri-gpu's device plugin:
+	// the container annotation gpus.nri-gpu.dev/kubelet, trusted only
+	// beside the GPUs' device nodes (see KubeletRequest).
+	Kubelet
 )
 
 // Label names the kind in metrics: container-annotation, pod-annotation,
@@ -47,6 +51,8 @@ func (k SourceKind) Label() string {
 		return "device-list"
 	case Env:
 		return "env"
+	case Kubelet:
+		return "kubelet"
 	}
 	return "none"
 }
@@ -55,7 +61,7 @@ func (k SourceKind) Label() string {
 // up front.
 var SourceLabels = []string{
 	ContainerAnnotation.Label(), PodAnnotation.Label(), CDIAnnotation.Label(),
-	DeviceList.Label(), Env.Label(), NoSource.Label(),
+	DeviceList.Label(), Env.Label(), Kubelet.Label(), NoSource.Label(),
 }
 
 // String names the source in messages: "annotation
@@ -80,6 +86,8 @@ func (s Source) String() string {
 	switch s.Kind {
 	case ContainerAnnotation, PodAnnotation, CDIAnnotation:
 		return "annotation " + s.Key
+	case Kubelet:
+		return "the kubelet's assignment (annotation " + s.Key + ")"
 	case DeviceList:
 		return "mounts " + s.Key
 	case Env:

@@ -45,6 +45,23 @@ type Status struct {
 type GPUStatus struct {
 	alloc.GPUState
 	UUID string `json:"uuid,omitempty"`
+	// Kubelet are the containers the kubelet assigned the GPU (through
+	// nri-gpu's device plugin, checked against their device nodes):
+	// the holders marked kubelet; empty when none. Holders lists
+	// every holder, the kubelet's and those of requests nri-gpu read.
+	Kubelet []alloc.Holder `json:"kubelet"`
+}
+
+// KubeletHolders returns the holders of row that the kubelet assigned the
+// GPU (alloc.HolderState.Kubelet), never nil.
+func KubeletHolders(row alloc.GPUState) []alloc.Holder {
+	out := []alloc.Holder{}
+	for _, h := range row.Holders {
+		if h.Kubelet {
+			out = append(out, h.Holder)
+		}
+	}
+	return out
 }
 
 // Handler serves the status API: GET /status returns r's Status as JSON;

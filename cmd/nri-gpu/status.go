@@ -82,17 +82,28 @@ func writeStatus(w io.Writer, s status.Status) error {
 	}
 	fmt.Fprintf(w, "Sharing policy: %s\n\n", s.Sharing)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tMODE\tHOLDERS")
+	fmt.Fprintln(tw, "GPU\tUUID\tMODE\tKUBELET\tHOLDERS")
 	for _, g := range s.GPUs {
-		holders := "-"
-		if len(g.Holders) > 0 {
-			hs := make([]string, len(g.Holders))
-			for i, h := range g.Holders {
-				hs[i] = h.String() + " (" + h.Mode + ")"
+		// KUBELET: the kubelet's assignment; HOLDERS: the holders of
+		// requests nri-gpu read (annotations, env, the runtime's own
+		// devices).
+		var kubelet, holders []string
+		for _, h := range g.Holders {
+			if h.Kubelet {
+				kubelet = append(kubelet, h.String()+" ("+h.Mode+")")
+			} else {
+				holders = append(holders, h.String()+" ("+h.Mode+")")
 			}
-			holders = strings.Join(hs, ", ")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", g.Index, g.UUID, g.Mode, holders)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Mode, orDash(kubelet), orDash(holders))
 	}
 	return tw.Flush()
+}
+
+// orDash joins names, or says "-" for none.
+func orDash(names []string) string {
+	if len(names) == 0 {
+		return "-"
+	}
+	return strings.Join(names, ", ")
 }
