@@ -21,7 +21,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -31,6 +30,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/node"
 )
 
@@ -42,7 +42,7 @@ const (
 	DefaultSocketDir = "/var/lib/kubelet/device-plugins"
 	// KubeletSocket is the name of the kubelet's socket in the socket
 	// directory.
-	KubeletSocket = "kubelet.sock"
+	KubeletSocket = config.KubeletSocketName
 )
 
 // AllocationAnnotation is the annotation Allocate puts on each container
@@ -114,7 +114,7 @@ func New(n *node.Node, o Options, log *logrus.Logger) *Plugin {
 // SocketName is the file name of the plugin's socket for a resource:
 // nri-gpu-<resource, with / as ->.sock.
 func SocketName(resource string) string {
-	return "nri-gpu-" + strings.ReplaceAll(resource, "/", "-") + ".sock"
+	return config.DevicePluginSocketName(resource)
 }
 
 // Socket returns the path of the plugin's socket.

@@ -122,6 +122,7 @@ func Run(o Options) []Result {
 		checkUserSpace(&o, snap, &out)
 	}
 	checkInjection(&o, &out)
+	checkDevicePlugin(&o, &out)
 	return out
 }
 
