@@ -305,7 +305,7 @@ func (k *Kubelet) start() error {
 	if err := k.cmd.Start(); err != nil {
 		return err
 	}
-	go func() { k.cmd.Wait(); close(k.exited) }()
+	go func() { _ = k.cmd.Wait(); close(k.exited) }()
 	return nil
 }
 
