@@ -10,11 +10,13 @@
 #   NRI_GPU_E2E_RUNC_SECCOMP=0 build runc without seccomp (default: with seccomp,
 #                              installing libseccomp-dev with apt-get when missing;
 #                              falls back to no seccomp if that fails)
+#   NRI_GPU_E2E_KUBELET=1      also build the kubelet (opt-in kubelet phase; ~4 min)
 #
 # Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}
 #         <cache>/runc-v1.5.3/runc              (built with -tags seccomp)
 #         <cache>/runc-v1.5.3-noseccomp/runc    (built without)
 #         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime}
+#         <cache>/kubelet-v1.34.4/kubelet       (only with NRI_GPU_E2E_KUBELET=1)
 set -euo pipefail
 
 cache="${1:-${NRI_GPU_E2E_CACHE:-$HOME/.cache/nri-gpu-e2e}}"
@@ -72,3 +74,40 @@ toolkit_version="v1.20.2"
 for b in nvidia-cdi-hook nvidia-container-runtime; do
   install "$cache/nvidia-container-toolkit-$toolkit_version" "github.com/NVIDIA/nvidia-container-toolkit/cmd/$b@$toolkit_version" "$b"
 done
+
+# The kubelet (v1.34.4), for the opt-in kubelet phase of the suite only
+# (NRI_GPU_E2E_KUBELET=1; keep in sync with harness.KubeletVersion). It is not
+# `go install`-able: its go.mod replaces k8s.io/* with ./staging, which the
+# module zip lacks. Build it from the module source with the staging replaces
+# swapped for the published v0.34.x modules (about 4 min on 2 cores).
+kubelet_version="v1.34.4"
+if [ "${NRI_GPU_E2E_KUBELET:-0}" = 1 ]; then
+  d="$cache/kubelet-$kubelet_version"
+  if [ -x "$d/kubelet" ]; then
+    echo "cached  $d/kubelet"
+  else
+    t0=$SECONDS
+    mkdir -p "$d"
+    src="$(mktemp -d "$d/.src-XXXXXX")"
+    echo "build   k8s.io/kubernetes@$kubelet_version cmd/kubelet -> $d"
+    moddir="$(cd /tmp && go mod download -json "k8s.io/kubernetes@$kubelet_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    cp -r "$moddir/." "$src/"
+    chmod -R u+w "$src"
+    (
+      cd "$src"
+      staging_minor="v0.${kubelet_version#v1.}"
+      args=()
+      for m in $(go mod edit -json | sed -n 's/^[[:space:]]*"Path": "\(k8s\.io\/[^"]*\)"$/\1/p' | sort -u); do
+        if go mod edit -json | grep -q "\"Path\": \"./staging/src/$m\""; then
+          args+=("-dropreplace=$m" "-require=$m@$staging_minor")
+        fi
+      done
+      go mod edit "${args[@]}" -droprequire=k8s.io/sample-cli-plugin -droprequire=k8s.io/sample-controller
+      GOFLAGS=-mod=mod go build -trimpath -o "$d/.kubelet.tmp" \
+        -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$kubelet_version" ./cmd/kubelet
+    )
+    mv "$d/.kubelet.tmp" "$d/kubelet"
+    rm -rf "$src"
+    echo "done    $d/kubelet in $((SECONDS - t0))s"
+  fi
+fi
