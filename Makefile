@@ -66,11 +66,11 @@ unit:
 e2e: e2e-tools build
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
-	cd test/e2e && $(GO) test -v -count=1 -timeout 30m ./suite/
+	cd test/e2e && NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 
 e2e-tools:
-	test/e2e/install-tools.sh
+	NRI_GPU_E2E_KUBELET=1 test/e2e/install-tools.sh
 
 # One command to a working demo on a machine without a GPU (root).
 demo: build

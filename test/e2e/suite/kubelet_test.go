@@ -122,7 +122,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 // free is refused by the kubelet's admission.
 func TestKubelet(t *testing.T) {
 	if os.Getenv(kubeletOptIn) != "1" {
-		t.Skipf("opt-in while the kubelet phase is proven: %s=1 runs it (builds kubelet %s on first use, about 4 min)", kubeletOptIn, harness.KubeletVersion)
+		t.Skipf("runs only with %s=1, which make e2e sets for its containerd 2.4.2 run (it builds kubelet %s on first use, about 4 min)", kubeletOptIn, harness.KubeletVersion)
 	}
 	c := harness.StartForTest(t, harness.ContainerdOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "devicePlugin:\n  enabled: true\n")
