@@ -75,7 +75,7 @@ for b in nvidia-cdi-hook nvidia-container-runtime; do
   install "$cache/nvidia-container-toolkit-$toolkit_version" "github.com/NVIDIA/nvidia-container-toolkit/cmd/$b@$toolkit_version" "$b"
 done
 
-# The kubelet (v1.34.4), for the opt-in kubelet phase of the suite only
+# The kubelet (v1.34.4), for the kubelet phase of the suite only
 # (NRI_GPU_E2E_KUBELET=1; keep in sync with harness.KubeletVersion). It is not
 # `go install`-able: its go.mod replaces k8s.io/* with ./staging, which the
 # module zip lacks. Build it from the module source with the staging replaces
