@@ -160,6 +160,19 @@ func quietLog() *logrus.Logger {
 	return log
 }
 
+// serveTwoNUMA serves the 2-NUMA node of twoNUMA through the plugin,
+// registered with a stand-in kubelet, and returns the snapshot, the node
+// (to swap its state) and the kubelet's client of the plugin.
+func serveTwoNUMA(t *testing.T) (*inventory.Snapshot, *node.Node, pluginapi.DevicePluginClient) {
+	t.Helper()
+	dir := socketDir(t)
+	k := startKubelet(t, dir, false)
+	snap := twoNUMA()
+	n := node.Fixed(stateOf(snap), quietLog())
+	runPlugin(t, n, deviceplugin.Options{SocketDir: dir})
+	return snap, n, k.dial(k.registered("nvidia.com/gpu"))
+}
+
 // socketDir is a short temporary directory (unix socket paths are limited
 // to 108 bytes).
 func socketDir(t *testing.T) string {
@@ -325,12 +338,7 @@ func TestReregister(t *testing.T) {
 // Allocate refuses it), and Healthy again when it is found again; a
 // driver that is unloaded makes every GPU Unhealthy.
 func TestHealthFollowsNode(t *testing.T) {
-	dir := socketDir(t)
-	k := startKubelet(t, dir, false)
-	snap := twoNUMA()
-	n := node.Fixed(stateOf(snap), quietLog())
-	runPlugin(t, n, deviceplugin.Options{SocketDir: dir})
-	c := k.dial(k.registered("nvidia.com/gpu"))
+	snap, n, c := serveTwoNUMA(t)
 	next := watch(t, c)
 	health := func(devs []*pluginapi.Device) map[string]string {
 		out := map[string]string{}
@@ -400,12 +408,7 @@ func TestHealthFollowsNode(t *testing.T) {
 // steps of 10): one NUMA node first, the tightest that fits, then the
 // nearest bus ids.
 func TestPreferredAllocation(t *testing.T) {
-	dir := socketDir(t)
-	k := startKubelet(t, dir, false)
-	snap := twoNUMA()
-	n := node.Fixed(stateOf(snap), quietLog())
-	runPlugin(t, n, deviceplugin.Options{SocketDir: dir})
-	c := k.dial(k.registered("nvidia.com/gpu"))
+	snap, _, c := serveTwoNUMA(t)
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	for _, tc := range []struct {
 		name            string
@@ -449,12 +452,7 @@ func TestPreferredAllocation(t *testing.T) {
 // device ID fails the call with an error naming it and the node's
 // devices.
 func TestAllocate(t *testing.T) {
-	dir := socketDir(t)
-	k := startKubelet(t, dir, false)
-	snap := twoNUMA()
-	n := node.Fixed(stateOf(snap), quietLog())
-	runPlugin(t, n, deviceplugin.Options{SocketDir: dir})
-	c := k.dial(k.registered("nvidia.com/gpu"))
+	snap, _, c := serveTwoNUMA(t)
 
 	r, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: uuids(snap, 5, 2)},

@@ -166,6 +166,20 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
+// runWatcher runs a watcher of p with o until the test ends.
+func runWatcher(t *testing.T, p *Node, o WatchOptions) *Watcher {
+	t.Helper()
+	w, err := p.NewWatcher(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
 func mustWrite(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
@@ -194,14 +208,7 @@ func TestWatcher(t *testing.T) {
 		mustWrite(t, cfgPath, fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n%s", cfg.HostRoot, cfg.DriverRoot, extra))
 	}
 	writeCfg("")
-	w, err := p.NewWatcher(WatchOptions{ConfigPath: cfgPath, Interval: -1, Debounce: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	w := runWatcher(t, p, WatchOptions{ConfigPath: cfgPath, Interval: -1, Debounce: 50 * time.Millisecond})
 
 	if _, err := simnode.Upgrade(n, "590.44.01", simnode.Options{}); err != nil {
 		t.Fatal(err)
@@ -246,14 +253,7 @@ func TestWatcherCDISpecs(t *testing.T) {
 		t.Fatal("CDI names without a spec")
 	}
 	os.MkdirAll(filepath.Join(n.Root, "etc/cdi"), 0o755)
-	w, err := p.NewWatcher(WatchOptions{Interval: -1, Debounce: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runWatcher(t, p, WatchOptions{Interval: -1, Debounce: 50 * time.Millisecond})
 
 	spec, err := cdispec.Generate(p.State().Source, inventory.DefaultCapabilities)
 	if err != nil {
@@ -291,14 +291,7 @@ func TestWatcherConfigMapUpdate(t *testing.T) {
 	if err := os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	w, err := p.NewWatcher(WatchOptions{ConfigPath: filepath.Join(dir, "config.yaml"), Interval: -1, Debounce: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runWatcher(t, p, WatchOptions{ConfigPath: filepath.Join(dir, "config.yaml"), Interval: -1, Debounce: 50 * time.Millisecond})
 
 	write("2", "libraryDir: /opt/nvidia/lib64\n")
 	waitFor(t, "the ConfigMap update", func() bool { return p.Config().LibraryDir == "/opt/nvidia/lib64" })

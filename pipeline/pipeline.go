@@ -356,7 +356,8 @@ func (p *Path) parse(c *call) error {
 // reconcile looks at what the runtime already gives the container. CDI
 // devices of NVIDIA's kinds are the runtime's answer: nothing is added.
 // GPU device nodes (a device plugin's --device, a runtime class) decide
-// the container's GPUs: they are kept, and none is added or booked.
+// the container's GPUs: they are kept (hold booked them), and no other
+// GPU is added.
 func (p *Path) reconcile(c *call) error {
 	cdi, err := runtimeCDIDevices(c.ctr)
 	if err != nil {

@@ -45,11 +45,11 @@ func hostileLDCache(n, strLen int) []byte {
 	return b
 }
 
-// bigLDCache returns a well-formed new-format ld.so.cache of n entries
-// that all name one short, unrelated library: big, but cheap to scan.
-func bigLDCache(n int) []byte {
+// newLDCache returns a new-format ld.so.cache of n 64-bit entries over
+// the string table strs; entry i names the key at strs offset 0 and the
+// value at strs offset value(i).
+func newLDCache(n int, strs string, value func(i int) int) []byte {
 	strOff := ldNewHeaderSize + n*ldNewEntrySize
-	strs := "libunrelated.so.1\x00/usr/lib64/libunrelated.so.1\x00"
 	b := make([]byte, strOff+len(strs))
 	copy(b, ldMagicNew)
 	binary.LittleEndian.PutUint32(b[20:], uint32(n))
@@ -58,10 +58,17 @@ func bigLDCache(n int) []byte {
 		e := b[ldNewHeaderSize+i*ldNewEntrySize:]
 		binary.LittleEndian.PutUint32(e[0:], ldFlagELFLibc6|ldFlagX8664Lib64)
 		binary.LittleEndian.PutUint32(e[4:], uint32(strOff))
-		binary.LittleEndian.PutUint32(e[8:], uint32(strOff+len("libunrelated.so.1\x00")))
+		binary.LittleEndian.PutUint32(e[8:], uint32(strOff+value(i)))
 	}
 	copy(b[strOff:], strs)
 	return b
+}
+
+// bigLDCache returns a well-formed new-format ld.so.cache of n entries
+// that all name one short, unrelated library: big, but cheap to scan.
+func bigLDCache(n int) []byte {
+	const key = "libunrelated.so.1\x00"
+	return newLDCache(n, key+"/usr/lib64/libunrelated.so.1\x00", func(int) int { return len(key) })
 }
 
 // loopingLDCache returns a new-format ld.so.cache of n entries, each
@@ -69,22 +76,11 @@ func bigLDCache(n int) []byte {
 // where x links to ".", each path costs 40 links to resolve before it
 // fails, and a warning that holds it.
 func loopingLDCache(n int) []byte {
+	const key = "libcuda.so.1\x00"
 	long := strings.Repeat("x/", 2000) + "y\x00"
-	strOff := ldNewHeaderSize + n*ldNewEntrySize
-	copies := n/2000 + 1
-	strs := "libcuda.so.1\x00" + strings.Repeat(long, copies)
-	b := make([]byte, strOff+len(strs))
-	copy(b, ldMagicNew)
-	binary.LittleEndian.PutUint32(b[20:], uint32(n))
-	binary.LittleEndian.PutUint32(b[24:], uint32(len(strs)))
-	for i := range n {
-		e := b[ldNewHeaderSize+i*ldNewEntrySize:]
-		binary.LittleEndian.PutUint32(e[0:], ldFlagELFLibc6|ldFlagX8664Lib64)
-		binary.LittleEndian.PutUint32(e[4:], uint32(strOff))
-		binary.LittleEndian.PutUint32(e[8:], uint32(strOff+len("libcuda.so.1\x00")+(i/2000)*len(long)+2*(i%2000)))
-	}
-	copy(b[strOff:], strs)
-	return b
+	return newLDCache(n, key+strings.Repeat(long, n/2000+1), func(i int) int {
+		return len(key) + (i/2000)*len(long) + 2*(i%2000)
+	})
 }
 
 // elfWithDynamic returns the head of a 64-bit little-endian ELF shared

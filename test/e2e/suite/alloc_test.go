@@ -17,6 +17,24 @@ import (
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
+// exclusiveWorld starts a private containerd and nri-gpu on a simulated
+// RHEL-layout node with sharing: exclusive, serving its status on a socket
+// of its own (returned, for allocTable).
+func exclusiveWorld(t *testing.T) (*world, string) {
+	t.Helper()
+	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")
+	dir, err := os.MkdirTemp("", "nri-gpu-e2e-st-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "status.sock")
+	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
+	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
+	return w, socket
+}
+
 // allocTable returns the running plugin's allocation table in
 // alloc.Summary's form, read with `nri-gpu status -o json`.
 func allocTable(t *testing.T, socket string) string {
@@ -39,16 +57,8 @@ func allocTable(t *testing.T, socket string) string {
 // containers' own (gpus.nri-gpu.dev/container.<name>): a pod-level count
 // is held until the pod stops (TestHoldersOnRealContainerd).
 func TestAllocationAcrossRestarts(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
-	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")
-	dir, err := os.MkdirTemp("", "nri-gpu-e2e-st-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "status.sock")
-	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
-	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
+	w, socket := exclusiveWorld(t)
+	c, n := w.c, w.node
 
 	a := w.mustRun("a", map[string]string{"gpus.nri-gpu.dev/container.a": "2"}, harness.ContainerSpec{})
 	b := w.mustRun("b", map[string]string{"gpus.nri-gpu.dev/container.b": "2"}, harness.ContainerSpec{})

@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
-	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
 // TestHoldersOnRealContainerd, on an exclusive node of 4 GPUs with a real
@@ -24,16 +22,8 @@ import (
 // pod's: its init container, main container and sidecar share one
 // booking, held until the pod stops.
 func TestHoldersOnRealContainerd(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
-	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")
-	dir, err := os.MkdirTemp("", "nri-gpu-e2e-st-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "status.sock")
-	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
-	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
+	w, socket := exclusiveWorld(t)
+	c, n := w.c, w.node
 	node := func(i int) *runtimeapi.Device {
 		return &runtimeapi.Device{HostPath: filepath.Join(n.Root, "dev", fmt.Sprint("nvidia", i)), ContainerPath: fmt.Sprint("/dev/nvidia", i), Permissions: "rwm"}
 	}
