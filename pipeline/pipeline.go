@@ -407,12 +407,11 @@ func (p *Path) selectDevices(c *call) error {
 // when it gave some (booked by hold: the runtime decided), none for a
 // management container (it sees every GPU and holds none, but is refused
 // while another container holds one of them exclusively), else those
-// named or, for a count, those the table picks. A pod-level count
-// (gpus.nri-gpu.dev/pod: N) is the pod's: booked once, by its first
-// container, for the pod (alloc.PodHolder), and every later container of
-// the pod joins that holding and gets its GPUs. (Named pod-level requests
-// give every container the same GPUs by naming them: each container
-// books them.)
+// named or, for a count, those the table picks. A pod-level request
+// (gpus.nri-gpu.dev/pod: a count or named GPUs) is the pod's: booked once,
+// by its first container, for the pod (alloc.PodHolder), and every later
+// container of the pod joins that holding and gets its GPUs, so that an
+// exclusive pod-level request does not refuse the pod's own sidecar.
 func (p *Path) book(c *call) error {
 	r, sel := &c.res.Request, &c.res.Selection
 	switch {
@@ -439,7 +438,7 @@ func (p *Path) book(c *call) error {
 	for _, g := range sel.GPUs {
 		req.GPUs = append(req.GPUs, g.Index)
 	}
-	podLevel := r.Source.Kind == request.PodAnnotation && sel.Count > 0
+	podLevel := r.Source.Kind == request.PodAnnotation
 	var got []int
 	var err error
 	if podLevel {
