@@ -131,6 +131,7 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 			} else {
 				h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
 			}
+			h.Runtime = len(h.GPUs) > 0
 		}
 		if len(h.GPUs) > 0 {
 			hs = append(hs, h)

@@ -235,8 +235,9 @@ const runtimeSource = "the GPUs the runtime gave the container (device plugin, -
 // request is looked at: their device nodes (a device plugin's DeviceSpecs,
 // --device) and CDI devices of the source's kind. They are the runtime's
 // (the kubelet's) choice: the container keeps exactly those, and they are
-// booked in the node's sharing mode, so that no count request hands them
-// out again. A conflict with an exclusive holding refuses the container,
+// booked in the node's sharing mode and marked as the runtime's
+// (alloc.Holding.Runtime), so that no count request hands them out again,
+// on a shared node either. A conflict with an exclusive holding refuses the container,
 // naming the holder, as for any request. A privileged container (one the
 // runtime gave every host device, see privileged) has no GPU from its
 // device nodes; a container without any books nothing. The booking is
@@ -267,11 +268,11 @@ func (p *Path) hold(c *call) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kub != nil})
+	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kub != nil, Runtime: true})
 	if err != nil {
 		return err
 	}
-	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kub != nil}
+	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kub != nil, Runtime: true}
 	c.runtimeBooked = true
 	c.kubelet = kub
 	return nil
