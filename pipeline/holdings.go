@@ -180,7 +180,7 @@ func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.H
 	}
 	for _, d := range c.GetCDIDevices() {
 		vendor, class, id, err := parser.ParseQualifiedName(d.GetName())
-		if err != nil || vendor+"/"+class != src.Kind() {
+		if err != nil || !nvidiaCDIKind(vendor+"/"+class, src.Kind()) {
 			continue
 		}
 		if id == "all" {

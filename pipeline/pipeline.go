@@ -312,11 +312,26 @@ func (p *Path) find(c *call) error {
 // before its value is read. A denied NVIDIA_VISIBLE_DEVICES is ignored,
 // and set to void so that no other injector (the NVIDIA runtime, a CDI
 // hook) honours it; any other denied source refuses the container.
+//
+// NVIDIA_VISIBLE_DEVICES and the device plugin's mount list are also
+// what a device plugin (NVIDIA's, DEVICE_LIST_STRATEGY envvar or
+// volume-mounts) hands the kubelet: where the runtime gave the container
+// GPU device nodes as well (its PASS_DEVICE_SPECS=true), which a pod
+// cannot add to its spec, the nodes decide its GPUs (hold booked them,
+// reconcile keeps exactly them) and the variable or list is not a request
+// of the pod's author: it is served, whatever the policy, with the driver
+// files of those GPUs only.
 func (p *Path) authorize(c *call) error {
 	if c.kubelet != nil {
 		return nil
 	}
-	return p.allow(c, c.found.PolicySource(), c.found.Source)
+	src := c.found.PolicySource()
+	if (src == policy.Env || src == policy.DeviceList) && c.runtimeBooked && !c.privileged && len(c.ctr.GetLinux().GetDevices()) > 0 {
+		if given, err := runtimeGPUs(p.Source.Devices(), c.ctr); err == nil && len(given) > 0 {
+			return nil
+		}
+	}
+	return p.allow(c, src, c.found.Source)
 }
 
 func (p *Path) allow(c *call, src policy.Source, from request.Source) error {
