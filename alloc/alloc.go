@@ -481,6 +481,10 @@ type HolderState struct {
 	// Kubelet is set when the holding is the kubelet's assignment
 	// (Holding.Kubelet).
 	Kubelet bool `json:"kubelet,omitempty"`
+	// Runtime is set when the runtime gave the holder the GPU
+	// (Holding.Runtime): the kubelet's assignment through any device
+	// plugin's device nodes, --device, CDI devices.
+	Runtime bool `json:"runtime,omitempty"`
 }
 
 // State returns the table: one row per GPU of the node, ascending, then one
@@ -500,7 +504,7 @@ func (t *Table) State() []GPUState {
 		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}}
 		hs := t.byGPU[g]
 		for _, h := range hs {
-			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet})
+			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet, Runtime: h.Runtime || h.Kubelet})
 		}
 		switch {
 		case anyExclusive(hs):
