@@ -237,6 +237,39 @@ func TestDaemonSetLayout(t *testing.T) {
 	if err != nil || len(kadj.GetMounts()) == 0 || !slices.ContainsFunc(kadj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == g.UUID }) {
 		t.Errorf("the kubelet's assignment under the shipped policy: %v, %v", kadj, err)
 	}
+	// Only the device plugins' allocations get GPUs under the shipped
+	// configuration: the kubelet's annotation without the GPU's node (a
+	// pod's forgery) gets nothing; NVIDIA's device plugin's envvar output
+	// with its device specs gets the driver for that GPU, without them
+	// it is voided.
+	nvidia := func(name string, ann map[string]string, nodes bool) *api.ContainerAdjustment {
+		t.Helper()
+		g := n.GPUs[0]
+		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Annotations: ann,
+			Env: []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=" + g.UUID}, Linux: &api.LinuxContainer{}}
+		if nodes {
+			ctr.Linux.Devices = []*api.LinuxDevice{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}
+		}
+		rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
+			Pod: &api.PodSandbox{Id: "pod-" + name, Name: "pod-" + name, Namespace: "tenant-b", Uid: "uid-" + name}, Container: ctr})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return rpl.GetAdjust()
+	}
+	voided := func(a *api.ContainerAdjustment) bool {
+		return len(a.GetMounts()) == 0 && len(a.GetLinux().GetDevices()) == 0 &&
+			slices.ContainsFunc(a.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" })
+	}
+	if a := nvidia("forged", map[string]string{"gpus.nri-gpu.dev/kubelet": n.GPUs[0].UUID}, false); !voided(a) {
+		t.Errorf("a forged kubelet annotation under the shipped policy: %v", a)
+	}
+	if a := nvidia("envvar", nil, false); !voided(a) {
+		t.Errorf("NVIDIA's envvar output without device specs under the shipped policy: %v", a)
+	}
+	if a := nvidia("envvar-specs", nil, true); len(a.GetMounts()) == 0 || len(a.GetLinux().GetDevices()) == 0 {
+		t.Errorf("NVIDIA's envvar output with device specs under the shipped policy: %v", a)
+	}
 	if !strings.Contains(p.log.String(), "serving status on /run/nri-gpu/status.sock") {
 		t.Errorf("no status socket in the DaemonSet layout:\n%s", p.log.String())
 	}
