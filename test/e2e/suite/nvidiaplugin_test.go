@@ -3,6 +3,7 @@ package suite
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,5 +64,47 @@ func TestNVIDIADevicePluginOnContainerd(t *testing.T) {
 	_, err := w.run("list", nil, harness.ContainerSpec{Mounts: list, Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}})
 	if err == nil || !strings.Contains(err.Error(), "PASS_DEVICE_SPECS=true") {
 		t.Errorf("the device plugin's list without device nodes: %v, want a refusal naming PASS_DEVICE_SPECS=true", err)
+	}
+}
+
+// TestNVIDIADevicePluginCDIOnContainerd: DEVICE_LIST_STRATEGY=cdi-cri on a
+// real containerd: the kubelet passes NVIDIA's device plugin's CDI device
+// (k8s.device-plugin.nvidia.com/gpu=<UUID>, from a spec in the runtime's
+// CDI directory) and containerd resolves it. nri-gpu injects nothing on
+// top (the image's NVIDIA_VISIBLE_DEVICES=all, allowed here, does not
+// make it inject the driver a second time), and books the GPU as the
+// runtime's, so that a count request cannot have it.
+func TestNVIDIADevicePluginCDIOnContainerd(t *testing.T) {
+	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	n := newNode(t, simnode.LayoutDebian, "sharing: exclusive\n")
+	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
+	socket := filepath.Join(t.TempDir(), "status.sock")
+	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
+	// The device plugin's spec: nri-gpu's own, under the plugin's kind.
+	out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", n.config, "-o", "-").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
+	}
+	spec := strings.Replace(string(out), "kind: nvidia.com/gpu", "kind: k8s.device-plugin.nvidia.com/gpu", 1)
+	if spec == string(out) {
+		t.Fatalf("no kind line in the spec:\n%s", out)
+	}
+	if err := os.WriteFile(filepath.Join(c.CDISpecDir, "k8s.device-plugin.nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := n.GPUs[1]
+	e := w.mustRun("cdicri", nil, harness.ContainerSpec{Image: harness.GlibcImage, CDIDevices: []string{"k8s.device-plugin.nvidia.com/gpu=" + g.UUID},
+		Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}})
+	if out, code := e.sh("gpucheck cuda nvml"); code != 0 || !strings.Contains(out, "devices=1") {
+		t.Errorf("gpucheck:\n%s\n%s", out, e.view())
+	}
+	if log := w.plugin.log.String(); !strings.Contains(log, "the runtime already gives the container the CDI devices k8s.device-plugin.nvidia.com/gpu="+g.UUID+": nothing injected") {
+		t.Errorf("nri-gpu did not leave the runtime's CDI device alone:\n%s", log)
+	}
+	if got, want := allocTable(t, socket), "0=free 1=exclusive[default/cdicri/cdicri] 2=free 3=free"; got != want {
+		t.Errorf("table %s\nwant %s", got, want)
+	}
+	if _, err := w.run("count", map[string]string{"gpus.nri-gpu.dev/pod": "4"}, harness.ContainerSpec{}); err == nil {
+		t.Error("a count of 4 was met while the runtime gave GPU 1 to a container")
 	}
 }
