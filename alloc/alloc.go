@@ -90,6 +90,11 @@ type Holding struct {
 	// device plugin's Allocate, checked against the container's device
 	// nodes), not a request nri-gpu read.
 	Kubelet bool
+	// Runtime is set when the runtime gave the container the GPUs (a
+	// device plugin's DeviceSpecs, --device, CDI devices; the kubelet's
+	// assignment too): a count request never gets them, in shared mode
+	// either, since their allocator hands them out by its own accounting.
+	Runtime bool
 }
 
 // Request asks for the GPUs of one container.
@@ -109,6 +114,9 @@ type Request struct {
 	// Kubelet marks the holding as the kubelet's assignment
 	// (Holding.Kubelet).
 	Kubelet bool
+	// Runtime marks the GPUs as the runtime's gift (Holding.Runtime);
+	// Kubelet implies it.
+	Runtime bool
 }
 
 // Error is a request the table cannot meet. Its message, which the
@@ -205,7 +213,7 @@ func (t *Table) allocate(r Request) ([]int, error) {
 		}
 		return nil, err
 	}
-	t.add(&Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus, Kubelet: r.Kubelet})
+	t.add(&Holding{Holder: r.Holder, Mode: r.Mode, GPUs: gpus, Kubelet: r.Kubelet, Runtime: r.Runtime || r.Kubelet})
 	return slices.Clone(gpus), nil
 }
 
@@ -277,6 +285,12 @@ func usable(m Mode, hs []*Holding) bool {
 	return !anyExclusive(hs)
 }
 
+// countable reports whether a count request in mode m may be given a GPU
+// with holdings hs: usable, and given to no container by the runtime.
+func countable(m Mode, hs []*Holding) bool {
+	return usable(m, hs) && !slices.ContainsFunc(hs, func(h *Holding) bool { return h.Runtime || h.Kubelet })
+}
+
 func anyExclusive(hs []*Holding) bool {
 	for _, h := range hs {
 		if h.Mode == Exclusive {
@@ -309,7 +323,7 @@ func (t *Table) pick(r Request) ([]int, error) {
 	}
 	var cands []int
 	for _, g := range t.gpus {
-		if usable(r.Mode, t.byGPU[g]) {
+		if countable(r.Mode, t.byGPU[g]) {
 			cands = append(cands, g)
 		}
 	}
@@ -338,10 +352,14 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 	var held []string
 	for _, g := range t.gpus {
 		hs := t.byGPU[g]
-		if usable(r.Mode, hs) {
+		if countable(r.Mode, hs) {
 			continue
 		}
-		held = append(held, fmt.Sprintf("GPU %d: %s", g, describe(hs)))
+		given := ""
+		if usable(r.Mode, hs) {
+			given = ", given by the runtime"
+		}
+		held = append(held, fmt.Sprintf("GPU %d: %s%s", g, describe(hs), given))
 	}
 	if len(held) > 0 {
 		b.WriteString("; held: ")
@@ -463,6 +481,10 @@ type HolderState struct {
 	// Kubelet is set when the holding is the kubelet's assignment
 	// (Holding.Kubelet).
 	Kubelet bool `json:"kubelet,omitempty"`
+	// Runtime is set when the runtime gave the holder the GPU
+	// (Holding.Runtime): the kubelet's assignment through any device
+	// plugin's device nodes, --device, CDI devices.
+	Runtime bool `json:"runtime,omitempty"`
 }
 
 // State returns the table: one row per GPU of the node, ascending, then one
@@ -482,7 +504,7 @@ func (t *Table) State() []GPUState {
 		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}}
 		hs := t.byGPU[g]
 		for _, h := range hs {
-			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet})
+			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet, Runtime: h.Runtime || h.Kubelet})
 		}
 		switch {
 		case anyExclusive(hs):
@@ -501,7 +523,7 @@ func (t *Table) Holdings() []Holding {
 	defer t.mu.Unlock()
 	out := make([]Holding, 0, len(t.byID))
 	for _, h := range t.byID {
-		out = append(out, Holding{Holder: h.Holder, Mode: h.Mode, GPUs: slices.Clone(h.GPUs), Kubelet: h.Kubelet})
+		out = append(out, Holding{Holder: h.Holder, Mode: h.Mode, GPUs: slices.Clone(h.GPUs), Kubelet: h.Kubelet, Runtime: h.Runtime})
 	}
 	slices.SortFunc(out, func(a, b Holding) int { return strings.Compare(a.Holder.ID, b.Holder.ID) })
 	return out

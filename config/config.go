@@ -92,6 +92,10 @@ type DevicePlugin struct {
 	// SocketDir is the kubelet's device plugin directory, where its
 	// registration socket is and the plugin serves its own.
 	SocketDir string `json:"socketDir,omitempty"`
+	// DevRoot is the host's device directory as the kubelet and the
+	// runtime see it: Allocate's device specs name each GPU's node there
+	// on the host (HostPath), and at /dev in the container.
+	DevRoot string `json:"devRoot,omitempty"`
 }
 
 // CDIImport says which CDI devices to serve.
@@ -169,6 +173,9 @@ const (
 	// devicePlugin key (the kubelet's own directory).
 	DefaultResourceName    = inventory.KindNVIDIA
 	DefaultDevicePluginDir = "/var/lib/kubelet/device-plugins"
+	// DefaultDevRoot is the host's device directory, as the kubelet
+	// sees it (devicePlugin.devRoot).
+	DefaultDevRoot = "/dev"
 )
 
 // DefaultCDISpecDirs are the CDI spec directories runtimes read by default.
@@ -223,6 +230,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DevicePlugin.SocketDir == "" {
 		c.DevicePlugin.SocketDir = DefaultDevicePluginDir
+	}
+	if c.DevicePlugin.DevRoot == "" {
+		c.DevicePlugin.DevRoot = DefaultDevRoot
 	}
 	c.Policy.SetDefaults()
 }
@@ -422,6 +432,9 @@ func checkMode[T ~string](key, noun string, v T, valid []T) error {
 // resource name, as the kubelet requires) and socket directory.
 func (d DevicePlugin) validate() error {
 	if err := checkPath("devicePlugin.socketDir", d.SocketDir); err != nil {
+		return err
+	}
+	if err := checkPath("devicePlugin.devRoot", d.DevRoot); err != nil {
 		return err
 	}
 	if strings.ContainsAny(d.SocketDir, ":\x00") {

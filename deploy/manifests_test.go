@@ -145,6 +145,7 @@ type helmValues struct {
 	Config               map[string]any              `json:"config"`
 	DriverRootHostPath   string                      `json:"driverRootHostPath"`
 	LibraryCacheHostPath string                      `json:"libraryCacheHostPath"`
+	KubeletDevicePlugin  string                      `json:"kubeletDevicePluginHostPath"`
 	MetricsPort          int                         `json:"metricsPort"`
 	NodeSelector         map[string]string           `json:"nodeSelector"`
 	Tolerations          []corev1.Toleration         `json:"tolerations"`
@@ -277,6 +278,10 @@ func TestHelmChart(t *testing.T) {
 // configuration.
 var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true}
 
+// kubeletDevicePlugins is the kubelet's device plugin directory, mounted
+// read-write when the configuration turns the device plugin on.
+const kubeletDevicePlugins = "/var/lib/kubelet/device-plugins"
+
 // checkDaemonSet checks the DaemonSet's invariants against the ConfigMap
 // and the plugin's own configuration parser.
 func checkDaemonSet(t *testing.T, objs objects) {
@@ -397,20 +402,30 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		}
 		hostMounts[v.HostPath.Path] = m.MountPath
 		isCache := usesCache && v.HostPath.Path == cacheHost
-		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache
+		// The kubelet's device plugin directory: where the plugin's
+		// socket is made and the kubelet's is (devicePlugin.enabled).
+		isKubelet := cfg.DevicePlugin.Enabled && v.HostPath.Path == kubeletDevicePlugins
+		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet
 		if !justified {
 			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
 		}
 		// Writable: the NRI socket's directory (connecting needs write
 		// access), and nri-gpu's own library cache; the driver root and
 		// everything else of the host is read-only.
-		writable := v.HostPath.Path == "/var/run/nri" || isCache
+		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet
 		if !m.ReadOnly && !writable {
-			t.Errorf("host path %s is mounted writable; only the NRI socket's directory and nri-gpu's library cache (%s) may be", v.HostPath.Path, cacheHost)
+			t.Errorf("host path %s is mounted writable; only the NRI socket's directory, nri-gpu's library cache (%s) and the kubelet's device plugin directory may be", v.HostPath.Path, cacheHost)
+		}
+		if isKubelet && (m.ReadOnly || m.MountPath != cfg.DevicePlugin.SocketDir || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory) {
+			t.Errorf("the kubelet's %s is mounted at %s (read-only %v, type %v); want it read-write at devicePlugin.socketDir %s, type Directory",
+				kubeletDevicePlugins, m.MountPath, m.ReadOnly, v.HostPath.Type, cfg.DevicePlugin.SocketDir)
 		}
 		if isCache && m.MountPath != cacheMount {
 			t.Errorf("the library cache %s is mounted at %s; nri-gpu writes it at %s (libraryCacheMount)", cacheHost, m.MountPath, cacheMount)
 		}
+	}
+	if _, ok := hostMounts[kubeletDevicePlugins]; ok != cfg.DevicePlugin.Enabled {
+		t.Errorf("devicePlugin.enabled is %v, and the kubelet's %s mounted: %v", cfg.DevicePlugin.Enabled, kubeletDevicePlugins, ok)
 	}
 	if _, ok := hostMounts[cacheHost]; usesCache && !ok {
 		t.Errorf("libraryMode %s, and the library cache %s is not mounted read-write where nri-gpu writes it (%s)", cfg.LibraryMode, cacheHost, cacheMount)
@@ -461,9 +476,10 @@ func TestHelmLibraryModeFiles(t *testing.T) {
 
 // TestHostWritableOnlyOwnDirs checks the shipped DaemonSets' least
 // privilege directly: every host path is mounted read-only except the
-// runtime's NRI socket directory and nri-gpu's library cache
-// (/var/lib/nri-gpu), and the only other writable mount is the emptyDir
-// of the status socket (/run/nri-gpu).
+// runtime's NRI socket directory, nri-gpu's library cache
+// (/var/lib/nri-gpu) and the kubelet's device plugin directory (the
+// plugin's socket, docs/security.md), and the only other writable mount
+// is the emptyDir of the status socket (/run/nri-gpu).
 func TestHostWritableOnlyOwnDirs(t *testing.T) {
 	plain, _ := loadKubernetes(t)
 	helm, _ := renderHelm(t, nil)
@@ -486,9 +502,44 @@ func TestHostWritableOnlyOwnDirs(t *testing.T) {
 				writable = append(writable, m.MountPath)
 			}
 		}
-		want := []string{"/run/nri-gpu", "host /var/run/nri at /var/run/nri", "host /var/lib/nri-gpu at /var/lib/nri-gpu"}
+		want := []string{"/run/nri-gpu", "host /var/run/nri at /var/run/nri", "host /var/lib/nri-gpu at /var/lib/nri-gpu",
+			"host /var/lib/kubelet/device-plugins at /var/lib/kubelet/device-plugins"}
 		if !cmp.Equal(sorted(writable), sorted(want)) {
 			t.Errorf("%s: writable mounts %q, want exactly %q", name, writable, want)
 		}
 	}
+}
+
+// TestDevicePluginShipped: the shipped configurations turn nri-gpu's
+// device plugin on for nvidia.com/gpu in the kubelet's directory, which
+// the DaemonSet mounts read-write (checkDaemonSet); the chart's
+// config.devicePlugin.enabled: false (a cluster that keeps NVIDIA's device
+// plugin) turns it off and mounts no kubelet directory, and the policy
+// stays closed either way.
+func TestDevicePluginShipped(t *testing.T) {
+	plain, _ := loadKubernetes(t)
+	chart, values := renderHelm(t, nil)
+	for name, objs := range map[string]objects{"deploy/kubernetes": plain, "helm": chart} {
+		dp := parseShipped(t, objs).DevicePlugin
+		if !dp.Enabled || dp.ResourceName != "nvidia.com/gpu" || dp.SocketDir != kubeletDevicePlugins || dp.DevRoot != "/dev" {
+			t.Errorf("%s: devicePlugin %+v, want enabled, nvidia.com/gpu in %s, devRoot /dev", name, dp, kubeletDevicePlugins)
+		}
+	}
+	if values.KubeletDevicePlugin != kubeletDevicePlugins {
+		t.Errorf("kubeletDevicePluginHostPath %q, want %s", values.KubeletDevicePlugin, kubeletDevicePlugins)
+	}
+
+	off, _ := renderHelm(t, func(v map[string]any) {
+		v["config"].(map[string]any)["devicePlugin"].(map[string]any)["enabled"] = false
+	})
+	checkDaemonSet(t, off)
+	if parseShipped(t, off).DevicePlugin.Enabled {
+		t.Error("devicePlugin.enabled: false renders a configuration with the device plugin on")
+	}
+	for _, v := range off.daemonSet.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/var/lib/kubelet") {
+			t.Errorf("device plugin off: the kubelet's %s is still mounted", v.HostPath.Path)
+		}
+	}
+	checkClosed(t, "chart with the device plugin off", parseShipped(t, off).Policy)
 }

@@ -73,6 +73,12 @@ type Options struct {
 	// SocketDir is the kubelet's device plugin directory; default
 	// DefaultSocketDir.
 	SocketDir string
+	// DevRoot is the host's device directory as the kubelet and the
+	// runtime see it (devicePlugin.devRoot); default /dev. Allocate
+	// names a GPU's node /dev/<name> in the container and
+	// DevRoot/<name> on the host: a simulated node keeps its devfs
+	// elsewhere.
+	DevRoot string
 }
 
 // Plugin is the device plugin of one node. Its exported RPC methods are
@@ -101,6 +107,9 @@ func New(n *node.Node, o Options, log *logrus.Logger) *Plugin {
 	}
 	if o.SocketDir == "" {
 		o.SocketDir = DefaultSocketDir
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = config.DefaultDevRoot
 	}
 	return &Plugin{
 		node:    n,

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,9 +204,9 @@ func quote(s string) string {
 }
 
 // Allocate answers the kubelet with, for each container, the device nodes
-// of the GPUs it was given (the same path on the host and in the
-// container, read-write) and the annotation AllocationAnnotation naming
-// them. Driver files and environment are not given here: the NRI side
+// of the GPUs it was given (read-write; /dev/nvidia<minor> in the
+// container, the same node under Options.DevRoot on the host, hostPath) and the
+// annotation AllocationAnnotation naming them. Driver files and environment are not given here: the NRI side
 // adds them when the container is created. An ID that is no healthy GPU of
 // the node fails the call, naming it.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -219,7 +220,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		cresp := &pluginapi.ContainerAllocateResponse{Annotations: map[string]string{}}
 		ids := make([]string, 0, len(gpus))
 		for _, g := range gpus {
-			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{ContainerPath: g.Node.Path, HostPath: g.Node.Path, Permissions: "rw"})
+			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{ContainerPath: g.Node.Path, HostPath: p.hostPath(g.Node.Path), Permissions: "rw"})
 			ids = append(ids, g.ID())
 		}
 		cresp.Annotations[AllocationAnnotation] = strings.Join(ids, ",")
@@ -227,4 +228,15 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		p.log.WithField("devices", ids).Debug("allocated")
 	}
 	return resp, nil
+}
+
+// hostPath is the host's path of the device node that discovery found at
+// p (/dev/<name>, the path it has in a container): <name> under
+// Options.DevRoot. A path outside /dev (discovery finds none) is kept.
+func (p *Plugin) hostPath(node string) string {
+	rel, ok := strings.CutPrefix(node, "/dev/")
+	if !ok || rel == "" {
+		return node
+	}
+	return filepath.Join(p.o.DevRoot, rel)
 }

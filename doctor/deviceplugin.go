@@ -1,10 +1,16 @@
 package doctor
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nri-gpu/nri-gpu/config"
 )
@@ -14,7 +20,9 @@ import (
 // Registration socket (kubelet.sock in devicePlugin.socketDir) exists and
 // accepts connections, and nri-gpu's own socket is in that directory (the
 // kubelet removes every socket there when it starts; nri-gpu serves again
-// and registers again). Off, it is skipped and says so.
+// and registers again) and answers ListAndWatch as it answers the kubelet:
+// the devices advertised, and how many are healthy. Off, it is skipped
+// and says so.
 func checkDevicePlugin(o *Options, out *[]Result) {
 	const name = "device plugin"
 	dp := o.Config.DevicePlugin
@@ -60,9 +68,50 @@ func checkDevicePlugin(o *Options, out *[]Result) {
 	case fi.Mode()&os.ModeSocket == 0:
 		add(out, Injection, name, Fail, own+": exists and is not a socket", "remove it; nri-gpu run makes its socket there")
 	default:
-		add(out, Injection, name, Pass, "nri-gpu serves "+resource+" on "+own, "")
+		n, healthy, err := advertised(own)
+		switch {
+		case err != nil:
+			add(out, Injection, name, Fail, own+": does not answer the kubelet's ListAndWatch (a socket left by an nri-gpu that stopped?): "+err.Error(),
+				"restart nri-gpu run with devicePlugin.enabled: true; it replaces the socket and registers again")
+		case n == 0 || healthy == 0:
+			add(out, Injection, name, Warn, fmt.Sprintf("nri-gpu serves %s on %s, with %d devices, %d healthy: the scheduler sees no GPU here", resource, own, n, healthy),
+				"run nri-gpu inventory: discovery finds no GPU, or the driver is not loaded")
+		default:
+			add(out, Injection, name, Pass, fmt.Sprintf("nri-gpu serves %s on %s: %d devices advertised, %d healthy", resource, own, n, healthy), "")
+		}
 	}
 }
+
+// advertised asks the device plugin serving socket for its devices, as
+// the kubelet does (ListAndWatch, first answer), within listTimeout, and
+// counts them and the healthy ones.
+func advertised(socket string) (n, healthy int, err error) {
+	conn, err := grpc.NewClient("unix:"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+	defer cancel()
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range resp.GetDevices() {
+		n++
+		if d.GetHealth() == pluginapi.Healthy {
+			healthy++
+		}
+	}
+	return n, healthy, nil
+}
+
+// listTimeout bounds doctor's ListAndWatch call to the device plugin.
+const listTimeout = 2 * time.Second
 
 // errText says "not found" for a missing file, else the error.
 func errText(err error) string {

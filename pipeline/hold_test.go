@@ -231,3 +231,67 @@ func TestPodLevelCount(t *testing.T) {
 		t.Errorf("pod release: %d, left %+v", n, table.Holdings())
 	}
 }
+
+// TestPodLevelExclusiveSidecar: a pod-level request (a count or named
+// GPUs) with exclusive=true is the pod's, booked once: its init
+// container, main container and sidecar all get the GPUs, and another
+// pod cannot. Named GPUs were booked by each container for itself, so the
+// main container's exclusive hold refused the sidecar (this test failed
+// before named pod-level requests joined the pod's holding).
+func TestPodLevelExclusiveSidecar(t *testing.T) {
+	for _, tc := range []struct{ val, want string }{
+		{"count=2,exclusive=true", "0,1"},
+		{`"device=1,3",exclusive=true`, "1,3"},
+	} {
+		t.Run(tc.val, func(t *testing.T) {
+			prep := adjust.Prepare(benchSnapshot(), layout)
+			table := tableFor(prep.Snapshot())
+			pod := &api.PodSandbox{Id: "p1", Name: "train", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": tc.val}}
+			var ctrs []*api.Container
+			for _, name := range []string{"init", "main", "sidecar"} {
+				c := &api.Container{Id: "c-" + name, PodSandboxId: "p1", Name: name}
+				adj, res, err := handle(prep, table, alloc.Shared, pod, c)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if res.Holding == nil || res.Holding.Holder != alloc.PodHolder("p1", "ml", "train") || res.Holding.Mode != alloc.Exclusive {
+					t.Errorf("%s: holding %+v, want the pod's, exclusive", name, res.Holding)
+				}
+				if got := envOf(adj)["NVIDIA_VISIBLE_DEVICES"]; got == "" || len(strings.Split(got, ",")) != 2 {
+					t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want 2 GPUs", name, got)
+				}
+				c.Annotations = adj.Annotations
+				c.Linux = &api.LinuxContainer{Devices: adj.GetLinux().GetDevices()}
+				c.State = api.ContainerState_CONTAINER_RUNNING
+				if name == "init" {
+					// The kubelet starts the main container once the init
+					// container has exited.
+					table.Release(c.Id)
+					c.State = api.ContainerState_CONTAINER_STOPPED
+				}
+				ctrs = append(ctrs, c)
+			}
+			want := map[string]string{
+				"0,1": "0=exclusive[ml/train] 1=exclusive[ml/train] 2=free 3=free 4=free 5=free 6=free 7=free",
+				"1,3": "0=free 1=exclusive[ml/train] 2=free 3=exclusive[ml/train] 4=free 5=free 6=free 7=free",
+			}[tc.want]
+			if got := alloc.Summary(table.State()); got != want {
+				t.Errorf("table %s\nwant %s", got, want)
+			}
+			// Another pod asking for the same GPUs is refused.
+			other := &api.PodSandbox{Id: "p2", Name: "other", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": `"device=` + tc.want + `"`}}
+			if _, _, err := handle(prep, table, alloc.Shared, other, &api.Container{Id: "c-other", PodSandboxId: "p2", Name: "c"}); err == nil {
+				t.Error("another pod got GPUs the pod holds exclusively")
+			}
+			// Synchronize rebuilds one holding for the pod.
+			hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, ctrs)
+			if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || hs[0].Mode != alloc.Exclusive || len(hs[0].Members) != 2 {
+				t.Errorf("rebuilt: %+v, %q", hs, warnings)
+			}
+			table.Rebuild(hs)
+			if got := alloc.Summary(table.State()); got != want {
+				t.Errorf("after rebuild: %s\nwant %s", got, want)
+			}
+		})
+	}
+}

@@ -131,6 +131,7 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 			} else {
 				h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
 			}
+			h.Runtime = len(h.GPUs) > 0
 		}
 		if len(h.GPUs) > 0 {
 			hs = append(hs, h)
@@ -179,7 +180,7 @@ func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.H
 	}
 	for _, d := range c.GetCDIDevices() {
 		vendor, class, id, err := parser.ParseQualifiedName(d.GetName())
-		if err != nil || vendor+"/"+class != src.Kind() {
+		if err != nil || !nvidiaCDIKind(vendor+"/"+class, src.Kind()) {
 			continue
 		}
 		if id == "all" {

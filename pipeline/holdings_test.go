@@ -73,10 +73,10 @@ func TestHoldings(t *testing.T) {
 	want := []alloc.Holding{
 		{Holder: alloc.Holder{ID: "a", PodID: "p1", Namespace: "ns", Pod: "one", Container: "a"}, Mode: alloc.Exclusive, GPUs: []int{0, 1}},
 		{Holder: alloc.Holder{ID: "b", PodID: "p1", Namespace: "ns", Pod: "one", Container: "b"}, Mode: alloc.Shared, GPUs: []int{2}},
-		{Holder: alloc.Holder{ID: "d", PodID: "p2", Namespace: "ns", Pod: "two", Container: "d"}, Mode: alloc.Exclusive, GPUs: []int{4}},
-		{Holder: alloc.Holder{ID: "e", PodID: "p2", Namespace: "ns", Pod: "two", Container: "e"}, Mode: alloc.Exclusive, GPUs: []int{5, 6}},
-		{Holder: alloc.Holder{ID: "f", PodID: "p2", Namespace: "ns", Pod: "two", Container: "f"}, Mode: alloc.Exclusive, GPUs: all},
-		{Holder: alloc.Holder{ID: "l", PodID: "p2", Namespace: "ns", Pod: "two", Container: "l"}, Mode: alloc.Exclusive, GPUs: []int{7}},
+		{Holder: alloc.Holder{ID: "d", PodID: "p2", Namespace: "ns", Pod: "two", Container: "d"}, Mode: alloc.Exclusive, GPUs: []int{4}, Runtime: true},
+		{Holder: alloc.Holder{ID: "e", PodID: "p2", Namespace: "ns", Pod: "two", Container: "e"}, Mode: alloc.Exclusive, GPUs: []int{5, 6}, Runtime: true},
+		{Holder: alloc.Holder{ID: "f", PodID: "p2", Namespace: "ns", Pod: "two", Container: "f"}, Mode: alloc.Exclusive, GPUs: all, Runtime: true},
+		{Holder: alloc.Holder{ID: "l", PodID: "p2", Namespace: "ns", Pod: "two", Container: "l"}, Mode: alloc.Exclusive, GPUs: []int{7}, Runtime: true},
 	}
 	if diff := cmp.Diff(want, hs); diff != "" {
 		t.Errorf("holdings (-want +got):\n%s", diff)

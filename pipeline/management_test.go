@@ -27,7 +27,8 @@ func TestManagementAgainstExclusive(t *testing.T) {
 	if want := "nri-gpu: annotation nvidia.cdi.k8s.io/pod: GPU 5 is held exclusively by a pod in another namespace (exclusive)"; adj != nil || err == nil || err.Error() != want {
 		t.Errorf("management next to an exclusive holder: %v, %v, want %s", adj, err, want)
 	}
-	table.Release("t")
+	// A pod-level request is the pod's: released with the pod.
+	table.ReleasePod("p-train")
 	if adj, _, err := handle(prep, table, alloc.Shared, mgmt, &api.Container{Id: "m3", Name: "dcgm"}); err != nil || adj == nil {
 		t.Errorf("management after the exclusive holder left: %v, %v", adj, err)
 	}

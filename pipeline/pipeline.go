@@ -235,8 +235,9 @@ const runtimeSource = "the GPUs the runtime gave the container (device plugin, -
 // request is looked at: their device nodes (a device plugin's DeviceSpecs,
 // --device) and CDI devices of the source's kind. They are the runtime's
 // (the kubelet's) choice: the container keeps exactly those, and they are
-// booked in the node's sharing mode, so that no count request hands them
-// out again. A conflict with an exclusive holding refuses the container,
+// booked in the node's sharing mode and marked as the runtime's
+// (alloc.Holding.Runtime), so that no count request hands them out again,
+// on a shared node either. A conflict with an exclusive holding refuses the container,
 // naming the holder, as for any request. A privileged container (one the
 // runtime gave every host device, see privileged) has no GPU from its
 // device nodes; a container without any books nothing. The booking is
@@ -267,11 +268,11 @@ func (p *Path) hold(c *call) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kub != nil})
+	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kub != nil, Runtime: true})
 	if err != nil {
 		return err
 	}
-	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kub != nil}
+	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kub != nil, Runtime: true}
 	c.runtimeBooked = true
 	c.kubelet = kub
 	return nil
@@ -311,11 +312,26 @@ func (p *Path) find(c *call) error {
 // before its value is read. A denied NVIDIA_VISIBLE_DEVICES is ignored,
 // and set to void so that no other injector (the NVIDIA runtime, a CDI
 // hook) honours it; any other denied source refuses the container.
+//
+// NVIDIA_VISIBLE_DEVICES and the device plugin's mount list are also
+// what a device plugin (NVIDIA's, DEVICE_LIST_STRATEGY envvar or
+// volume-mounts) hands the kubelet: where the runtime gave the container
+// GPU device nodes as well (its PASS_DEVICE_SPECS=true), which a pod
+// cannot add to its spec, the nodes decide its GPUs (hold booked them,
+// reconcile keeps exactly them) and the variable or list is not a request
+// of the pod's author: it is served, whatever the policy, with the driver
+// files of those GPUs only.
 func (p *Path) authorize(c *call) error {
 	if c.kubelet != nil {
 		return nil
 	}
-	return p.allow(c, c.found.PolicySource(), c.found.Source)
+	src := c.found.PolicySource()
+	if (src == policy.Env || src == policy.DeviceList) && c.runtimeBooked && !c.privileged && len(c.ctr.GetLinux().GetDevices()) > 0 {
+		if given, err := runtimeGPUs(p.Source.Devices(), c.ctr); err == nil && len(given) > 0 {
+			return nil
+		}
+	}
+	return p.allow(c, src, c.found.Source)
 }
 
 func (p *Path) allow(c *call, src policy.Source, from request.Source) error {
@@ -407,12 +423,11 @@ func (p *Path) selectDevices(c *call) error {
 // when it gave some (booked by hold: the runtime decided), none for a
 // management container (it sees every GPU and holds none, but is refused
 // while another container holds one of them exclusively), else those
-// named or, for a count, those the table picks. A pod-level count
-// (gpus.nri-gpu.dev/pod: N) is the pod's: booked once, by its first
-// container, for the pod (alloc.PodHolder), and every later container of
-// the pod joins that holding and gets its GPUs. (Named pod-level requests
-// give every container the same GPUs by naming them: each container
-// books them.)
+// named or, for a count, those the table picks. A pod-level request
+// (gpus.nri-gpu.dev/pod: a count or named GPUs) is the pod's: booked once,
+// by its first container, for the pod (alloc.PodHolder), and every later
+// container of the pod joins that holding and gets its GPUs, so that an
+// exclusive pod-level request does not refuse the pod's own sidecar.
 func (p *Path) book(c *call) error {
 	r, sel := &c.res.Request, &c.res.Selection
 	switch {
@@ -439,7 +454,7 @@ func (p *Path) book(c *call) error {
 	for _, g := range sel.GPUs {
 		req.GPUs = append(req.GPUs, g.Index)
 	}
-	podLevel := r.Source.Kind == request.PodAnnotation && sel.Count > 0
+	podLevel := r.Source.Kind == request.PodAnnotation
 	var got []int
 	var err error
 	if podLevel {

@@ -36,6 +36,19 @@ const (
 	maxDevices = 4096
 )
 
+// DevicePluginCDIKind is the vendor/class of the CDI devices that NVIDIA's
+// k8s-device-plugin hands the kubelet with DEVICE_LIST_STRATEGY
+// cdi-annotations or cdi-cri (k8s.device-plugin.nvidia.com/gpu=<ID>, from
+// a spec it writes itself): NVIDIA GPUs like nvidia.com/gpu's.
+const DevicePluginCDIKind = "k8s.device-plugin.nvidia.com/gpu"
+
+// nvidiaCDIKind reports whether a CDI vendor/class names NVIDIA GPUs for
+// a source of the given kind: the source's own, and NVIDIA's device
+// plugin's for an NVIDIA source.
+func nvidiaCDIKind(kind, sourceKind string) bool {
+	return kind == sourceKind || sourceKind == inventory.KindNVIDIA && kind == DevicePluginCDIKind
+}
+
 // runtimeCDIDevices returns the NVIDIA CDI devices the runtime injects
 // into the container itself: those NRI lists (containerd 2.4), and those
 // named by the container's CDI annotations (cdi.k8s.io/...), the form in
@@ -53,7 +66,7 @@ func runtimeCDIDevices(ctr *api.Container) ([]string, error) {
 		if err != nil {
 			return nil
 		}
-		if kind := vendor + "/" + class; kind == request.CDIKindGPU || kind == request.CDIKindManagement {
+		if kind := vendor + "/" + class; kind == request.CDIKindGPU || kind == request.CDIKindManagement || kind == DevicePluginCDIKind {
 			out = append(out, name)
 		}
 		return nil

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -37,12 +38,14 @@ func TestHandleWithPolicy(t *testing.T) {
 		VisibleDevices:       policy.VisibleDevicesDeny,
 	}
 	byNS := policy.Policy{VisibleDevices: policy.VisibleDevicesNamespaces, EnvNamespaces: []string{"legacy"}}
+	pods := 0
 	pod := func(ns string, ann ...string) *api.PodSandbox {
 		m := map[string]string{}
 		for i := 0; i < len(ann); i += 2 {
 			m[ann[i]] = ann[i+1]
 		}
-		return &api.PodSandbox{Name: "p", Namespace: ns, Annotations: m}
+		pods++
+		return &api.PodSandbox{Id: fmt.Sprintf("p%d", pods), Name: "p", Namespace: ns, Annotations: m}
 	}
 	cudaImage := &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"}}
 
@@ -108,7 +111,8 @@ func TestHandleWithPolicy(t *testing.T) {
 		// it, and it holds nothing afterwards, so that an exclusive
 		// request can still be met.
 		table := tableFor(prep.Snapshot())
-		if _, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "all"), &api.Container{Id: "infer", Name: "c"}); err != nil {
+		infer := pod("ml", "gpus.nri-gpu.dev/pod", "all")
+		if _, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, infer, &api.Container{Id: "infer", Name: "c"}); err != nil {
 			t.Fatal(err)
 		}
 		if adj, res, err := handleWithPolicy(prep, table, alloc.Shared, secure, p, &api.Container{Id: "dcgm", Name: "dcgm"}); err != nil || adj == nil || res.Holding != nil {
@@ -117,8 +121,10 @@ func TestHandleWithPolicy(t *testing.T) {
 		if h := table.Holdings(); len(h) != 1 {
 			t.Errorf("holdings %+v, want only the workload's", h)
 		}
-		table.Release("infer")
-		if _, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, pod("ml", "gpus.nri-gpu.dev/pod", "exclusive=true,device=3"), &api.Container{Id: "train", Name: "c"}); err != nil {
+		// A pod-level request is the pod's: released with the pod.
+		table.ReleasePod(infer.Id)
+		train := pod("ml", "gpus.nri-gpu.dev/pod", "exclusive=true,device=3")
+		if _, _, err := handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, train, &api.Container{Id: "train", Name: "c"}); err != nil {
 			t.Fatalf("exclusive request next to a management container: %v", err)
 		}
 		// It does not reach a GPU held exclusively by another container.
@@ -126,7 +132,7 @@ func TestHandleWithPolicy(t *testing.T) {
 			err.Error() != "nri-gpu: annotation nvidia.cdi.k8s.io/pod: GPU 3 is held exclusively by a pod in another namespace (exclusive)" {
 			t.Errorf("management next to an exclusive holder: %v, %v, %v", adj, err, res.Holding)
 		}
-		if h := table.Holdings(); len(h) != 1 || h[0].Holder.ID != "train" {
+		if h := table.Holdings(); len(h) != 1 || h[0].Holder.ID != alloc.PodHolderPrefix+train.Id {
 			t.Errorf("holdings %+v, want only the exclusive workload's", h)
 		}
 		p.Namespace = "ml"

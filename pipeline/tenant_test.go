@@ -31,7 +31,7 @@ func TestRefusalNamesNoOtherTenant(t *testing.T) {
 	}
 	// In its own namespace the holder is named.
 	_, _, err = handle(prep, table, alloc.Shared, ann("team-a", "other", "device=3"), &api.Container{Id: "c", Name: "main"})
-	if want := "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 3 is held exclusively by team-a/secret-project/main (exclusive)"; err == nil || err.Error() != want {
+	if want := "nri-gpu: annotation gpus.nri-gpu.dev/pod: GPU 3 is held exclusively by team-a/secret-project (exclusive)"; err == nil || err.Error() != want {
 		t.Errorf("same namespace: %v, want %s", err, want)
 	}
 }

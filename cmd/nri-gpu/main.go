@@ -222,7 +222,7 @@ func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node,
 		close(done)
 		return done
 	}
-	dp := deviceplugin.New(n, deviceplugin.Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir}, log)
+	dp := deviceplugin.New(n, deviceplugin.Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir, DevRoot: c.DevRoot}, log)
 	log.WithFields(logrus.Fields{"resource": c.ResourceName, "socket": dp.Socket()}).Info("device plugin: starting (devicePlugin.enabled)")
 	go func() {
 		defer close(done)

@@ -84,14 +84,19 @@ func writeStatus(w io.Writer, s status.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GPU\tUUID\tMODE\tKUBELET\tHOLDERS")
 	for _, g := range s.GPUs {
-		// KUBELET: the kubelet's assignment; HOLDERS: the holders of
-		// requests nri-gpu read (annotations, env, the runtime's own
-		// devices).
+		// KUBELET: the kubelet's assignment, through nri-gpu's device
+		// plugin, or device nodes the runtime gave (another device
+		// plugin's DeviceSpecs, CDI devices, --device: marked so);
+		// HOLDERS: the holders of requests nri-gpu read (annotations,
+		// env).
 		var kubelet, holders []string
 		for _, h := range g.Holders {
-			if h.Kubelet {
+			switch {
+			case h.Kubelet:
 				kubelet = append(kubelet, h.String()+" ("+h.Mode+")")
-			} else {
+			case h.Runtime:
+				kubelet = append(kubelet, h.String()+" ("+h.Mode+", device nodes)")
+			default:
 				holders = append(holders, h.String()+" ("+h.Mode+")")
 			}
 		}

@@ -98,8 +98,14 @@ func TestDaemonSetLayout(t *testing.T) {
 	}
 
 	root := filepath.Join(dir, "root")
+	// The kubelet's device plugin directory: a stand-in (the kubelet
+	// makes it; type Directory), where nri-gpu's device plugin serves.
+	kubeletDir := filepath.Join(dir, "device-plugins")
+	if err := os.Mkdir(kubeletDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir,
-		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu")}
+		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu"), "/var/lib/kubelet/device-plugins": kubeletDir}
 	if err := os.MkdirAll(n.HostPath("/var/lib/nri-gpu"), 0o755); err != nil { // type: DirectoryOrCreate
 		t.Fatal(err)
 	}
@@ -206,6 +212,63 @@ func TestDaemonSetLayout(t *testing.T) {
 		if _, err := os.Stat(n.HostPath(m.Source)); err != nil {
 			t.Errorf("mount source %s is not a host path of the node: %v", m.Source, err)
 		}
+	}
+	// The device plugin (on in the shipped ConfigMap) serves its socket
+	// in the kubelet's directory, through the read-write mount.
+	sock := filepath.Join(kubeletDir, "nri-gpu-nvidia.com-gpu.sock")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if fi, err := os.Lstat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the device plugin's socket %s did not appear:\n%s", sock, p.log.String())
+		}
+	}
+	// A container as the kubelet makes it from nri-gpu's Allocate: the
+	// GPU's node and the kubelet's annotation. The shipped policy serves
+	// it (the kubelet's assignment), with the driver files.
+	g := n.GPUs[1]
+	kctr := &api.Container{Id: "ctr-k", PodSandboxId: "pod-k", Name: "k", Env: []string{"PATH=/usr/bin:/bin"},
+		Annotations: map[string]string{"gpus.nri-gpu.dev/kubelet": g.UUID},
+		Linux:       &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}}}
+	rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
+		Pod: &api.PodSandbox{Id: "pod-k", Name: "pod-k", Namespace: "tenant-a", Uid: "uid-k"}, Container: kctr})
+	kadj := rpl.GetAdjust()
+	if err != nil || len(kadj.GetMounts()) == 0 || !slices.ContainsFunc(kadj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == g.UUID }) {
+		t.Errorf("the kubelet's assignment under the shipped policy: %v, %v", kadj, err)
+	}
+	// Only the device plugins' allocations get GPUs under the shipped
+	// configuration: the kubelet's annotation without the GPU's node (a
+	// pod's forgery) gets nothing; NVIDIA's device plugin's envvar output
+	// with its device specs gets the driver for that GPU, without them
+	// it is voided.
+	nvidia := func(name string, ann map[string]string, nodes bool) *api.ContainerAdjustment {
+		t.Helper()
+		g := n.GPUs[0]
+		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Annotations: ann,
+			Env: []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=" + g.UUID}, Linux: &api.LinuxContainer{}}
+		if nodes {
+			ctr.Linux.Devices = []*api.LinuxDevice{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}
+		}
+		rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
+			Pod: &api.PodSandbox{Id: "pod-" + name, Name: "pod-" + name, Namespace: "tenant-b", Uid: "uid-" + name}, Container: ctr})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return rpl.GetAdjust()
+	}
+	voided := func(a *api.ContainerAdjustment) bool {
+		return len(a.GetMounts()) == 0 && len(a.GetLinux().GetDevices()) == 0 &&
+			slices.ContainsFunc(a.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" })
+	}
+	if a := nvidia("forged", map[string]string{"gpus.nri-gpu.dev/kubelet": n.GPUs[0].UUID}, false); !voided(a) {
+		t.Errorf("a forged kubelet annotation under the shipped policy: %v", a)
+	}
+	if a := nvidia("envvar", nil, false); !voided(a) {
+		t.Errorf("NVIDIA's envvar output without device specs under the shipped policy: %v", a)
+	}
+	if a := nvidia("envvar-specs", nil, true); len(a.GetMounts()) == 0 || len(a.GetLinux().GetDevices()) == 0 {
+		t.Errorf("NVIDIA's envvar output with device specs under the shipped policy: %v", a)
 	}
 	if !strings.Contains(p.log.String(), "serving status on /run/nri-gpu/status.sock") {
 		t.Errorf("no status socket in the DaemonSet layout:\n%s", p.log.String())

@@ -186,3 +186,62 @@ func TestRequiredPluginE2E(t *testing.T) {
 	}
 	t.Logf("creations let through after nri-gpu died: %d", slipped)
 }
+
+// TestPodLevelNamedExclusiveOnContainerd: a pod-level request for named
+// GPUs with exclusive=true is booked once, for the pod, on a real
+// containerd: its init container, main container and sidecar all get
+// GPUs 1 and 3 (before, the main container's exclusive hold refused the
+// sidecar), another pod cannot have them, and they are free once the pod
+// stops.
+func TestPodLevelNamedExclusiveOnContainerd(t *testing.T) {
+	w, socket := exclusiveWorld(t)
+	p, err := w.cri.RunPodWith(w.ctx, "p", map[string]string{"gpus.nri-gpu.dev/pod": `"device=1,3",exclusive=true`}, harness.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.cri.StopPod(context.Background(), p)
+		w.cri.RemovePod(context.Background(), p)
+	})
+	start := func(name string, cmd ...string) *ctr {
+		t.Helper()
+		if cmd == nil {
+			cmd = []string{"sleep", "3600"}
+		}
+		id, err := w.cri.Run(w.ctx, p, harness.ContainerSpec{Name: name, Image: harness.BusyboxImage, Command: cmd})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return &ctr{w: w, id: id, name: name}
+	}
+	init := start("init", "sh", "-c", "ls /dev | grep -E '^nvidia[0-9]+$'")
+	if code, err := w.cri.WaitExit(w.ctx, init.id, 30*time.Second); err != nil || code != 0 {
+		t.Fatalf("init: %d, %v", code, err)
+	}
+	initLog, _ := w.cri.ContainerLog(w.ctx, init.id)
+	main, sidecar := start("main"), start("sidecar")
+	want := []string{fmt.Sprint("/dev/nvidia", w.node.GPUs[1].Minor), fmt.Sprint("/dev/nvidia", w.node.GPUs[3].Minor)}
+	slices.Sort(want)
+	if gm, gs := gpuNodes(main), gpuNodes(sidecar); !slices.Equal(gm, want) || !slices.Equal(gs, want) {
+		t.Errorf("main %q, sidecar %q: want %q", gm, gs, want)
+	}
+	for _, g := range want {
+		if !strings.Contains(initLog, strings.TrimPrefix(g, "/dev/")) {
+			t.Errorf("init saw %q, want %s", initLog, g)
+		}
+	}
+	held := "0=free 1=exclusive[default/p] 2=free 3=exclusive[default/p]"
+	if got := allocTable(t, socket); got != held {
+		t.Errorf("table %s\nwant %s", got, held)
+	}
+	if _, err := w.run("other", map[string]string{"gpus.nri-gpu.dev/pod": "device=3"}, harness.ContainerSpec{}); err == nil ||
+		!strings.Contains(err.Error(), "GPU 3 cannot be held exclusively: it is held by default/p (exclusive)") {
+		t.Errorf("another pod asking for GPU 3: %v", err)
+	}
+	if err := w.cri.StopPod(w.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := allocTable(t, socket), "0=free 1=free 2=free 3=free"; got != want {
+		t.Errorf("after the pod stopped: %s\nwant %s", got, want)
+	}
+}
