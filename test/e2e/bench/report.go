@@ -239,6 +239,16 @@ func WriteTargets(w io.Writer, r *Result) {
 	}
 	line("target: nri-gpu within 2% of the floor (create+start, paired p50)", Floor, 1.02, false, CreateStart)
 	line("target: nri-gpu below containerd's CDI of the same files", CDI, 1, true, CreateStart)
+	if have(NRIGPU) && have(CDI) && len(r.Samples[CDI]) >= 20 {
+		// The weaker goal: not slower, which a run shows unless its
+		// whole interval is above 1.
+		v, lo, hi := r.Ratio(NRIGPU, CDI, CreateStart)
+		verdict := "met (the interval reaches 1 or below)"
+		if lo > 1 {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "- target: nri-gpu no slower than containerd's CDI of the same files: %.3f [%.3f–%.3f], %s\n", v, lo, hi, verdict)
+	}
 	// nri-gpu, the floor and containerd's CDI hand runc the same spec
 	// (the smoke test checks it), so they can differ only while the
 	// container is created; the create phase alone shows that difference
