@@ -121,12 +121,15 @@ type preparedFile struct {
 	kind  inventory.FileKind
 	cap   inventory.Capability
 	mount inventory.Mount
+	// devLink marks the second mount of a library under its development
+	// name (libcuda.so), which a prepared directory holds as a link.
+	devLink bool
 }
 
 // Prepare computes where each driver file of the snapshot goes in a
 // container with layout l: libraries under their SONAMEs in the layout's
-// library directories, binaries in /usr/bin or the layout's binary
-// directory, the firmware directory at
+// library directories (with libcuda.so beside libcuda.so.1), binaries in
+// /usr/bin or the layout's binary directory, the firmware directory at
 // /lib/firmware/nvidia/<version> unless the layout skips it.
 func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 	p := &Prepared{snap: snap, layout: l}
@@ -156,6 +159,12 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 			continue
 		}
 		p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: inventory.Mount{Source: f.HostPath, Destination: dst}})
+		if dev, ok := inventory.DevLink(f.Name); ok && (f.Kind == inventory.Library || f.Kind == inventory.Library32) {
+			// One mount per file: the same file again under the name
+			// -lcuda searches for.
+			p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, devLink: true,
+				mount: inventory.Mount{Source: f.HostPath, Destination: path.Join(path.Dir(dst), dev)}})
+		}
 	}
 	for caps := range p.plans {
 		p.plans[caps] = p.plan(inventory.Capabilities(caps))
@@ -180,7 +189,9 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 			f.cap != 0 && !caps.Has(f.cap) {
 			continue
 		}
-		pl.files++
+		if !f.devLink {
+			pl.files++
+		}
 		switch f.kind {
 		case inventory.Library:
 			lib64 = true

@@ -42,7 +42,7 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 	}
 	common := src.Edits(nil, caps)
 	if len(common.BinaryDirs) > 0 {
-		return nil, fmt.Errorf("binaryDir cannot be expressed in a CDI spec: its environment edits replace PATH instead of appending to it; generate the spec from a configuration without binaryDir")
+		return nil, fmt.Errorf("layout nvidia (binaries in binaryDir %s, appended to PATH) cannot be expressed in a CDI spec: its environment edits replace PATH instead of appending to it; generate the spec with layout: toolkit (binaries at /usr/bin), as nri-gpu cdi generate does", strings.Join(common.BinaryDirs, ":"))
 	}
 	spec := &specs.Spec{Kind: Kind}
 	spec.ContainerEdits = specs.ContainerEdits{

@@ -27,6 +27,7 @@ func TestGenerate(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			cfg := config.Default()
 			cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.LibraryMode = n.Root, n.Root, n.Root, config.LibraryMode(mode)
+			cfg.Layout, cfg.BinaryDir = config.LayoutToolkit, "" // as nri-gpu cdi generate does
 			log := logrus.New()
 			log.SetOutput(os.Stderr)
 			p, err := node.New(cfg, log)
@@ -67,8 +68,8 @@ func TestGenerate(t *testing.T) {
 	}
 }
 
-// TestGenerateBinaryDir checks that binaryDir, which needs PATH appended
-// and CDI cannot say so, is a clear error, not a spec that replaces the
+// TestGenerateBinaryDir checks that the nvidia layout's binaryDir, which
+// needs PATH appended and CDI cannot say so, is a clear error, not a spec that replaces the
 // image's PATH or lacks the binaries. The node has no device nodes (so no
 // GPU): no root needed.
 func TestGenerateBinaryDir(t *testing.T) {
@@ -77,12 +78,12 @@ func TestGenerateBinaryDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
-	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.BinaryDir = n.Root, n.Root, n.Root, "/usr/local/nvidia/bin"
+	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount = n.Root, n.Root, n.Root // layout nvidia, binaryDir /usr/local/nvidia/bin
 	p, err := node.New(cfg, logrus.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cdispec.Generate(p.State().Source, inventory.DefaultCapabilities); err == nil || !strings.Contains(err.Error(), "binaryDir cannot be expressed in a CDI spec") {
+	if _, err := cdispec.Generate(p.State().Source, inventory.DefaultCapabilities); err == nil || !strings.Contains(err.Error(), "layout nvidia (binaries in binaryDir /usr/local/nvidia/bin, appended to PATH) cannot be expressed in a CDI spec") {
 		t.Errorf("Generate with binaryDir: %v", err)
 	}
 }

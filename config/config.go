@@ -52,10 +52,18 @@ type Config struct {
 	// that mounts the driver root read-only mounts the host's cache
 	// directory read-write here.
 	LibraryCacheMount string `json:"libraryCacheMount,omitempty"`
-	// BinaryDir, when set, is the container directory where the driver's
-	// binaries appear (through one mount of a prepared directory, like the
-	// libraries), appended to the container's PATH; empty (the default)
-	// mounts each binary at /usr/bin/<name>.
+	// Layout says where the driver's binaries appear in a container:
+	// "nvidia" (the default: in BinaryDir, /usr/local/nvidia/bin, next to
+	// the libraries in /usr/local/nvidia/lib64 and lib, with BinaryDir
+	// appended to PATH) or "toolkit" (each binary at /usr/bin/<name>, as
+	// the NVIDIA Container Toolkit mounts them, for images that run
+	// /usr/bin/nvidia-smi by absolute path). With emit: cdi the default
+	// is "toolkit": a CDI spec can only replace PATH, not append to it.
+	Layout Layout `json:"layout,omitempty"`
+	// BinaryDir is the container directory where the driver's binaries
+	// appear with layout nvidia (through one mount of a prepared
+	// directory, like the libraries), appended to the container's PATH.
+	// Empty with layout toolkit.
 	BinaryDir string `json:"binaryDir,omitempty"`
 	// Firmware says when the driver's GSP firmware directory is mounted
 	// into containers: "auto" (only where the kernel would read it from
@@ -121,6 +129,19 @@ const (
 	LibraryFiles     LibraryMode = "files"
 )
 
+// Layout is the value of the layout key.
+type Layout string
+
+// Layouts.
+const (
+	// LayoutNVIDIA puts binaries in BinaryDir (/usr/local/nvidia/bin),
+	// one directory appended to PATH.
+	LayoutNVIDIA Layout = "nvidia"
+	// LayoutToolkit puts each binary at /usr/bin/<name>: one bind mount
+	// per binary, slower to start.
+	LayoutToolkit Layout = "toolkit"
+)
+
 // Firmware is the value of the firmware key.
 type Firmware string
 
@@ -153,6 +174,7 @@ const (
 // them.
 var (
 	libraryModes = []LibraryMode{LibraryAuto, LibraryDirectory, LibraryFiles}
+	layouts      = []Layout{LayoutNVIDIA, LayoutToolkit}
 	firmwares    = []Firmware{FirmwareAuto, FirmwareMount, FirmwareSkip}
 	emits        = []Emit{EmitEdits, EmitCDI}
 	sharings     = []Sharing{SharingShared, SharingExclusive}
@@ -164,6 +186,8 @@ const (
 	DefaultDriverRoot   = "/"
 	DefaultLibraryDir   = "/usr/local/nvidia/lib64"
 	DefaultLibrary32Dir = "/usr/local/nvidia/lib"
+	DefaultBinaryDir    = "/usr/local/nvidia/bin"
+	DefaultLayout       = LayoutNVIDIA
 	DefaultLibraryMode  = LibraryAuto
 	DefaultLibraryCache = "/var/lib/nri-gpu"
 	DefaultFirmware     = FirmwareAuto
@@ -215,6 +239,17 @@ func (c *Config) setDefaults() {
 	}
 	if c.Emit == "" {
 		c.Emit = DefaultEmit
+	}
+	if c.Layout == "" {
+		// A CDI spec can only replace PATH: with emit: cdi the runtime's
+		// spec and nri-gpu's own edits (its fallback) both use /usr/bin.
+		c.Layout = DefaultLayout
+		if c.Emit == EmitCDI {
+			c.Layout = LayoutToolkit
+		}
+	}
+	if c.Layout == LayoutNVIDIA && c.BinaryDir == "" {
+		c.BinaryDir = DefaultBinaryDir
 	}
 	if len(c.CDISpecDirs) == 0 {
 		c.CDISpecDirs = append([]string(nil), DefaultCDISpecDirs...)
@@ -308,6 +343,15 @@ func (c Config) Validate() error {
 			return fmt.Errorf("key %s: %q would hide the image's own files (libraryMode %s mounts one directory there); use a directory images do not have, such as %s, or libraryMode: files", p.key, p.val, c.LibraryMode, map[string]string{"libraryDir": DefaultLibraryDir, "library32Dir": DefaultLibrary32Dir}[p.key])
 		}
 	}
+	if err := checkMode("layout", "layout", c.Layout, layouts); err != nil {
+		return err
+	}
+	if c.Layout == LayoutToolkit && c.BinaryDir != "" {
+		return fmt.Errorf("key binaryDir: %q is not used with layout: toolkit (binaries at /usr/bin; the default with emit: cdi); remove binaryDir, or use layout: nvidia", c.BinaryDir)
+	}
+	if c.Layout == LayoutNVIDIA && c.BinaryDir == "" {
+		return fmt.Errorf("key binaryDir: empty with layout: nvidia; use a directory such as %s, or layout: toolkit for binaries at /usr/bin", DefaultBinaryDir)
+	}
 	if c.BinaryDir != "" {
 		if err := checkPath("binaryDir", c.BinaryDir); err != nil {
 			return err
@@ -323,7 +367,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("key binaryDir: %q must differ from libraryDir and library32Dir", c.BinaryDir)
 		}
 		if c.Emit == EmitCDI {
-			return fmt.Errorf("key binaryDir: not with emit: cdi (a CDI spec can only replace PATH, not append to it)")
+			return fmt.Errorf("key layout: nvidia (binaryDir %s) not with emit: cdi (a CDI spec can only replace PATH, not append to it); use layout: toolkit, the default with emit: cdi", c.BinaryDir)
 		}
 	}
 	if err := checkMode("libraryMode", "mode", c.LibraryMode, libraryModes); err != nil {

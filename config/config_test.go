@@ -20,6 +20,7 @@ func TestParse(t *testing.T) {
 	want := Config{HostRoot: "/host", DriverRoot: "/run/nvidia/driver", DriverRootMount: "/run/nvidia/driver",
 		LibraryDir: DefaultLibraryDir, Library32Dir: DefaultLibrary32Dir,
 		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu", Firmware: "auto",
+		Layout: LayoutNVIDIA, BinaryDir: DefaultBinaryDir,
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
 		Policy:       policy.Policy{Default: "allow", VisibleDevices: "allow"},
 		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev"}}
@@ -32,7 +33,7 @@ func TestParse(t *testing.T) {
 	if c, err := Parse([]byte("libraryDir: /usr/lib64\nlibraryMode: files\n")); err != nil || c.LibraryDir != "/usr/lib64" {
 		t.Errorf("a system library directory with libraryMode files (one mount per file): %+v, %v", c, err)
 	}
-	if c, err := Parse([]byte("binaryDir: /usr/local/nvidia/bin\n")); err != nil || c.BinaryDir != "/usr/local/nvidia/bin" {
+	if c, err := Parse([]byte("binaryDir: /opt/nvidia/bin\n")); err != nil || c.BinaryDir != "/opt/nvidia/bin" || c.Layout != LayoutNVIDIA {
 		t.Errorf("binaryDir: %+v, %v", c, err)
 	}
 	for _, v := range []Firmware{FirmwareAuto, FirmwareMount, FirmwareSkip} {
@@ -42,6 +43,33 @@ func TestParse(t *testing.T) {
 	}
 	if c, err := Parse([]byte("sharing: exclusive\n")); err != nil || c.Sharing != "exclusive" {
 		t.Errorf("sharing: %+v, %v", c, err)
+	}
+}
+
+// TestLayout checks the layout key: nvidia by default (binaries in
+// /usr/local/nvidia/bin), toolkit on request (binaries at /usr/bin, no
+// binaryDir), and toolkit by default with emit: cdi, whose specs can only
+// replace PATH.
+func TestLayout(t *testing.T) {
+	for _, tc := range []struct {
+		yaml   string
+		layout Layout
+		bin    string
+	}{
+		{"", LayoutNVIDIA, "/usr/local/nvidia/bin"},
+		{"layout: nvidia\n", LayoutNVIDIA, "/usr/local/nvidia/bin"},
+		{"layout: nvidia\nbinaryDir: /opt/nvidia/bin\n", LayoutNVIDIA, "/opt/nvidia/bin"},
+		{"layout: toolkit\n", LayoutToolkit, ""},
+		{"emit: cdi\n", LayoutToolkit, ""},
+		{"emit: cdi\nlayout: toolkit\n", LayoutToolkit, ""},
+	} {
+		c, err := Parse([]byte(tc.yaml))
+		if err != nil || c.Layout != tc.layout || c.BinaryDir != tc.bin {
+			t.Errorf("Parse(%q): layout %q binaryDir %q (%v), want %q %q", tc.yaml, c.Layout, c.BinaryDir, err, tc.layout, tc.bin)
+		}
+	}
+	if d := Default(); d.Layout != LayoutNVIDIA || d.BinaryDir != DefaultBinaryDir || d.LibraryDir != "/usr/local/nvidia/lib64" || d.Library32Dir != "/usr/local/nvidia/lib" {
+		t.Errorf("defaults: %+v", d)
 	}
 }
 
@@ -65,7 +93,12 @@ func TestParseErrors(t *testing.T) {
 		{"binaryDir: /usr/bin\n", `key binaryDir: "/usr/bin" would hide the image's own programs`},
 		{"binaryDir: /opt/a:/b\n", `key binaryDir: "/opt/a:/b" must not contain ':'`},
 		{"binaryDir: /usr/local/nvidia/lib64\n", `key binaryDir: "/usr/local/nvidia/lib64" must differ from libraryDir`},
-		{"binaryDir: /usr/local/nvidia/bin\nemit: cdi\n", `key binaryDir: not with emit: cdi`},
+		{"binaryDir: /usr/local/nvidia/bin\nemit: cdi\n", `key binaryDir: "/usr/local/nvidia/bin" is not used with layout: toolkit (binaries at /usr/bin; the default with emit: cdi)`},
+		{"layout: nvidia\nemit: cdi\n", `key layout: nvidia (binaryDir /usr/local/nvidia/bin) not with emit: cdi`},
+		{"layout: toolkit\nbinaryDir: /opt/bin\n", `key binaryDir: "/opt/bin" is not used with layout: toolkit`},
+		{"layout: usr-bin\n", `key layout: unknown layout "usr-bin" (valid: nvidia, toolkit)`},
+		{"layout: Toolkit\n", `key layout: unknown layout "Toolkit" (valid: nvidia, toolkit)`},
+		{"Layout: toolkit\n", `unknown field "Layout": keys are case-sensitive, did you mean "layout"?`},
 		{"firmware: always\n", `key firmware: unknown value "always" (valid: auto, mount, skip)`},
 		{"libraryCache: var/lib\n", `key libraryCache: "var/lib" must be an absolute, clean path`},
 		{"sharing: Exclusive\n", `key sharing: unknown policy "Exclusive" (valid: shared, exclusive)`},
@@ -126,7 +159,7 @@ func TestParseStrictKeys(t *testing.T) {
 	}
 	// The valid keys are the json tags, all of them.
 	_, err := Parse([]byte("bogus: 1\n"))
-	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin)`
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin)`
 	if err == nil || err.Error() != want {
 		t.Errorf("unknown key: %v, want %s", err, want)
 	}

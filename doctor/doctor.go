@@ -119,6 +119,7 @@ func Run(o Options) []Result {
 		checkImported(&o, &out)
 	} else {
 		snap, _ := checkKernel(&o, &out)
+		checkDeviceFiles(&o, snap, &out)
 		checkUserSpace(&o, snap, &out)
 	}
 	checkInjection(&o, &out)

@@ -198,6 +198,7 @@ func TestHealthyNode(t *testing.T) {
 	expect(t, results, "driver", Pass, "NVIDIA kernel module 580.126.09 loaded")
 	expect(t, results, "majors", Pass, "nvidia 195, nvidia-uvm 510")
 	expect(t, results, "device nodes", Pass, "2 GPUs")
+	expect(t, results, "device files", Pass, "ModifyDeviceFiles: 1 (the driver's default): nvidia-smi run as root in a container may create device nodes")
 	expect(t, results, "libraries", Pass, "driver libraries of 580.126.09")
 	expect(t, results, "runtime config", Pass, "containerd: NRI enabled (disable = false)")
 	expect(t, results, "NRI socket", Pass, "accepts connections")
@@ -422,3 +423,40 @@ func TestImportedDevices(t *testing.T) {
 		t.Errorf("checks on an imported node: %q", names)
 	}
 }
+
+// TestDeviceFilesSetting checks the report of the kernel module's
+// ModifyDeviceFiles parameter, read from /proc/driver/nvidia/params under
+// hostRoot: 1 (simnode writes the driver's defaults) and 0 pass with what
+// each means, an unreadable report warns, no driver skips.
+func TestDeviceFilesSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		params  *string // nil: remove the file
+		version bool    // keep the driver loaded
+		status  Status
+		want    string
+	}{
+		{"default", nil, true, Pass, "ModifyDeviceFiles: 1 (the driver's default)"},
+		{"off", ptr("ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n"), true, Pass, "ModifyDeviceFiles: 0: the driver creates no device nodes"},
+		{"no such line", ptr("ResmanDebugLevel: 4294967295\n"), true, Warn, "/proc/driver/nvidia/params has no ModifyDeviceFiles line"},
+		{"no params file", ptr(""), true, Warn, "cannot read /proc/driver/nvidia/params"},
+		{"no driver", nil, false, Skip, "no kernel driver"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, simnode.Options{})
+			switch {
+			case tc.params != nil && *tc.params == "":
+				f.remove(t, "/proc/driver/nvidia/params")
+			case tc.params != nil:
+				f.write(t, "/proc/driver/nvidia/params", *tc.params)
+			}
+			if !tc.version {
+				f.remove(t, "/proc/driver/nvidia/version")
+				f.remove(t, "/sys/module/nvidia/version")
+			}
+			expect(t, Run(f.o), "device files", tc.status, tc.want)
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -124,6 +124,19 @@ type DriverFile struct {
 	Name string
 }
 
+// devLinks are the unversioned development names that a container's
+// library directory holds next to the SONAME they point to: JIT linkers
+// (Triton, numba, CuPy's nvrtc users) link with -lcuda, which searches for
+// libcuda.so, and the driver installs no such name.
+var devLinks = map[string]string{"libcuda.so.1": "libcuda.so"}
+
+// DevLink returns the development name of a library with the given SONAME,
+// if it has one (libcuda.so for libcuda.so.1).
+func DevLink(soname string) (string, bool) {
+	n, ok := devLinks[soname]
+	return n, ok
+}
+
 // ControlNodes are the driver's node-wide device nodes; a nil field was not
 // found on the node.
 type ControlNodes struct {

@@ -83,6 +83,10 @@ const (
 const rootMarkerText = "This directory is nri-gpu's library cache: nri-gpu makes and removes its driver version\n" +
 	"directories here, and refuses to use it if it holds anything else. Do not put other files here.\n"
 
+// dirFormat is the version of what a set's directory holds: 2 added the
+// development links (libcuda.so -> libcuda.so.1).
+const dirFormat = "format 2"
+
 // setDirName is the name of a directory of one set (a set of capabilities,
 // a file kind, a hash), as makeDir names it.
 var setDirName = regexp.MustCompile(`^[a-z0-9+]+-(library|library32|binary)-[0-9a-f]{16}$`)
@@ -373,7 +377,10 @@ func subsets(caps inventory.Capabilities) []inventory.Capabilities {
 // making it when it does not exist yet.
 func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, members []*lib) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", p.version, kind, set)
+	// dirFormat changes the name when what a directory holds besides its
+	// members changes (the development links), so that a cache made by an
+	// older nri-gpu is not reused as it is.
+	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n", dirFormat, p.version, kind, set)
 	for _, l := range members {
 		fmt.Fprintln(h, l.id)
 	}
@@ -403,6 +410,16 @@ func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, me
 	for _, l := range members {
 		if err := p.place(l, dir, path.Join(tmp, l.name)); err != nil {
 			return fail(fmt.Errorf("linking %s: %w", l.rel, err))
+		}
+	}
+	if kind != inventory.Binary {
+		for _, l := range members {
+			if dev, ok := inventory.DevLink(l.name); ok && !slices.ContainsFunc(members, func(m *lib) bool { return m.name == dev }) {
+				// Relative, so that it resolves inside the container.
+				if err := p.cache.Symlink(l.name, path.Join(tmp, dev)); err != nil {
+					return fail(fmt.Errorf("linking %s to %s: %w", dev, l.name, err))
+				}
+			}
 		}
 	}
 	if err := p.cache.Chmod(tmp, 0o755); err != nil {

@@ -57,6 +57,16 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("no directory for %s", set)
 	}
 	checkDir(t, dir, snap, inventory.Library, set)
+	// Every SONAME is in the directory, and so is the development link
+	// libcuda.so that -lcuda searches for (JIT linkers, Triton).
+	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(c.Dirs[inventory.Capabilities(0).With(inventory.Utility)], "libcuda.so")); err == nil {
+		t.Errorf("utility-only directory has libcuda.so without libcuda.so.1")
+	}
 
 	// A second build (a plugin restart) reuses the same directories.
 	c2, err := libcache.Build(snap, o)
@@ -325,6 +335,12 @@ func checkDir(t *testing.T, dir string, snap *inventory.Snapshot, kind inventory
 			want = append(want, f.Name)
 			if inode(t, filepath.Join(dir, f.Name)) != inode(t, f.HostPath) {
 				t.Errorf("%s is not a hard link to %s", f.Name, f.HostPath)
+			}
+			if dev, ok := inventory.DevLink(f.Name); ok && kind != inventory.Binary {
+				want = append(want, dev)
+				if target, err := os.Readlink(filepath.Join(dir, dev)); err != nil || target != f.Name {
+					t.Errorf("%s: %q, %v; want a relative symbolic link to %s", dev, target, err, f.Name)
+				}
 			}
 		}
 	}

@@ -245,6 +245,7 @@ func TestWatcher(t *testing.T) {
 func TestWatcherCDISpecs(t *testing.T) {
 	p, n, cfg, _, _ := newTestNode(t)
 	cfg.Emit = "cdi"
+	cfg.Layout, cfg.BinaryDir = config.LayoutToolkit, "" // the default with emit: cdi
 	cfg.CDISpecDirs = []string{"/etc/cdi"}
 	if err := p.Reload(cfg); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/cdispec"
+	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/request"
@@ -36,6 +37,10 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A CDI spec can only replace PATH, not append to it: the spec puts
+	// the binaries at /usr/bin (layout toolkit), whatever the layout of
+	// nri-gpu's own edits.
+	cfg.Layout, cfg.BinaryDir = config.LayoutToolkit, ""
 	log := logrus.New()
 	log.SetOutput(stderr)
 	log.SetLevel(logrus.WarnLevel)

@@ -375,6 +375,10 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 		if !strings.Contains(env, "LD_LIBRARY_PATH=/usr/local/nvidia/lib64") {
 			t.Errorf("env lacks LD_LIBRARY_PATH:\n%s", env)
 		}
+		// The default layout: binaries in /usr/local/nvidia/bin, on PATH.
+		if !strings.Contains("\n"+env+"\n", "\nPATH=/usr/bin:/bin:/usr/local/nvidia/bin\n") {
+			t.Errorf("env lacks PATH with /usr/local/nvidia/bin appended:\n%s", env)
+		}
 
 		// Mounts: exactly the compute and utility files, read-only, from
 		// the node's driver root.
@@ -384,8 +388,11 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 			case simnode.CapCompute, simnode.CapUtility:
 				if f.SONAME != "" {
 					wantMounts["/usr/local/nvidia/lib64/"+f.SONAME] = filepath.Join(n.Root, f.Path)
+					if f.SONAME == "libcuda.so.1" { // and the development name -lcuda looks for
+						wantMounts["/usr/local/nvidia/lib64/libcuda.so"] = filepath.Join(n.Root, f.Path)
+					}
 				} else {
-					wantMounts["/usr/bin/"+filepath.Base(f.Path)] = filepath.Join(n.Root, f.Path)
+					wantMounts["/usr/local/nvidia/bin/"+filepath.Base(f.Path)] = filepath.Join(n.Root, f.Path)
 				}
 			}
 		}
@@ -393,31 +400,34 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 			wantMounts["/lib/firmware/nvidia/"+n.DriverVersion] = filepath.Join(n.Root, "usr/lib/firmware/nvidia", n.DriverVersion)
 		}
 		if mode == "directory" {
-			// The libraries come as one directory of hard links to them.
-			var libDir string
-			for _, m := range spec.Mounts {
-				if m.Destination == "/usr/local/nvidia/lib64" {
-					libDir = m.Source
-				}
-			}
-			if !strings.HasPrefix(libDir, filepath.Join(n.Root, "var/lib/nri-gpu")+"/") {
-				t.Fatalf("library directory mount from %q, want one in the cache", libDir)
-			}
-			entries, _ := os.ReadDir(libDir)
-			n := 0
-			for dst, src := range wantMounts {
-				if name, ok := strings.CutPrefix(dst, "/usr/local/nvidia/lib64/"); ok {
-					n++
-					if !sameFile(t, filepath.Join(libDir, name), src) {
-						t.Errorf("%s/%s is not %s", libDir, name, src)
+			// The libraries and the binaries come as one directory each
+			// of hard links to them (libcuda.so a link to libcuda.so.1).
+			for _, dir := range []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"} {
+				var hostDir string
+				for _, m := range spec.Mounts {
+					if m.Destination == dir {
+						hostDir = m.Source
 					}
-					delete(wantMounts, dst)
 				}
+				if !strings.HasPrefix(hostDir, filepath.Join(n.Root, "var/lib/nri-gpu")+"/") {
+					t.Fatalf("%s mounted from %q, want a directory in the cache", dir, hostDir)
+				}
+				entries, _ := os.ReadDir(hostDir)
+				n := 0
+				for dst, src := range wantMounts {
+					if name, ok := strings.CutPrefix(dst, dir+"/"); ok {
+						n++
+						if !sameFile(t, filepath.Join(hostDir, name), src) {
+							t.Errorf("%s/%s is not %s", hostDir, name, src)
+						}
+						delete(wantMounts, dst)
+					}
+				}
+				if len(entries) != n {
+					t.Errorf("%s has %d entries, want %d", hostDir, len(entries), n)
+				}
+				wantMounts[dir] = hostDir
 			}
-			if len(entries) != n {
-				t.Errorf("library directory has %d entries, want %d", len(entries), n)
-			}
-			wantMounts["/usr/local/nvidia/lib64"] = libDir
 		}
 		got := map[string]string{}
 		for _, m := range spec.Mounts {

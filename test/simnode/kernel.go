@@ -169,7 +169,14 @@ func writeGPUInfo(root string, c *config, clean bool) error {
 	return os.MkdirAll(dir, 0o755)
 }
 
-// writeVersionFiles writes /proc/driver/nvidia/version,
+// moduleParams is /proc/driver/nvidia/params as a driver loaded with its
+// defaults reports it (the first lines; "Name: value" each): the
+// libraries create and fix up device nodes (ModifyDeviceFiles: 1) as
+// root:root mode 0666 (DeviceFileMode 438).
+const moduleParams = "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n" +
+	"InitializeSystemMemoryAllocations: 1\nUsePageAttributeTable: 4294967295\nEnableMSI: 1\nEnablePCIeGen3: 0\nMemoryPoolSize: 0\n"
+
+// writeVersionFiles writes /proc/driver/nvidia/version and params,
 // /sys/module/nvidia/version and /proc/sys/kernel/osrelease.
 func writeVersionFiles(root string, c *config) error {
 	if c.kernel != "-" {
@@ -180,6 +187,9 @@ func writeVersionFiles(root string, c *config) error {
 	proc := fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Nov 20 01:32:29 UTC 2025\n"+
 		"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n", c.version)
 	if err := writeFile(filepath.Join(root, "proc", "driver", "nvidia", "version"), []byte(proc), 0o644); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(root, "proc", "driver", "nvidia", "params"), []byte(moduleParams), 0o644); err != nil {
 		return err
 	}
 	return writeFile(filepath.Join(root, "sys", "module", "nvidia", "version"), []byte(c.version+"\n"), 0o644)

@@ -76,7 +76,7 @@ const (
 )
 
 // MainPaths are the paths of the main table, in report order.
-var MainPaths = []string{Baseline, Floor, NRIGPU, CDI, Toolkit, NVIDIARuntime}
+var MainPaths = []string{Baseline, Floor, NRIGPU, NRIGPUToolkitLayout, CDI, CDIToolkitLayout, Toolkit, NVIDIARuntime}
 
 // Diagnostic floor paths, not measured by default: the floor's adjustment
 // without its mounts (device nodes only), without its single-file mounts
@@ -88,14 +88,24 @@ const (
 	// FloorFirmware is the floor with firmware: mount, to show what the
 	// GSP firmware mount costs where the kernel needs it.
 	FloorFirmware = "floor-firmware"
-	// FloorBinDir is the floor with binaryDir: /usr/local/nvidia/bin,
-	// the binaries in one directory on PATH instead of at /usr/bin.
-	FloorBinDir = "floor-bindir"
+	// FloorToolkitLayout is the floor with layout: toolkit, the binaries
+	// one mount each at /usr/bin instead of one directory on PATH.
+	FloorToolkitLayout = "floor-toolkit-layout"
+)
+
+// Paths of the toolkit layout (layout: toolkit, binaries at /usr/bin),
+// beside the default layout's nri-gpu and cdi in the main table.
+const (
+	// NRIGPUToolkitLayout is nri-gpu restarted with layout: toolkit.
+	NRIGPUToolkitLayout = "nri-gpu-toolkit-layout"
+	// CDIToolkitLayout is containerd's own CDI of nri-gpu's edits with
+	// layout: toolkit.
+	CDIToolkitLayout = "cdi-toolkit-layout"
 )
 
 // DiagnosticPaths can be added to the main table with -paths (NRIGPUCopy,
 // nri-gpu with its library cache of copies, is in copy.go).
-var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware, FloorBinDir, NRIGPUCopy}
+var DiagnosticPaths = []string{FloorDevices, FloorLibDir, FloorFirmware, FloorToolkitLayout, NRIGPUCopy}
 
 // Case is one kind of container measured: a path with a request.
 type Case struct {
@@ -278,14 +288,14 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 	if e.Node, err = simnode.Generate(filepath.Join(e.Dir, "node"), simnode.Options{NumGPUs: numGPUs, DeviceNodes: true, Layout: simnode.LayoutRHEL, KernelRelease: strings.TrimSpace(string(kernel))}); err != nil {
 		return nil, err
 	}
-	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode, BinDirMode} { // and CopyMode below
+	for _, mode := range []string{"auto", "files", EmitCDIMode, FirmwareMountMode, ToolkitLayoutMode} { // and CopyMode below
 		p := filepath.Join(e.Dir, "nri-gpu-"+mode+".yaml")
 		data := fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlibraryMode: %s\n", e.Node.Root, e.Node.Root, mode)
 		switch mode {
 		case FirmwareMountMode:
 			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nfirmware: mount\n", e.Node.Root, e.Node.Root)
-		case BinDirMode:
-			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nbinaryDir: %s\n", e.Node.Root, e.Node.Root, benchBinDir)
+		case ToolkitLayoutMode:
+			data = fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlayout: toolkit\n", e.Node.Root, e.Node.Root)
 		case EmitCDIMode:
 			// libraryMode auto, answering with CDI device references
 			// that containerd resolves from the spec in its spec
@@ -346,11 +356,12 @@ const EmitCDIMode = "emit-cdi"
 // FirmwareMountMode is the default configuration with firmware: mount.
 const FirmwareMountMode = "firmware-mount"
 
-// BinDirMode is the default configuration with binaryDir: benchBinDir.
-const BinDirMode = "bindir"
+// ToolkitLayoutMode is the default configuration with layout: toolkit
+// (binaries at /usr/bin, one mount each).
+const ToolkitLayoutMode = "toolkit-layout"
 
-// benchBinDir is the binaryDir of BinDirMode: nvidia-docker 1.0's place,
-// still on the PATH of nvidia/cuda images.
+// benchBinDir is the default layout's binary directory: nvidia-docker
+// 1.0's place, still on the PATH of nvidia/cuda images.
 const benchBinDir = "/usr/local/nvidia/bin"
 
 // useEmitCDISpec puts nri-gpu's own generated CDI spec (kind
@@ -690,13 +701,19 @@ func (e *Env) verify(ctx context.Context, c *Case, id string) (string, error) {
 	if gpus != c.GPUs {
 		return info, fmt.Errorf("%s: container sees %d GPU nodes, want %d\n%s", c.Name, gpus, c.GPUs, out)
 	}
-	if c.Mode == BinDirMode {
-		// The binaries must still run by name, from the directory.
-		smi, _, code, err := cri.Exec(ctx, id, "sh", "-c", "command -v nvidia-smi && nvidia-smi")
-		if err != nil || code != 0 || !strings.HasPrefix(smi, benchBinDir+"/nvidia-smi") {
-			return info, fmt.Errorf("%s: nvidia-smi not run from %s: %q (exit %d, %v)", c.Name, benchBinDir, smi, code, err)
+	if c.Caps == "" && c.Strip == "" && c.GPUs > 0 && (c.Path == Floor || c.Path == NRIGPU || c.Path == CDI) {
+		// nvidia-smi runs by name: from the directory on PATH in the
+		// default layout, from /usr/bin in the toolkit layout (and with
+		// emit: cdi, whose spec uses it).
+		dir, what := benchBinDir, ", binaries on PATH"
+		if c.Mode == ToolkitLayoutMode || c.Mode == EmitCDIMode {
+			dir, what = "/usr/bin", ", binaries at /usr/bin"
 		}
-		info += ", binaries on PATH"
+		smi, _, code, err := cri.Exec(ctx, id, "sh", "-c", "command -v nvidia-smi && nvidia-smi")
+		if err != nil || code != 0 || !strings.HasPrefix(smi, dir+"/nvidia-smi") {
+			return info, fmt.Errorf("%s: nvidia-smi not run from %s: %q (exit %d, %v)", c.Name, dir, smi, code, err)
+		}
+		info += what
 	}
 	if c.Mode == CopyMode {
 		more, err := e.checkCopyMount(ctx, c, id)

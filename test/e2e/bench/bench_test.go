@@ -81,15 +81,17 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	r := check(env.Run(ctx, main, rounds))
 	for name, want := range map[string]string{
-		Floor:         "1 GPU nodes, 4 devices",
-		NRIGPU:        "1 GPU nodes, 4 devices",
-		CDI:           "1 GPU nodes, 4 devices",
-		Toolkit:       "4 hooks, ld.so.cache updated by the hook",
-		NVIDIARuntime: "ld.so.cache updated by the hook",
-		FloorDevices:  "1 GPU nodes, 4 devices, 10 mounts",
-		FloorLibDir:   "1 GPU nodes, 4 devices, 11 mounts",
-		FloorBinDir:   "1 GPU nodes, 4 devices, 12 mounts, 0 hooks, binaries on PATH",
-		FloorFirmware: "1 GPU nodes, 4 devices, 17 mounts",
+		Floor:               "1 GPU nodes, 4 devices, 12 mounts, 0 hooks, binaries on PATH",
+		NRIGPU:              "1 GPU nodes, 4 devices, 12 mounts, 0 hooks, binaries on PATH",
+		CDI:                 "1 GPU nodes, 4 devices",
+		Toolkit:             "4 hooks, ld.so.cache updated by the hook",
+		NVIDIARuntime:       "ld.so.cache updated by the hook",
+		NRIGPUToolkitLayout: "1 GPU nodes, 4 devices, 16 mounts, 0 hooks, binaries at /usr/bin",
+		CDIToolkitLayout:    "1 GPU nodes, 4 devices, 16 mounts, 0 hooks, binaries at /usr/bin",
+		FloorDevices:        "1 GPU nodes, 4 devices, 10 mounts",
+		FloorLibDir:         "1 GPU nodes, 4 devices, 11 mounts",
+		FloorToolkitLayout:  "1 GPU nodes, 4 devices, 16 mounts, 0 hooks, binaries at /usr/bin",
+		FloorFirmware:       "1 GPU nodes, 4 devices, 13 mounts, 0 hooks, binaries on PATH",
 	} {
 		if !strings.Contains(r.Info[name], want) {
 			t.Errorf("%s got %q, want it to contain %q", name, r.Info[name], want)
@@ -100,6 +102,9 @@ func TestBenchSmoke(t *testing.T) {
 	if r.Info[NRIGPU] != r.Info[Floor] || r.Info[NRIGPU] != r.Info[CDI] {
 		t.Errorf("nri-gpu %q, floor %q and cdi %q differ", r.Info[NRIGPU], r.Info[Floor], r.Info[CDI])
 	}
+	if r.Info[NRIGPUToolkitLayout] != r.Info[FloorToolkitLayout] || r.Info[NRIGPUToolkitLayout] != r.Info[CDIToolkitLayout] {
+		t.Errorf("layout toolkit: nri-gpu %q, floor %q and cdi %q differ", r.Info[NRIGPUToolkitLayout], r.Info[FloorToolkitLayout], r.Info[CDIToolkitLayout])
+	}
 	// nri-gpu with its library cache through a second mount: the same
 	// spec, its library directory mounted from the cache of copies
 	// (checked from inside the container and on the cache's inodes).
@@ -108,9 +113,11 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	var out bytes.Buffer
 	WriteTable(&out, r, Floor)
+	WriteLayoutChoice(&out, r)
 	WriteLayout(&out, r)
 	WriteTargets(&out, r)
-	if !strings.Contains(out.String(), pathLabels[NVIDIARuntime]) || !strings.Contains(out.String(), "Library cache of copies (nri-gpu-copy) over hard links") || !strings.Contains(out.String(), "target: nri-gpu <= 0.75x the toolkit path") {
+	if !strings.Contains(out.String(), pathLabels[NVIDIARuntime]) || !strings.Contains(out.String(), "Library cache of copies (nri-gpu-copy) over hard links") || !strings.Contains(out.String(), "target: nri-gpu <= 0.75x the toolkit path") ||
+		!strings.Contains(out.String(), "layout: toolkit (nri-gpu-toolkit-layout) over the default layout (nri-gpu)") {
 		t.Errorf("report lacks rows or targets:\n%s", out.String())
 	}
 	t.Logf("\n%s", out.String())
@@ -134,8 +141,8 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = check(env.Run(ctx, EmitCDICases(), rounds))
-	if r.Info["nri-gpu (emit: cdi)"] != r.Info["floor"] {
-		t.Errorf("nri-gpu (emit: cdi) %q and the floor %q differ", r.Info["nri-gpu (emit: cdi)"], r.Info["floor"])
+	if r.Info["nri-gpu (emit: cdi)"] != r.Info[EmitCDIFloor] {
+		t.Errorf("nri-gpu (emit: cdi) %q and the floor %q differ", r.Info["nri-gpu (emit: cdi)"], r.Info[EmitCDIFloor])
 	}
 	if !strings.Contains(env.nriGPU.out.String(), "emit=cdi") {
 		t.Errorf("nri-gpu did not answer with CDI references:\n%s", env.nriGPU.out.String())

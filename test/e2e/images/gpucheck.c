@@ -6,9 +6,11 @@
 /*
  * gpucheck: shows what the dynamic loader inside a container really resolves.
  *
- * usage: gpucheck [step...]   steps: cuda, nvml, app (default: cuda nvml)
+ * usage: gpucheck [step...]   steps: cuda, cuda-dev, nvml, app (default: cuda nvml)
  *
  * cuda: dlopen("libcuda.so.1"), cuInit(0), cuDriverGetVersion, cuDeviceGetCount
+ * cuda-dev: the same through dlopen("libcuda.so"), the unversioned name that
+ *       -lcuda (JIT linkers such as Triton's) searches the library path for
  * nvml: dlopen("libnvidia-ml.so.1"), nvmlInit_v2(), nvmlSystemGetDriverVersion
  * app:  dlopen("libapp.so.1") (an image's own library, found through the image's
  *       LD_LIBRARY_PATH), app_hello()
@@ -43,8 +45,7 @@ static void *sym(void *h, const char *lib, const char *name) {
 	return p;
 }
 
-static int check_cuda(void) {
-	const char *lib = "libcuda.so.1";
+static int check_cuda(const char *lib) {
 	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		printf("%s: FAIL %s\n", lib, dlerror());
@@ -131,13 +132,15 @@ int main(int argc, char **argv) {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (int i = 0; i < n; i++) {
 		if (strcmp(steps[i], "cuda") == 0)
-			failed |= check_cuda();
+			failed |= check_cuda("libcuda.so.1");
+		else if (strcmp(steps[i], "cuda-dev") == 0)
+			failed |= check_cuda("libcuda.so");
 		else if (strcmp(steps[i], "nvml") == 0)
 			failed |= check_nvml();
 		else if (strcmp(steps[i], "app") == 0)
 			failed |= check_app();
 		else {
-			fprintf(stderr, "usage: gpucheck [cuda|nvml|app]...\n");
+			fprintf(stderr, "usage: gpucheck [cuda|cuda-dev|nvml|app]...\n");
 			return 2;
 		}
 	}

@@ -13,9 +13,11 @@ import (
 
 // TestCDIExportMatchesInjection starts one container through containerd's
 // own CDI with the spec `nri-gpu cdi generate` wrote, and one through
-// nri-gpu, and compares what each sees.
+// nri-gpu, and compares what each sees. The spec puts binaries at
+// /usr/bin (a CDI spec can only replace PATH), so nri-gpu runs with
+// layout: toolkit here.
 func TestCDIExportMatchesInjection(t *testing.T) {
-	w := newWorld(t, simnode.LayoutDebian, "")
+	w := newWorld(t, simnode.LayoutDebian, "layout: toolkit\n")
 	spec := filepath.Join(w.c.CDISpecDir, "nri-gpu.yaml")
 	out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", w.node.config, "-o", spec).CombinedOutput()
 	if err != nil {

@@ -184,7 +184,7 @@ func TestE2E(t *testing.T) {
 		if out, code := c.sh("gpucheck cuda nvml"); code != 0 {
 			t.Errorf("gpucheck in a read-only, capability-less, non-root container failed:\n%s\n%s", out, c.view())
 		}
-		for _, p := range []string{"/usr/local/nvidia/lib64/libcuda.so.1", "/usr/bin/nvidia-smi"} {
+		for _, p := range []string{"/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/bin/nvidia-smi"} {
 			if out, code := c.sh("echo x >> " + p); code == 0 {
 				t.Errorf("wrote to %s from the container: %q", p, out)
 			}
@@ -235,7 +235,7 @@ func TestE2E(t *testing.T) {
 
 // TestLibrariesByLayout checks that dlopen by SONAME works without hooks
 // for a Debian-like image on both host layouts, in both library modes;
-// that nvidia-smi is at its usual path; and that compute-only requests get
+// that nvidia-smi runs by name; and that compute-only requests get
 // no utility binaries. The GSP firmware directory: the directory runs keep
 // the default (firmware: auto, on simnode's 6.8 kernel: not mounted), the
 // files runs ask for it (firmware: mount).
@@ -263,7 +263,7 @@ func TestLibrariesByLayout(t *testing.T) {
 				if out, code := g.sh("nvidia-smi"); code != 0 || !strings.Contains(out, "NVIDIA-SMI "+n.DriverVersion) {
 					t.Errorf("nvidia-smi: %d %q", code, out)
 				}
-				if out, _ := g.sh("ls /usr/local/nvidia/lib64 /usr/bin/ | grep -c nvidia-cuda-mps"); strings.TrimSpace(out) != "2" {
+				if out, _ := g.sh("ls /usr/local/nvidia/bin/ | grep -c nvidia-cuda-mps"); strings.TrimSpace(out) != "2" {
 					t.Errorf("compute binaries missing: %q", out)
 				}
 				fw := "/lib/firmware/nvidia/" + n.DriverVersion
@@ -279,7 +279,7 @@ func TestLibrariesByLayout(t *testing.T) {
 				if out, code := cc.sh("gpucheck cuda"); code != 0 {
 					t.Errorf("compute-only gpucheck cuda:\n%s", out)
 				}
-				if out, code := cc.sh("ls /usr/bin/nvidia-smi /usr/local/nvidia/lib64/libnvidia-ml.so.1"); code == 0 {
+				if out, code := cc.sh("ls /usr/local/nvidia/bin/nvidia-smi /usr/local/nvidia/lib64/libnvidia-ml.so.1"); code == 0 {
 					t.Errorf("compute-only request got utility files:\n%s", out)
 				}
 			})
@@ -314,37 +314,3 @@ func TestDriverUpgrade(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// TestBinaryDir checks binaryDir: the driver's binaries come as one
-// directory mount at /usr/local/nvidia/bin, appended to the image's PATH,
-// and run by name from there; nothing is mounted at /usr/bin; a
-// compute-only request gets the MPS binaries but not nvidia-smi.
-func TestBinaryDir(t *testing.T) {
-	const dir = "/usr/local/nvidia/bin"
-	w := newWorld(t, simnode.LayoutDebian, "binaryDir: "+dir+"\n")
-	c := w.mustRun("bindir", map[string]string{"gpus.nri-gpu.dev/pod": "1"}, harness.ContainerSpec{Image: harness.GlibcImage})
-	if out, code := c.sh("command -v nvidia-smi && nvidia-smi"); code != 0 || !strings.HasPrefix(out, dir+"/nvidia-smi\n") || !strings.Contains(out, "NVIDIA-SMI "+w.node.DriverVersion) {
-		t.Errorf("nvidia-smi by name: exit %d\n%s\n%s", code, out, c.view())
-	}
-	if path := envOf(c, "PATH"); !strings.HasSuffix(path, ":"+dir) || !strings.HasPrefix(path, "/usr/local/sbin:") {
-		t.Errorf("PATH=%q: want the image's own value with %s appended", path, dir)
-	}
-	if out, code := c.sh("ls /usr/bin | grep nvidia"); code == 0 {
-		t.Errorf("binaries at /usr/bin with binaryDir set:\n%s", out)
-	}
-	// One mount for the directory, read-only, and the libraries still load.
-	if out, _ := c.sh("grep -c ' " + dir + " ' /proc/self/mountinfo"); strings.TrimSpace(out) != "1" {
-		t.Errorf("mounts at %s: %q, want 1\n%s", dir, out, c.view())
-	}
-	if out, code := c.sh("echo x > " + dir + "/nvidia-smi"); code == 0 {
-		t.Errorf("wrote to %s/nvidia-smi: %q", dir, out)
-	}
-	if out, code := c.sh("gpucheck cuda nvml"); code != 0 {
-		t.Errorf("gpucheck:\n%s", out)
-	}
-
-	cc := w.mustRun("computeonly", map[string]string{"gpus.nri-gpu.dev/pod": "1,capabilities=compute"}, harness.ContainerSpec{Image: harness.GlibcImage})
-	if out, _ := cc.sh("ls " + dir); !strings.Contains(out, "nvidia-cuda-mps-control") || strings.Contains(out, "nvidia-smi") {
-		t.Errorf("compute-only request: %s holds %q, want the MPS binaries and no nvidia-smi", dir, out)
-	}
-}

@@ -4,7 +4,7 @@
 // through `make bench-e2e`.
 //
 //	bench-e2e [-nri-gpu bin/nri-gpu] [-rounds 80] [-scaling-rounds 30]
-//	          [-paths floor,nri-gpu,cdi,toolkit,nvidia-runtime]
+//	          [-paths floor,nri-gpu,nri-gpu-toolkit-layout,cdi,cdi-toolkit-layout,toolkit,nvidia-runtime]
 //	          [-phases main,files,scaling,emit-cdi] [-gpus 1,4,8]
 //	          [-caps 'utility;compute,utility;all']
 package main
@@ -33,7 +33,7 @@ func main() {
 	bin := flag.String("nri-gpu", "bin/nri-gpu", "the nri-gpu binary to measure")
 	rounds := flag.Int("rounds", 80, "measured rounds of the main and files tables")
 	scalingRounds := flag.Int("scaling-rounds", 30, "measured rounds of the scaling table")
-	paths := flag.String("paths", "floor,nri-gpu,cdi,toolkit,nvidia-runtime", "paths of the main table besides the baseline: "+strings.Join(bench.MainPaths[1:], ",")+"; diagnostic: "+strings.Join(bench.DiagnosticPaths, ","))
+	paths := flag.String("paths", "floor,nri-gpu,nri-gpu-toolkit-layout,cdi,cdi-toolkit-layout,toolkit,nvidia-runtime", "paths of the main table besides the baseline: "+strings.Join(bench.MainPaths[1:], ",")+"; diagnostic: "+strings.Join(bench.DiagnosticPaths, ","))
 	phases := flag.String("phases", "main,files,scaling,emit-cdi", "what to measure: main (paths 1-6, 1 GPU), files (libraryMode files), scaling (GPUs x capabilities), emit-cdi (emit: cdi)")
 	gpus := flag.String("gpus", "1,4,8", "GPU counts of the scaling table (at most 8)")
 	caps := flag.String("caps", "utility;compute,utility;all", "capability sets of the scaling table, ';'-separated")
@@ -123,7 +123,8 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 		fmt.Printf("### One GPU, default capabilities (compute,utility)\n\n")
 		bench.WriteTable(os.Stdout, r, bench.Floor)
 		fmt.Println()
-		bench.WriteLayout(os.Stdout, r) // a paragraph when the main table has nri-gpu-copy
+		bench.WriteLayoutChoice(os.Stdout, r) // a paragraph when the main table has nri-gpu in both layouts
+		bench.WriteLayout(os.Stdout, r)       // a paragraph when the main table has nri-gpu-copy
 		bench.WriteTargets(os.Stdout, r)
 		fmt.Println()
 	}
@@ -160,7 +161,7 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 			return err
 		}
 		fmt.Printf("### emit: cdi (nri-gpu answers with CDI device references; restarted in this mode, measured after the tables above)\n\n")
-		bench.WriteTable(os.Stdout, r, "floor")
+		bench.WriteTable(os.Stdout, r, bench.EmitCDIFloor)
 		fmt.Println()
 	}
 	return nil
