@@ -275,7 +275,7 @@ func TestHelmChart(t *testing.T) {
 // hostPathsJustified are the host paths the pod may mount, each for the
 // reason given in daemonset.yaml; the driver root is added from the
 // configuration.
-var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true}
+var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true, "/dev/char": true}
 
 // checkDaemonSet checks the DaemonSet's invariants against the ConfigMap
 // and the plugin's own configuration parser.
@@ -404,9 +404,10 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// Writable: the NRI socket's directory (connecting needs write
 		// access), and nri-gpu's own library cache; the driver root and
 		// everything else of the host is read-only.
-		writable := v.HostPath.Path == "/var/run/nri" || isCache
+		// And /dev/char, where nri-gpu makes its links (devCharLinks).
+		writable := v.HostPath.Path == "/var/run/nri" || isCache || v.HostPath.Path == "/dev/char" && cfg.DevCharLinks.On()
 		if !m.ReadOnly && !writable {
-			t.Errorf("host path %s is mounted writable; only the NRI socket's directory and nri-gpu's library cache (%s) may be", v.HostPath.Path, cacheHost)
+			t.Errorf("host path %s is mounted writable; only the NRI socket's directory, nri-gpu's library cache (%s) and /dev/char (devCharLinks) may be", v.HostPath.Path, cacheHost)
 		}
 		if isCache && m.MountPath != cacheMount {
 			t.Errorf("the library cache %s is mounted at %s; nri-gpu writes it at %s (libraryCacheMount)", cacheHost, m.MountPath, cacheMount)
@@ -420,6 +421,7 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		"/dev":         filepath.Join(cfg.HostRoot, "dev"),
 		cfg.DriverRoot: cfg.DriverRootMount,
 		"/var/run/nri": "/var/run/nri", // the default --socket /var/run/nri/nri.sock
+		"/dev/char":    filepath.Join(cfg.HostRoot, "dev", "char"),
 	} {
 		if hostMounts[host] != want {
 			t.Errorf("host %s is mounted at %q; the configuration reads it at %q", host, hostMounts[host], want)
@@ -461,8 +463,8 @@ func TestHelmLibraryModeFiles(t *testing.T) {
 
 // TestHostWritableOnlyOwnDirs checks the shipped DaemonSets' least
 // privilege directly: every host path is mounted read-only except the
-// runtime's NRI socket directory and nri-gpu's library cache
-// (/var/lib/nri-gpu), and the only other writable mount is the emptyDir
+// runtime's NRI socket directory, nri-gpu's library cache
+// (/var/lib/nri-gpu) and /dev/char (devCharLinks), and the only other writable mount is the emptyDir
 // of the status socket (/run/nri-gpu).
 func TestHostWritableOnlyOwnDirs(t *testing.T) {
 	plain, _ := loadKubernetes(t)
@@ -486,7 +488,7 @@ func TestHostWritableOnlyOwnDirs(t *testing.T) {
 				writable = append(writable, m.MountPath)
 			}
 		}
-		want := []string{"/run/nri-gpu", "host /var/run/nri at /var/run/nri", "host /var/lib/nri-gpu at /var/lib/nri-gpu"}
+		want := []string{"/run/nri-gpu", "host /var/run/nri at /var/run/nri", "host /var/lib/nri-gpu at /var/lib/nri-gpu", "host /dev/char at /host/dev/char"}
 		if !cmp.Equal(sorted(writable), sorted(want)) {
 			t.Errorf("%s: writable mounts %q, want exactly %q", name, writable, want)
 		}
