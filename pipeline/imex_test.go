@@ -153,12 +153,11 @@ func TestHandleIMEXPolicy(t *testing.T) {
 					t.Errorf("namespace ml: %v, %v; want %s", adj, err, tc.want)
 				}
 			}
-			pod := *tc.pod
-			pod.Namespace = "nvl72"
-			if _, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, closed, &pod, tc.ctr); err == nil || !strings.Contains(err.Error(), "policy.imexNamespaces: [] (none: policy.default is deny)") {
+			pod := &api.PodSandbox{Namespace: "nvl72", Annotations: tc.pod.Annotations}
+			if _, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, closed, pod, tc.ctr); err == nil || !strings.Contains(err.Error(), "policy.imexNamespaces: [] (none: policy.default is deny)") {
 				t.Errorf("closed policy, namespace nvl72: %v", err)
 			}
-			adj, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, open, &pod, tc.ctr)
+			adj, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, open, pod, tc.ctr)
 			if err != nil {
 				t.Fatalf("imexNamespaces [nvl72], namespace nvl72: %v", err)
 			}
