@@ -35,18 +35,18 @@ func (d *discovery) imexChannels(majors map[string]int64) {
 	dir, err := openNoBlock(d.host, rel)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			d.deviceWarnf("listing IMEX channels: %v", err)
+			d.warnf("listing IMEX channels: %v", err)
 		}
 		return
 	}
 	names, err := dir.Readdirnames(maxIMEXEntries + 1)
 	dir.Close()
 	if err != nil && len(names) == 0 {
-		d.deviceWarnf("listing IMEX channels: %v", err)
+		d.warnf("listing IMEX channels: %v", err)
 		return
 	}
 	if len(names) > maxIMEXEntries {
-		d.deviceWarnf("%s holds more than %d entries: only %d are looked at", inventory.IMEXChannelDir, maxIMEXEntries, maxIMEXEntries)
+		d.warnf("%s holds more than %d entries: only %d are looked at", inventory.IMEXChannelDir, maxIMEXEntries, maxIMEXEntries)
 		names = names[:maxIMEXEntries]
 	}
 	for _, name := range names {
@@ -55,7 +55,7 @@ func (d *discovery) imexChannels(majors map[string]int64) {
 			continue
 		}
 		p := path.Join(inventory.IMEXChannelDir, name)
-		node := d.node(p, major, int64(n))
+		node := d.imexNode(p, major, int64(n))
 		if node == nil {
 			continue
 		}
@@ -81,4 +81,22 @@ func ParseIMEXChannelName(name string) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// imexNode is node for an IMEX channel: a problem is a warning of its
+// own, not one of the GPUs' device nodes (nri-gpu doctor's kernel layer
+// judges the GPUs).
+func (d *discovery) imexNode(p string, major, minor int64) *inventory.DeviceNode {
+	n, err := CharDevice(d.host, p)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.warnf("IMEX channel: %v: not offered", err)
+		}
+		return nil
+	}
+	if n.Major != major || n.Minor != minor {
+		d.warnf("IMEX channel %s is %d:%d, expected %d:%d: not offered", p, n.Major, n.Minor, major, minor)
+		return nil
+	}
+	return &n
 }
