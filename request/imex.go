@@ -75,15 +75,20 @@ func FindIMEX(in Input) (IMEXFound, error) {
 		f.Source, f.val = Source{kind, key}, val
 		return f, nil
 	}
+	var seen map[string]bool // linear in the mounts, whatever they repeat
 	for i := range in.Mounts {
 		id, ok, err := imexMountID(&in.Mounts[i])
 		if err != nil {
 			return IMEXFound{}, err
 		}
-		if ok && !slices.Contains(f.ids, id) {
+		if ok && !seen[id] {
 			if len(f.ids) == maxIMEXList {
 				return IMEXFound{}, errorf(Source{DeviceList, DeviceListIMEX}, "more than %d channels", maxIMEXList)
 			}
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[id] = true
 			f.ids = append(f.ids, id)
 		}
 	}
@@ -191,12 +196,14 @@ func imexList(src Source, ids []string, special bool) (IMEXRequest, error) {
 		r.All = true
 		return r, nil
 	}
+	seen := make(map[int]bool, len(ids))
 	for _, id := range ids {
 		n, ok := parseIMEXChannel(id)
 		if !ok {
 			return IMEXRequest{}, errorf(src, "bad IMEX channel %s (%s)", quote(id), valid)
 		}
-		if !slices.Contains(r.Channels, n) {
+		if !seen[n] {
+			seen[n] = true
 			r.Channels = append(r.Channels, n)
 			r.Tokens = append(r.Tokens, id)
 		}

@@ -2,6 +2,7 @@ package request
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -186,4 +187,35 @@ func FuzzParseIMEX(f *testing.F) {
 			seen[c.Number] = true
 		}
 	})
+}
+
+// TestIMEXBounds: a request names at most 2048 channels, and
+// NVIDIA_IMEX_CHANNELS is at most 16 KiB; over a bound is an error naming
+// the carrier, never a request cut short.
+func TestIMEXBounds(t *testing.T) {
+	parse := func(in Input) error {
+		f, err := FindIMEX(in)
+		if err == nil {
+			_, err = f.Parse()
+		}
+		return err
+	}
+	if err := parse(Input{Env: []string{EnvIMEXChannels + "=" + strings.Repeat("0,", 2049)}}); err == nil ||
+		err.Error() != "nri-gpu: env NVIDIA_IMEX_CHANNELS: more than 2048 channels" {
+		t.Errorf("2049 entries: %v", err)
+	}
+	if err := parse(Input{Env: []string{EnvIMEXChannels + "=" + strings.Repeat(" ", 16<<10+1)}}); err == nil ||
+		!strings.Contains(err.Error(), "value is 16385 bytes long (at most 16384)") {
+		t.Errorf("17 KiB: %v", err)
+	}
+	var mounts []inventory.Mount
+	for i := 0; i <= 2048; i++ {
+		mounts = append(mounts, imexMount(strconv.Itoa(i)))
+	}
+	if err := parse(Input{Mounts: mounts}); err == nil || err.Error() != "nri-gpu: mounts /var/run/nvidia-container-devices/imex: more than 2048 channels" {
+		t.Errorf("2049 mounts: %v", err)
+	}
+	if err := parse(Input{Mounts: mounts[:2048]}); err != nil {
+		t.Errorf("2048 mounts: %v", err)
+	}
 }
