@@ -78,6 +78,10 @@ type Result struct {
 	// Foreign are links or files at a node's name that do not point at
 	// the node: left alone, reported.
 	Foreign []string
+	// Removed are links nri-gpu made earlier for nodes that are no longer
+	// among those asked for (a GPU gone, a driver reload that moved a
+	// major): removed now.
+	Removed []Link
 }
 
 // LinkFor returns the link of node n: /dev/char/<major>:<minor> ->
@@ -169,10 +173,40 @@ func Ensure(o Options, nodes []inventory.DeviceNode) (Result, error) {
 			rec.Links = append(rec.Links, l)
 		}
 	}
+	if ferr == nil {
+		ferr = dropStale(root, &rec, nodes, &res)
+	}
 	if err := save(o, rec); err != nil && ferr == nil {
 		ferr = err
 	}
 	return res, ferr
+}
+
+// dropStale removes the recorded links that no node of nodes has, from
+// the host and from the record.
+func dropStale(root *os.Root, rec *record, nodes []inventory.DeviceNode, res *Result) error {
+	wanted := make(map[Link]bool, len(nodes))
+	for _, n := range nodes {
+		if l, ok := LinkFor(n); ok {
+			wanted[l] = true
+		}
+	}
+	kept := rec.Links[:0]
+	var err error
+	for _, l := range rec.Links {
+		if wanted[l] || err != nil {
+			kept = append(kept, l)
+			continue
+		}
+		if rerr := root.Remove(strings.TrimPrefix(l.Path(), "/")); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("removing %s: %w", l.Path(), rerr)
+			kept = append(kept, l)
+			continue
+		}
+		res.Removed = append(res.Removed, l)
+	}
+	rec.Links = kept
+	return err
 }
 
 // Remove removes the links the record lists that are still links with the

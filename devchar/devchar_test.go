@@ -118,6 +118,19 @@ func TestEnsureAndRemove(t *testing.T) {
 		t.Errorf("Check: %+v, %v", problems, err)
 	}
 
+	// A rediscovery without IMEX channel 1 (say, the driver made fewer):
+	// nri-gpu's link of it goes, the others stay.
+	res, err = devchar.Ensure(o, nodes[:len(nodes)-1])
+	if err != nil || len(res.Removed) != 1 || res.Removed[0] != imex {
+		t.Errorf("Ensure with a node gone: %+v, %v", res, err)
+	}
+	if got := readlink(t, n.Root, imex.Name); got == "../nvidia-caps-imex-channels/channel1" {
+		t.Errorf("the link of a node gone stays")
+	}
+	if _, err := devchar.Ensure(o, nodes); err != nil {
+		t.Fatal(err)
+	}
+
 	// One of ours replaced by the operator: not removed.
 	g1, _ := devchar.LinkFor(s.GPUs[1].Node)
 	os.Remove(filepath.Join(charDir, g1.Name))

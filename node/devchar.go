@@ -36,6 +36,9 @@ func (n *Node) syncDevCharLinks(cfg config.Config, snap *inventory.Snapshot, ven
 	for _, l := range res.Created {
 		n.log.WithFields(logrus.Fields{"link": l.Path(), "target": l.Target}).Info("devCharLinks: created")
 	}
+	for _, l := range res.Removed {
+		n.log.WithFields(logrus.Fields{"link": l.Path(), "target": l.Target}).Info("devCharLinks: removed (its node is gone)")
+	}
 	for _, f := range res.Foreign {
 		n.log.Warnf("devCharLinks: %s: left alone (not nri-gpu's)", f)
 	}
