@@ -79,7 +79,7 @@ demo: build
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
-	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzParseEnvList require:FuzzRequirement require:FuzzCheckEnv \
+	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzParseEnvList request:FuzzParseIMEX require:FuzzRequirement require:FuzzCheckEnv \
 	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
 	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion config:FuzzParse \
 	pipeline:FuzzHandle

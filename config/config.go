@@ -88,6 +88,9 @@ type Config struct {
 	Policy policy.Policy `json:"policy,omitempty"`
 	// DevicePlugin is the kubelet device plugin (off by default).
 	DevicePlugin DevicePlugin `json:"devicePlugin,omitempty"`
+	// DevCharLinks keeps /dev/char links for the injected device nodes
+	// (on by default).
+	DevCharLinks DevCharLinks `json:"devCharLinks,omitempty"`
 }
 
 // DevicePlugin configures nri-gpu's kubelet device plugin, which
@@ -270,6 +273,7 @@ func (c *Config) setDefaults() {
 		c.DevicePlugin.DevRoot = DefaultDevRoot
 	}
 	c.Policy.SetDefaults()
+	c.DevCharLinks.setDefaults()
 }
 
 // Load reads the configuration file at path; see Parse.
@@ -416,6 +420,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("keys libraryDir and library32Dir must differ (both %q)", c.LibraryDir)
 	}
 	if err := c.DevicePlugin.validate(); err != nil {
+		return err
+	}
+	if err := c.DevCharLinks.validate(); err != nil {
 		return err
 	}
 	return c.Policy.Validate()

@@ -23,7 +23,8 @@ func TestParse(t *testing.T) {
 		Layout: LayoutNVIDIA, BinaryDir: DefaultBinaryDir,
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
 		Policy:       policy.Policy{Default: "allow", VisibleDevices: "allow"},
-		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev"}}
+		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev"},
+		DevCharLinks: DevCharLinks{Enabled: ptr(true)}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -136,7 +137,7 @@ func TestParseStrictKeys(t *testing.T) {
 			`key cdiImport: unknown field "Kind"`, `key cdiImport: unknown field "SPECDIRS"`, `key cdiImport: unknown field "AllowHooks"`,
 			`(valid keys: kind, specDirs, allowHooks, allowWritableMounts)`}},
 		{"cdiImport:\n  kind: amd.com/gpu\n  vendor: amd\n", []string{`key cdiImport: unknown field "vendor" (valid keys: kind, specDirs, allowHooks, allowWritableMounts)`}},
-		{"policy:\n  envNamespace: [ml]\n", []string{`key policy: unknown field "envNamespace" (valid keys: default, annotationNamespaces, cdiNamespaces, managementNamespaces, deviceListNamespaces, visibleDevices, envNamespaces)`}},
+		{"policy:\n  envNamespace: [ml]\n", []string{`key policy: unknown field "envNamespace" (valid keys: default, annotationNamespaces, cdiNamespaces, managementNamespaces, deviceListNamespaces, visibleDevices, envNamespaces, imexNamespaces)`}},
 		{"HostRoot: /host\n", []string{`unknown field "HostRoot": keys are case-sensitive, did you mean "hostRoot"?`, `(valid keys: hostRoot, driverRoot, `}},
 		{"libraryMODE: files\n", []string{`unknown field "libraryMODE"`, `did you mean "libraryMode"?`}},
 		{"policy:\n  VisibleDevices: deny\n", []string{`key policy: unknown field "VisibleDevices"`, `did you mean "visibleDevices"?`}},
@@ -159,7 +160,7 @@ func TestParseStrictKeys(t *testing.T) {
 	}
 	// The valid keys are the json tags, all of them.
 	_, err := Parse([]byte("bogus: 1\n"))
-	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin)`
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin, devCharLinks)`
 	if err == nil || err.Error() != want {
 		t.Errorf("unknown key: %v, want %s", err, want)
 	}

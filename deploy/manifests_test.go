@@ -276,7 +276,7 @@ func TestHelmChart(t *testing.T) {
 // hostPathsJustified are the host paths the pod may mount, each for the
 // reason given in daemonset.yaml; the driver root is added from the
 // configuration.
-var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true}
+var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true, "/dev/char": true}
 
 // kubeletDevicePlugins is the kubelet's device plugin directory, mounted
 // read-write when the configuration turns the device plugin on.
@@ -412,9 +412,10 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// Writable: the NRI socket's directory (connecting needs write
 		// access), and nri-gpu's own library cache; the driver root and
 		// everything else of the host is read-only.
-		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet
+		// And /dev/char, where nri-gpu makes its links (devCharLinks).
+		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet || v.HostPath.Path == "/dev/char" && cfg.DevCharLinks.On()
 		if !m.ReadOnly && !writable {
-			t.Errorf("host path %s is mounted writable; only the NRI socket's directory, nri-gpu's library cache (%s) and the kubelet's device plugin directory may be", v.HostPath.Path, cacheHost)
+			t.Errorf("host path %s is mounted writable; only the NRI socket's directory, nri-gpu's library cache (%s), the kubelet's device plugin directory and /dev/char (devCharLinks) may be", v.HostPath.Path, cacheHost)
 		}
 		if isKubelet && (m.ReadOnly || m.MountPath != cfg.DevicePlugin.SocketDir || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory) {
 			t.Errorf("the kubelet's %s is mounted at %s (read-only %v, type %v); want it read-write at devicePlugin.socketDir %s, type Directory",
@@ -435,6 +436,7 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		"/dev":         filepath.Join(cfg.HostRoot, "dev"),
 		cfg.DriverRoot: cfg.DriverRootMount,
 		"/var/run/nri": "/var/run/nri", // the default --socket /var/run/nri/nri.sock
+		"/dev/char":    filepath.Join(cfg.HostRoot, "dev", "char"),
 	} {
 		if hostMounts[host] != want {
 			t.Errorf("host %s is mounted at %q; the configuration reads it at %q", host, hostMounts[host], want)
@@ -477,9 +479,10 @@ func TestHelmLibraryModeFiles(t *testing.T) {
 // TestHostWritableOnlyOwnDirs checks the shipped DaemonSets' least
 // privilege directly: every host path is mounted read-only except the
 // runtime's NRI socket directory, nri-gpu's library cache
-// (/var/lib/nri-gpu) and the kubelet's device plugin directory (the
-// plugin's socket, docs/security.md), and the only other writable mount
-// is the emptyDir of the status socket (/run/nri-gpu).
+// (/var/lib/nri-gpu), the kubelet's device plugin directory (the
+// plugin's socket, docs/security.md) and /dev/char (devCharLinks), and the
+// only other writable mount is the emptyDir of the status socket
+// (/run/nri-gpu).
 func TestHostWritableOnlyOwnDirs(t *testing.T) {
 	plain, _ := loadKubernetes(t)
 	helm, _ := renderHelm(t, nil)
@@ -503,7 +506,7 @@ func TestHostWritableOnlyOwnDirs(t *testing.T) {
 			}
 		}
 		want := []string{"/run/nri-gpu", "host /var/run/nri at /var/run/nri", "host /var/lib/nri-gpu at /var/lib/nri-gpu",
-			"host /var/lib/kubelet/device-plugins at /var/lib/kubelet/device-plugins"}
+			"host /var/lib/kubelet/device-plugins at /var/lib/kubelet/device-plugins", "host /dev/char at /host/dev/char"}
 		if !cmp.Equal(sorted(writable), sorted(want)) {
 			t.Errorf("%s: writable mounts %q, want exactly %q", name, writable, want)
 		}

@@ -13,7 +13,7 @@ import (
 var namespacesTried = []string{"default", "tenant-a", "kube-system", "gpu-operator", "nri-gpu", "monitoring"}
 
 // sources are the policy's request sources.
-var sources = []policy.Source{policy.Annotation, policy.CDI, policy.Management, policy.DeviceList, policy.Env}
+var sources = []policy.Source{policy.Annotation, policy.CDI, policy.Management, policy.DeviceList, policy.Env, policy.IMEX}
 
 // parseShipped parses the configuration file a ConfigMap carries.
 func parseShipped(t *testing.T, objs objects) config.Config {
@@ -62,6 +62,7 @@ func TestShippedPolicies(t *testing.T) {
 		p["deviceListNamespaces"] = []any{"ml"}
 		p["visibleDevices"] = "namespaces"
 		p["envNamespaces"] = []any{"legacy"}
+		p["imexNamespaces"] = []any{"nvl72"}
 	})
 	p := parseShipped(t, opened).Policy
 	for _, tc := range []struct {
@@ -75,6 +76,8 @@ func TestShippedPolicies(t *testing.T) {
 		{policy.Env, "default", false},
 		{policy.Annotation, "gpu-operator", false},
 		{policy.CDI, "ml", false},
+		{policy.IMEX, "nvl72", true},
+		{policy.IMEX, "ml", false},
 	} {
 		if got := p.Allows(tc.s, tc.ns); got != tc.want {
 			t.Errorf("chart with namespaces listed: Allows(%v, %q) = %v, want %v", tc.s, tc.ns, got, tc.want)

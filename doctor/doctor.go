@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/status"
 )
 
@@ -115,14 +116,18 @@ func (o *Options) host(p string) string { return filepath.Join(o.Config.HostRoot
 func Run(o Options) []Result {
 	o.defaults()
 	var out []Result
+	var snap *inventory.Snapshot
 	if o.Config.CDIImport != nil {
 		checkImported(&o, &out)
 	} else {
-		snap, _ := checkKernel(&o, &out)
+		snap, _ = checkKernel(&o, &out)
 		checkDeviceFiles(&o, snap, &out)
 		checkUserSpace(&o, snap, &out)
 	}
 	checkInjection(&o, &out)
+	if o.Config.CDIImport == nil {
+		checkDevChar(&o, snap, &out)
+	}
 	checkDevicePlugin(&o, &out)
 	return out
 }

@@ -161,6 +161,9 @@ type Snapshot struct {
 	// where a GPU is present but unusable (see Warnings).
 	GPUs    []GPU
 	Control ControlNodes
+	// IMEXChannels are the IMEX channel nodes found, sorted by number
+	// (see IMEXChannel); empty on a node without them.
+	IMEXChannels []IMEXChannel
 	// Files are the driver files found, sorted by kind then name.
 	Files []DriverFile
 	// Warnings say what discovery found wrong or missing.

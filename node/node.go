@@ -87,6 +87,8 @@ type Node struct {
 	subMu  sync.Mutex
 	subs   map[int]func(*State)
 	nextID int
+	// devChar is set by KeepDevCharLinks (devchar.go).
+	devChar bool
 }
 
 // Option configures a Node.
@@ -225,6 +227,7 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		n.onChange(st)
 	}
 	n.state.Store(st)
+	n.syncDevCharLinks(cfg, snap, d.imported != nil)
 	n.observer().Inventory(snap)
 	n.notify(st)
 	return nil

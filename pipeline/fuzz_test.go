@@ -20,7 +20,10 @@ func FuzzHandle(f *testing.F) {
 	f.Add("gpus.nri-gpu.dev/pod", `"device=0,2",capabilities=all`, "NVIDIA_VISIBLE_DEVICES=all", "/dev/null", "/var/run/nvidia-container-devices/1", "ml")
 	f.Add("nvidia.cdi.k8s.io/container.c", "management.nvidia.com/gpu=all", "NVIDIA_REQUIRE_CUDA=cuda>=12", "", "", "gpu-operator")
 	f.Add("x", "y", "NVIDIA_VISIBLE_DEVICES=/etc/shadow", "/etc/shadow", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0", "web")
-	snap := benchSnapshot()
+	f.Add("gpus.nri-gpu.dev/pod", `1,"imex-channels=0,2"`, "NVIDIA_IMEX_CHANNELS=all", "/dev/null", "/var/run/nvidia-container-devices/imex/1", "ml")
+	f.Add("gpus.nri-gpu.dev/container.c", "imex-channels=channel1", "NVIDIA_IMEX_CHANNELS=../../etc/shadow", "/dev/null", "/var/run/nvidia-container-devices/imex/../../x", "web")
+	// The node has IMEX channels 0-2.
+	snap := imexSnapshot()
 	prep := adjust.Prepare(snap, layout)
 	sources := map[string]bool{}
 	for _, fl := range snap.Files {
@@ -32,6 +35,9 @@ func FuzzHandle(f *testing.F) {
 	}
 	for _, n := range []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"} {
 		devices[n] = true
+	}
+	for _, ch := range snap.IMEXChannels {
+		devices[ch.Node.Path] = true
 	}
 	policies := []policy.Policy{{}, {AnnotationNamespaces: []string{"ml"}, CDINamespaces: []string{"ml"},
 		ManagementNamespaces: []string{"gpu-operator"}, VisibleDevices: policy.VisibleDevicesDeny}}

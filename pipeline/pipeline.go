@@ -82,6 +82,9 @@ type Result struct {
 	// or "edits (<why not cdi>)" when CDI names were wanted; empty
 	// without emit: cdi.
 	Emit string
+	// IMEX are the IMEX channels the container gets (their nodes are
+	// among Edits.Devices unless the runtime gives them already).
+	IMEX []inventory.IMEXChannel
 	// Warnings are what the log should hear of that does not refuse the
 	// container: a kubelet annotation that was not trusted.
 	Warnings []string
@@ -130,7 +133,11 @@ type call struct {
 // with an error, and releases what it booked.
 func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
 	c := call{ctx: ctx, pod: pod, ctr: ctr}
-	if err := p.run(&c); err != nil {
+	err := p.run(&c)
+	if err == nil {
+		err = p.imex(&c) // IMEX channels: a request of their own (imex.go)
+	}
+	if err != nil {
 		p.release(&c)
 		return nil, c.res, err
 	}

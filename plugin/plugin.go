@@ -52,9 +52,12 @@ var events = []string{"CreateContainer", "StopContainer", "RemoveContainer", "St
 // devices named in an adjustment.
 const minCDINRIVersion = "v0.10.0"
 
-// New discovers the node with cfg and returns a plugin serving it.
-func New(cfg config.Config, log *logrus.Logger) (*Plugin, error) {
-	return newPlugin(log, func(opts ...node.Option) (*node.Node, error) { return node.New(cfg, log, opts...) })
+// New discovers the node with cfg and returns a plugin serving it; nodeOpts
+// go to the node (node.KeepDevCharLinks).
+func New(cfg config.Config, log *logrus.Logger, nodeOpts ...node.Option) (*Plugin, error) {
+	return newPlugin(log, func(opts ...node.Option) (*node.Node, error) {
+		return node.New(cfg, log, append(opts, nodeOpts...)...)
+	})
 }
 
 // newPlugin returns a plugin serving the node that mk makes with the

@@ -29,6 +29,12 @@ const (
 	// Env is the NVIDIA_VISIBLE_DEVICES environment variable, which any
 	// image can set.
 	Env
+	// IMEX is a request for IMEX channels (multi-node NVLink memory
+	// sharing), whatever carries it: the annotation's imex-channels
+	// field, the device plugin's imex/ mounts, NVIDIA_IMEX_CHANNELS. A
+	// channel gives access to the memory that other nodes of the NVLink
+	// domain export on it, so it is a source of its own.
+	IMEX
 )
 
 func (s Source) String() string {
@@ -43,6 +49,8 @@ func (s Source) String() string {
 		return "device-list mounts"
 	case Env:
 		return "env NVIDIA_VISIBLE_DEVICES"
+	case IMEX:
+		return "IMEX channel request"
 	}
 	return "unknown source"
 }
@@ -105,6 +113,9 @@ type Policy struct {
 	// EnvNamespaces may use NVIDIA_VISIBLE_DEVICES when VisibleDevices is
 	// namespaces.
 	EnvNamespaces []string `json:"envNamespaces,omitempty"`
+	// IMEXNamespaces may ask for IMEX channels, by any carrier; empty
+	// means what Default says.
+	IMEXNamespaces []string `json:"imexNamespaces,omitempty"`
 }
 
 // SetDefaults fills in the default modes.
@@ -149,6 +160,7 @@ func (p Policy) Validate() error {
 		{"managementNamespaces", p.ManagementNamespaces},
 		{"deviceListNamespaces", p.DeviceListNamespaces},
 		{"envNamespaces", p.EnvNamespaces},
+		{"imexNamespaces", p.IMEXNamespaces},
 	} {
 		for _, n := range l.ns {
 			if !validNamespace(n) {
@@ -187,6 +199,8 @@ func (p Policy) Allows(s Source, namespace string) bool {
 		return p.listed(p.ManagementNamespaces, namespace)
 	case DeviceList:
 		return true
+	case IMEX:
+		return p.listed(p.IMEXNamespaces, namespace)
 	case Env:
 		switch p.VisibleDevices {
 		case VisibleDevicesDeny:
@@ -219,6 +233,8 @@ func (p Policy) Setting(s Source) string {
 		return "policy.managementNamespaces: " + p.list(p.ManagementNamespaces)
 	case DeviceList:
 		return "policy.deviceListNamespaces: " + p.list(p.DeviceListNamespaces)
+	case IMEX:
+		return "policy.imexNamespaces: " + p.list(p.IMEXNamespaces)
 	case Env:
 		if p.VisibleDevices == VisibleDevicesNamespaces {
 			return "policy.visibleDevices: namespaces, policy.envNamespaces: " + p.list(p.EnvNamespaces)

@@ -197,7 +197,7 @@ const maxAnnotation = 4096
 // count, device, capabilities, driver and exclusive. A field holding commas
 // (device=0,2) is quoted, as Docker requires: "device=0,2".
 func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) {
-	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false"`
+	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false", "imex-channels=all|N[,N...]" (quoted when it has commas)`
 	if len(val) > maxAnnotation {
 		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
 	}
@@ -231,6 +231,8 @@ func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) 
 				continue
 			case seen["device"] && isDigits(field):
 				return Request{}, errorf(src, "unexpected field %s: quote a device list that has commas, as in '\"device=0,%s\"'", quote(field), field)
+			case seen[IMEXField] && isDigits(field):
+				return Request{}, errorf(src, "unexpected field %s: quote a channel list that has commas, as in '\"%s=0,%s\"'", quote(field), IMEXField, field)
 			default:
 				return Request{}, errorf(src, "unexpected field %s (%s)", quote(field), valid)
 			}
@@ -274,6 +276,12 @@ func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) 
 			if v != "nvidia" {
 				return Request{}, errorf(src, "unsupported driver %s (valid: nvidia)", quote(v))
 			}
+		case IMEXField:
+			// The IMEX request of the annotation: parsed here to refuse
+			// a bad value with the rest, and again by FindIMEX.
+			if _, err := parseIMEXField(src, v); err != nil {
+				return Request{}, err
+			}
 		case "exclusive":
 			var b bool
 			switch v {
@@ -287,6 +295,10 @@ func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) 
 		default:
 			return Request{}, errorf(src, "unknown field %s (%s)", quote(key), valid)
 		}
+	}
+	if r.Kind == Nothing && seen[IMEXField] && len(seen) == 1 {
+		// IMEX channels only: no GPU request.
+		return Request{Source: src}, nil
 	}
 	if r.Kind == Nothing {
 		return Request{}, errorf(src, "%s requests no GPU (%s)", quote(val), valid)

@@ -18,6 +18,7 @@ type inventoryView struct {
 	KernelRelease string     `json:"kernelRelease"`
 	GPUs          []gpuView  `json:"gpus"`
 	ControlNodes  []nodeView `json:"controlNodes"`
+	IMEXChannels  []nodeView `json:"imexChannels"`
 	Files         []fileView `json:"files"`
 	Warnings      []string   `json:"warnings"`
 }
@@ -52,7 +53,7 @@ func nodeOf(n inventory.DeviceNode) nodeView {
 func viewOf(s *inventory.Snapshot) inventoryView {
 	v := inventoryView{
 		HostRoot: s.HostRoot, DriverRoot: s.DriverRoot, DriverVersion: s.DriverVersion, KernelRelease: s.KernelRelease,
-		GPUs: []gpuView{}, ControlNodes: []nodeView{}, Files: []fileView{}, Warnings: []string{},
+		GPUs: []gpuView{}, ControlNodes: []nodeView{}, IMEXChannels: []nodeView{}, Files: []fileView{}, Warnings: []string{},
 	}
 	for _, g := range s.GPUs {
 		v.GPUs = append(v.GPUs, gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node)})
@@ -61,6 +62,9 @@ func viewOf(s *inventory.Snapshot) inventoryView {
 		if n != nil {
 			v.ControlNodes = append(v.ControlNodes, nodeOf(*n))
 		}
+	}
+	for _, c := range s.IMEXChannels {
+		v.IMEXChannels = append(v.IMEXChannels, nodeOf(c.Node))
 	}
 	for _, f := range s.Files {
 		fv := fileView{Kind: f.Kind.String(), Name: f.Name, HostPath: f.HostPath}
@@ -102,6 +106,12 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 	fmt.Fprintf(tw, "\nControl nodes: %d\n", len(v.ControlNodes))
 	for _, n := range v.ControlNodes {
 		fmt.Fprintf(tw, "%s\t%d:%d\t%s\n", n.Path, n.Major, n.Minor, n.Mode)
+	}
+	if len(v.IMEXChannels) > 0 {
+		fmt.Fprintf(tw, "\nIMEX channels: %d\n", len(v.IMEXChannels))
+		for _, n := range v.IMEXChannels {
+			fmt.Fprintf(tw, "%s\t%d:%d\t%s\n", n.Path, n.Major, n.Minor, n.Mode)
+		}
 	}
 	fmt.Fprintf(tw, "\nDriver files: %d\n", len(v.Files))
 	if len(v.Files) > 0 {

@@ -158,10 +158,12 @@ func runCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := plugin.New(cfg, log)
+	p, err := plugin.New(cfg, log, node.KeepDevCharLinks())
 	if err != nil {
 		return err
 	}
+	// The /dev/char links nri-gpu made go when it stops (devCharLinks).
+	defer p.Node().RemoveDevCharLinks()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()

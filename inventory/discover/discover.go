@@ -193,6 +193,7 @@ func (d *discovery) kernel() {
 		d.deviceWarnf("nvidia-uvm is not loaded or /dev/nvidia-uvm is missing: compute requests get no UVM nodes")
 	}
 	d.gpus(nvMajor)
+	d.imexChannels(majors)
 }
 
 // gpus discovers the GPUs under /proc/driver/nvidia/gpus. The index is the

@@ -10,6 +10,7 @@ replace github.com/nri-gpu/nri-gpu => ../..
 require (
 	github.com/containerd/nri v0.12.3
 	github.com/nri-gpu/nri-gpu v0.0.0-00010101000000-000000000000
+	github.com/opencontainers/cgroups v0.1.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.10.2
@@ -19,10 +20,16 @@ require (
 )
 
 require (
+	github.com/cilium/ebpf v0.17.3 // indirect
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/ttrpc v1.2.7 // indirect
+	github.com/coreos/go-systemd/v22 v22.6.0 // indirect
+	github.com/cyphar/filepath-securejoin v0.4.1 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
+	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
+	github.com/moby/sys/mountinfo v0.7.2 // indirect
+	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -105,8 +105,11 @@ func TestDaemonSetLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir,
-		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu"), "/var/lib/kubelet/device-plugins": kubeletDir}
+		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu"), "/var/lib/kubelet/device-plugins": kubeletDir, "/dev/char": n.HostPath("/dev/char")}
 	if err := os.MkdirAll(n.HostPath("/var/lib/nri-gpu"), 0o755); err != nil { // type: DirectoryOrCreate
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(n.HostPath("/dev/char"), 0o755); err != nil { // type: Directory, as udev makes it
 		t.Fatal(err)
 	}
 	var script []string
@@ -187,6 +190,14 @@ func TestDaemonSetLayout(t *testing.T) {
 	}
 	if code, body := httpGet(t, url+"/readyz"); code != 200 {
 		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	// devCharLinks: the pod made the GPUs' /dev/char links in the host's
+	// /dev/char, writable on top of the read-only /dev.
+	for _, g := range n.GPUs {
+		link := fmt.Sprintf("/dev/char/195:%d", g.Minor)
+		if target, err := os.Readlink(n.HostPath(link)); err != nil || target != fmt.Sprintf("../nvidia%d", g.Minor) {
+			t.Errorf("host %s -> %q (%v), want ../nvidia%d", link, target, err, g.Minor)
+		}
 	}
 
 	// The shipped policy is closed: an annotation is refused, the

@@ -86,6 +86,10 @@ type Options struct {
 	UVMMajor      int    // default 510
 	DeviceNodes   bool   // create real char device nodes with mknod (needs root, see CanMknod); when false create empty regular files instead
 	NoDriver      bool   // kernel side only: no libraries, binaries, firmware, ld.so.cache
+	// IMEXChannels, when positive, creates that many IMEX channels,
+	// /dev/nvidia-caps-imex-channels/channel0 upwards (IMEXMajor:N), as
+	// the driver does on an NVLink multi-node system (GB200 NVL72).
+	IMEXChannels int
 	// KernelRelease is written to /proc/sys/kernel/osrelease; default
 	// DefaultKernelRelease. "-" writes no such file.
 	KernelRelease string
@@ -166,6 +170,8 @@ type config struct {
 	noDriver    bool
 	cacheDir    string
 	kernel      string
+	// imexChannels is Options.IMEXChannels.
+	imexChannels int
 }
 
 func normalize(opts Options) (*config, error) {
@@ -179,6 +185,10 @@ func normalize(opts Options) (*config, error) {
 		cacheDir:    opts.CacheDir,
 		kernel:      opts.KernelRelease,
 	}
+	if err := checkIMEX(opts.IMEXChannels); err != nil {
+		return nil, err
+	}
+	c.imexChannels = opts.IMEXChannels
 	if c.kernel == "" {
 		c.kernel = DefaultKernelRelease
 	}

@@ -35,7 +35,7 @@ func TestOperations(t *testing.T) {
 			"--socket", c.NRISocket, "--cdi-dirs", c.CDISpecDir, "--health-url", url)
 		out, err := cmd.CombinedOutput()
 		t.Logf("nri-gpu doctor:\n%s", out)
-		if err != nil || strings.Count(string(out), "PASS") != 9 {
+		if err != nil || strings.Count(string(out), "PASS") != 10 {
 			t.Errorf("doctor against containerd %s: %v", harness.VersionFromEnv(), err)
 		}
 	})
