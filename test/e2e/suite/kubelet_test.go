@@ -78,14 +78,27 @@ func hostGPUNodes(t *testing.T, n *node) {
 // gpuPod is a static pod manifest: host network, one glibc-image container
 // sleeping, with limits nvidia.com/gpu: gpus and env.
 func gpuPod(name string, gpus int, env map[string]string) []byte {
+	return podManifest(name, nil, map[string]int{"nvidia.com/gpu": gpus}, env)
+}
+
+// podManifest is a static pod manifest: host network, pod annotations ann,
+// one glibc-image container named main sleeping, with limits (resource ->
+// count, none when 0) and env.
+func podManifest(name string, ann map[string]string, limits map[string]int, env map[string]string) []byte {
 	var envs []any
 	for k, v := range env {
 		envs = append(envs, map[string]string{"name": k, "value": v})
 	}
+	lim := map[string]any{}
+	for r, n := range limits {
+		if n > 0 {
+			lim[r] = fmt.Sprint(n)
+		}
+	}
 	pod := map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
-		"metadata":   map[string]any{"name": name, "namespace": "default"},
+		"metadata":   map[string]any{"name": name, "namespace": "default", "annotations": ann},
 		"spec": map[string]any{
 			"hostNetwork": true,
 			// sleep as PID 1 ignores SIGTERM: do not wait 30 s for it.
@@ -96,7 +109,7 @@ func gpuPod(name string, gpus int, env map[string]string) []byte {
 				"imagePullPolicy": "Never",
 				"command":         []string{"sleep", "3600"},
 				"env":             envs,
-				"resources":       map[string]any{"limits": map[string]any{"nvidia.com/gpu": fmt.Sprint(gpus)}},
+				"resources":       map[string]any{"limits": lim},
 			}},
 		},
 	}
@@ -479,7 +492,16 @@ func checkTableIsCheckpoint(t *testing.T, w *world, k *harness.Kubelet, socket s
 // assigns it (sorted).
 func runKubeletPod(t *testing.T, w *world, k *harness.Kubelet, name string, gpus int, env map[string]string) (*ctr, []string) {
 	t.Helper()
-	if err := k.AddStaticPod(name, gpuPod(name, gpus, env)); err != nil {
+	return runStaticPod(t, w, k, name, gpuPod(name, gpus, env), "nvidia.com/gpu", gpus)
+}
+
+// runStaticPod starts static pod name from manifest (one container, main),
+// waits until it runs, and returns its container and the devices of
+// resource the kubelet's checkpoint assigns it (sorted), which must be
+// gpus many.
+func runStaticPod(t *testing.T, w *world, k *harness.Kubelet, name string, manifest []byte, resource string, gpus int) (*ctr, []string) {
+	t.Helper()
+	if err := k.AddStaticPod(name, manifest); err != nil {
 		t.Fatal(err)
 	}
 	var pod *harness.KubeletPod
@@ -499,7 +521,7 @@ func runKubeletPod(t *testing.T, w *world, k *harness.Kubelet, name string, gpus
 	}
 	var assigned []string
 	for _, e := range cp.Entries {
-		if e.PodUID == pod.Metadata.UID && e.ContainerName == "main" && e.ResourceName == "nvidia.com/gpu" {
+		if e.PodUID == pod.Metadata.UID && e.ContainerName == "main" && e.ResourceName == resource {
 			assigned = append(assigned, e.DeviceIDs...)
 		}
 	}
