@@ -237,19 +237,21 @@ func TestKubelet(t *testing.T) {
 		waitHealthy(t, "the four GPUs after an nri-gpu restart", uuids)
 		check(t, "an nri-gpu restart")
 
+		registered := strings.Count(w.plugin.log.String(), "registered with the kubelet")
 		if err := k.Restart(w.ctx); err != nil {
 			t.Fatal(err)
 		}
 		// The restarted kubelet empties the socket directory and makes
 		// its socket anew; nri-gpu serves and registers again.
-		waitLog(t, w.plugin, "registered with the kubelet", 2)
+		waitLog(t, w.plugin, "registered with the kubelet", registered+1)
 		waitHealthy(t, "the four GPUs after a kubelet restart", uuids)
 		check(t, "a kubelet restart")
 
+		synced := strings.Count(w.plugin.log.String(), "synchronized with the runtime")
 		if err := c.Restart(w.ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitLog(t, w.plugin, "synchronized with the runtime", 2)
+		waitLog(t, w.plugin, "synchronized with the runtime", synced+1)
 		check(t, "a containerd restart")
 
 		// One GPU is free: a new pod gets it, none of the held ones.
