@@ -239,6 +239,11 @@ func TestKubeletNVIDIAPluginShapes(t *testing.T) {
 		if driver == 0 {
 			t.Errorf("%s: no driver file mounted from the node", c.name)
 		}
+		for _, l := range strings.Split(w.plugin.log.String(), "\n") {
+			if strings.Contains(l, "pod="+c.name+"-"+k.Opts.NodeName) {
+				t.Logf("nri-gpu: %s", l)
+			}
+		}
 		// Booked in nri-gpu's table for this container alone.
 		rows := readStatus(t, socket)
 		for _, u := range assigned {
@@ -255,14 +260,18 @@ func TestKubeletNVIDIAPluginShapes(t *testing.T) {
 			held[u] = c.name
 		}
 	}
-	for _, tc := range []struct{ name, res string }{
-		{"envvar", "nvidia.com/gpu"},
-		{"volume-mounts", "nvidia.com/gpu-vm"},
+	// source is the request source nri-gpu names in its log line.
+	for _, tc := range []struct{ name, res, source string }{
+		{"envvar", "nvidia.com/gpu", "env NVIDIA_VISIBLE_DEVICES: the runtime already gives"},
+		{"volume-mounts", "nvidia.com/gpu-vm", "mounts " + nvidiaVolumeMountsRoot + ": the runtime already gives"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, "-", "")
 			c, assigned := runStaticPod(t, w, k, name, podManifest(name, nil, map[string]int{tc.res: 1}, nil), tc.res, 1)
 			check(t, c, assigned)
+			if !strings.Contains(w.plugin.log.String(), tc.source) {
+				t.Errorf("nri-gpu's log has no %q", tc.source)
+			}
 			if tc.name == "volume-mounts" {
 				// The device list mounts stay as the kubelet made them.
 				if out, code := c.sh("ls " + nvidiaVolumeMountsRoot); code != 0 || strings.TrimSpace(out) != assigned[0] {
