@@ -11,14 +11,19 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // kubeletOptIn is the env var that turns the kubelet phase on.
@@ -287,13 +292,19 @@ func TestKubelet(t *testing.T) {
 		if gone.UUID == "" {
 			t.Fatalf("no free GPU: all of %v held", held)
 		}
+		// A second ListAndWatch stream, beside the kubelet's, sees what
+		// the plugin sends.
+		health := watchHealth(t, filepath.Join(harness.DevicePluginDir, "nri-gpu-nvidia.com-gpu.sock"))
+		health.wait(t, gone.UUID, pluginapi.Healthy)
 		restore := vanish(t, n, gone)
+		health.wait(t, gone.UUID, pluginapi.Unhealthy)
 		healthy := slices.DeleteFunc(slices.Clone(uuids), func(u string) bool { return u == gone.UUID })
 		waitHealthy(t, "GPU "+gone.UUID+" gone from the healthy ones", healthy)
 		waitLog(t, w.plugin, "GPU unhealthy", 1)
 		// Its only free GPU is unhealthy: the kubelet has none to give.
 		rejected(t, w, k, "sick", 1)
 		restore()
+		health.wait(t, gone.UUID, pluginapi.Healthy)
 		waitHealthy(t, "GPU "+gone.UUID+" healthy again", uuids)
 		waitLog(t, w.plugin, "GPU healthy again", 1)
 		back, assigned := runKubeletPod(t, w, k, "back", 1, nil)
@@ -576,4 +587,56 @@ func checkKubeletGPUs(t *testing.T, c *ctr, assigned []string) {
 		t.Errorf("OCI spec GPU devices %v, want %d (the kubelet's %v)", specGPUs, len(assigned), assigned)
 	}
 	t.Logf("%s: annotations %v; OCI spec GPU devices %v", c.name, ci.Status.Annotations, specGPUs)
+}
+
+// healthWatch is a ListAndWatch stream of a device plugin: the health of
+// each device in the latest list.
+type healthWatch struct {
+	mu     sync.Mutex
+	health map[string]string
+	err    error
+}
+
+// watchHealth opens a ListAndWatch stream on the device plugin's socket;
+// it closes when the test ends.
+func watchHealth(t *testing.T, socket string) *healthWatch {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); conn.Close() })
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &healthWatch{health: map[string]string{}}
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			h.mu.Lock()
+			if err != nil {
+				h.err = err
+				h.mu.Unlock()
+				return
+			}
+			h.health = map[string]string{}
+			for _, d := range resp.Devices {
+				h.health[d.ID] = d.Health
+			}
+			h.mu.Unlock()
+		}
+	}()
+	return h
+}
+
+// wait waits until the latest list gives device id health.
+func (h *healthWatch) wait(t *testing.T, id, health string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "ListAndWatch: "+id+" "+health, func() (bool, string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.health[id] == health, fmt.Sprintf("latest list %v (stream error %v)", h.health, h.err)
+	})
 }
