@@ -146,21 +146,32 @@ func startStandIn(t *testing.T, p *standInNVIDIAPlugin) {
 		p.server.Stop()
 		os.Remove(p.socket)
 	})
+	// The kubelet makes its registration socket once its device manager
+	// starts, which may be after /pods answers: retry until it takes us.
+	var last error
+	waitFor(t, 30*time.Second, "registering "+p.resource+" with the kubelet", func() (bool, string) {
+		last = register(p, name)
+		return last == nil, fmt.Sprint(last)
+	})
+}
+
+// register registers p, served on endpoint (a socket name in the device
+// plugin directory), with the kubelet.
+func register(p *standInNVIDIAPlugin, endpoint string) error {
 	conn, err := grpc.NewClient("unix://"+filepath.Join(harness.DevicePluginDir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
-		Endpoint:     name,
+		Endpoint:     endpoint,
 		ResourceName: p.resource,
 		Options:      &pluginapi.DevicePluginOptions{},
-	}); err != nil {
-		t.Fatalf("registering %s with the kubelet: %v", p.resource, err)
-	}
+	})
+	return err
 }
 
 // TestKubeletNVIDIAPluginShapes runs static pods under a real kubelet whose
