@@ -133,6 +133,18 @@ func (p *standInNVIDIAPlugin) allocateResponse(ids []string) (*pluginapi.Contain
 func startStandIn(t *testing.T, p *standInNVIDIAPlugin) {
 	t.Helper()
 	name := "nri-gpu-e2e-standin-" + strings.NewReplacer("/", "-", ".", "-").Replace(p.resource) + ".sock"
+	// The kubelet's device manager starts after /pods answers: it empties
+	// the directory, then serves kubelet.sock. A socket made before that
+	// would be removed under us.
+	kubeletSock := filepath.Join(harness.DevicePluginDir, "kubelet.sock")
+	waitFor(t, 30*time.Second, "the kubelet's "+kubeletSock, func() (bool, string) {
+		c, err := net.Dial("unix", kubeletSock)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
+	})
 	p.socket = filepath.Join(harness.DevicePluginDir, name)
 	os.Remove(p.socket)
 	l, err := net.Listen("unix", p.socket)
@@ -146,8 +158,6 @@ func startStandIn(t *testing.T, p *standInNVIDIAPlugin) {
 		p.server.Stop()
 		os.Remove(p.socket)
 	})
-	// The kubelet makes its registration socket once its device manager
-	// starts, which may be after /pods answers: retry until it takes us.
 	var last error
 	waitFor(t, 30*time.Second, "registering "+p.resource+" with the kubelet", func() (bool, string) {
 		last = register(p, name)
