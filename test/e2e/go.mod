@@ -17,6 +17,7 @@ require (
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.83.2
 	k8s.io/cri-api v0.37.0
+	k8s.io/kubelet v0.34.13
 )
 
 require (

@@ -305,7 +305,8 @@ func (k *Kubelet) start() error {
 	if err := k.cmd.Start(); err != nil {
 		return err
 	}
-	go func() { _ = k.cmd.Wait(); close(k.exited) }()
+	cmd, exited := k.cmd, k.exited
+	go func() { _ = cmd.Wait(); close(exited) }()
 	return nil
 }
 
@@ -534,4 +535,45 @@ func (k *Kubelet) Stop() error {
 		k.unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// Restart stops the kubelet (SIGTERM, then SIGKILL after 10 s) and starts it
+// again on the same directories, configuration and ports, as a node's
+// service manager restarts it: the pods' containers keep running, the
+// kubelet empties DevicePluginDir of sockets and makes its kubelet.sock
+// anew (device plugins register again), and it reads its checkpoint. It
+// returns once /pods answers again.
+func (k *Kubelet) Restart(ctx context.Context) error {
+	if k.stopped {
+		return errors.New("kubelet: Restart after Stop")
+	}
+	if k.cmd != nil && k.cmd.Process != nil {
+		_ = k.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-k.exited:
+		case <-time.After(10 * time.Second):
+			_ = k.cmd.Process.Kill()
+			<-k.exited
+		}
+	}
+	if k.logFile != nil {
+		k.logFile.Close()
+	}
+	k.exited = make(chan struct{})
+	if err := k.start(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := k.Pods(ctx); err == nil {
+			return nil
+		} else if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("restarted kubelet: /pods did not answer: %v\n--- tail of %s ---\n%s", err, k.LogPath, k.LogTail(6000))
+		}
+		select {
+		case <-k.exited:
+			return fmt.Errorf("restarted kubelet exited\n--- tail of %s ---\n%s", k.LogPath, k.LogTail(6000))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
