@@ -16,7 +16,7 @@ import (
 // nri-gpu, and compares what each sees.
 func TestCDIExportMatchesInjection(t *testing.T) {
 	w := newWorld(t, simnode.LayoutDebian, "")
-	spec := filepath.Join(w.c.CDISpecDir, "nri-gpu.yaml")
+	spec := filepath.Join(w.c.CDIDir(), "nri-gpu.yaml")
 	out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", w.node.config, "-o", spec).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
@@ -40,9 +40,9 @@ func TestCDIExportMatchesInjection(t *testing.T) {
 // device references that containerd resolves from the spec in its spec
 // directory, and the container sees the same as with edits.
 func TestEmitCDI(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "emit: cdi\ncdiSpecDirs: [/var/run/cdi]\n")
-	spec := filepath.Join(c.CDISpecDir, "nri-gpu.yaml")
+	spec := filepath.Join(c.CDIDir(), "nri-gpu.yaml")
 	if out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", n.config, "-o", spec).CombinedOutput(); err != nil {
 		t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
 	}
@@ -50,7 +50,7 @@ func TestEmitCDI(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(n.Root, "var/run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(c.CDISpecDir, filepath.Join(n.Root, "var/run/cdi")); err != nil {
+	if err := os.Symlink(c.CDIDir(), filepath.Join(n.Root, "var/run/cdi")); err != nil {
 		t.Fatal(err)
 	}
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
