@@ -58,9 +58,19 @@ func TestEmitCDI(t *testing.T) {
 
 	g := w.mustRun("emitcdi", map[string]string{"gpus.nri-gpu.dev/pod": "device=2"}, harness.ContainerSpec{Image: harness.GlibcImage})
 	// containerd 2.4 reports its NRI version (v0.12) in Configure; 2.2
-	// does not, and a version nri-gpu cannot tell gets edits.
+	// does not, and a version nri-gpu cannot tell gets edits. containerd
+	// 1.7 (NRI v0.8.0) drops CDI devices returned through NRI: edits, and
+	// one warning per connection naming the runtime.
 	want := "emit=cdi"
-	if harness.VersionFromEnv() == harness.CompatContainerdVersion {
+	switch {
+	case isContainerd1():
+		want = `emit="edits (the runtime's NRI does not inject CDI devices)"`
+		warn := "emit: cdi: containerd " + harness.VersionFromEnv() + " drops CDI devices returned through NRI"
+		w.mustRun("emitcdi2", map[string]string{"gpus.nri-gpu.dev/pod": "device=1"}, harness.ContainerSpec{})
+		if got := strings.Count(w.plugin.log.String(), warn); got != 1 {
+			t.Errorf("%d warnings %q, want 1:\n%s", got, warn, w.plugin.log.String())
+		}
+	case harness.VersionFromEnv() == harness.CompatContainerdVersion:
 		want = `emit="edits (the runtime's NRI does not inject CDI devices)"`
 	}
 	if !strings.Contains(w.plugin.log.String(), want) {
