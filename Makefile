@@ -145,9 +145,12 @@ install-systemd: build
 # Container start latency through CRI on a real containerd (root): nri-gpu
 # beside no injection, the NRI floor, containerd's CDI, the NVIDIA toolkit's
 # CDI spec with its hooks and nvidia-container-runtime; markdown on stdout.
-# BENCH_FLAGS="-rounds 10 -scaling-rounds 5" for a quick run.
+# BENCH_FLAGS="-rounds 10 -scaling-rounds 5" for a quick run. Then the row of
+# containerd 1.7.36: nri-gpu and the toolkit's spec with its hooks through
+# containerd 1.7's own CDI, beside no injection.
 bench-e2e: build
 	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu $(BENCH_FLAGS)
+	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu -runtime containerd-1.7.36 -phases main -paths nri-gpu,toolkit $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin
