@@ -60,21 +60,25 @@ unit:
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
-# simulated node, then the same against containerd 2.2.9 (older NRI API).
+# simulated node, then the same against containerd 2.2.9 (older NRI API) and
+# containerd 1.7.36 (NRI v0.8.0, config version 2).
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
 # under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
 e2e: e2e-tools build
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
-	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
+	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
+	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-1.7.36 $(GO) test -v -count=1 -timeout 30m ./suite/
 
 e2e-tools:
 	NRI_GPU_E2E_KUBELET=1 test/e2e/install-tools.sh
 
 # One command to a working demo on a machine without a GPU (root).
+# RUNTIME=containerd-2.2.9 or containerd-1.7.36 runs it on another runtime.
+RUNTIME ?= containerd-2.4.2
 demo: build
-	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu
+	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu -runtime $(RUNTIME)
 
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s
@@ -141,9 +145,12 @@ install-systemd: build
 # Container start latency through CRI on a real containerd (root): nri-gpu
 # beside no injection, the NRI floor, containerd's CDI, the NVIDIA toolkit's
 # CDI spec with its hooks and nvidia-container-runtime; markdown on stdout.
-# BENCH_FLAGS="-rounds 10 -scaling-rounds 5" for a quick run.
+# BENCH_FLAGS="-rounds 10 -scaling-rounds 5" for a quick run. Then the row of
+# containerd 1.7.36: nri-gpu and the toolkit's spec with its hooks through
+# containerd 1.7's own CDI, beside no injection.
 bench-e2e: build
 	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu $(BENCH_FLAGS)
+	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu -runtime containerd-1.7.36 -phases main -paths nri-gpu,toolkit $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin

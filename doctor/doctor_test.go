@@ -351,6 +351,13 @@ func TestEachFailure(t *testing.T) {
 			f.write(t, "/etc/containerd/conf.d/60-cdi.toml", "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\n  cdi_spec_dirs = ['/srv/cdi']\n")
 			f.write(t, "/srv/cdi/gpu.json", `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[]}`)
 		}, "other injectors", Fail, "gpu.json defines nvidia.com/gpu devices"},
+		{"CDI spec in containerd 1.7's cdi_spec_dirs", simnode.Options{}, func(t *testing.T, f *fixture) {
+			data, _ := os.ReadFile(filepath.Join(deployDir(), "containerd", "10-nri.toml"))
+			f.write(t, "/etc/containerd/config.toml", "version = 2\nimports = [\"conf.d/1.7/*.toml\"]\n"+
+				"[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n  cdi_spec_dirs = [\"/srv/cdi\"]\n")
+			f.write(t, "/etc/containerd/conf.d/1.7/10-nri.toml", string(data))
+			f.write(t, "/srv/cdi/gpu.json", `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[]}`)
+		}, "other injectors", Fail, "gpu.json defines nvidia.com/gpu devices"},
 		{"CRI-O OCI hook", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.write(t, "/etc/crio/crio.conf.d/10-nri.conf", "[crio.nri]\nenable_nri = true\n")
 			f.write(t, "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", `{"version":"1.0.0","hook":{"path":"/usr/bin/nvidia-container-toolkit","args":["nvidia-container-toolkit","prestart"]},"when":{"always":true},"stages":["prestart"]}`)
@@ -460,3 +467,38 @@ func TestDeviceFilesSetting(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestContainerd17VersionThreeImport: containerd 1.7 does not start with a
+// version 3 file among its imports ("unsupported config version `3`", seen
+// with containerd 1.7.36 in the end-to-end suite's TestContainerdDropIns);
+// doctor warns about such an import under a version 2 config.
+func TestContainerd17VersionThreeImport(t *testing.T) {
+	f := newFixture(t, simnode.Options{})
+	nri, _ := os.ReadFile(filepath.Join(deployDir(), "containerd", "10-nri.toml"))
+	validator, _ := os.ReadFile(filepath.Join(deployDir(), "containerd", "20-nri-validator.toml"))
+	f.write(t, "/etc/containerd/config.toml", "version = 2\nimports = [\"conf.d/1.7/*.toml\"]\n")
+	f.write(t, "/etc/containerd/conf.d/1.7/10-nri.toml", string(nri))
+	f.write(t, "/etc/containerd/conf.d/1.7/20-nri-validator.toml", string(validator))
+	results := Run(f.o)
+	var warned, passed bool
+	for _, r := range results {
+		if r.Name != "runtime config" {
+			continue
+		}
+		passed = passed || r.Status == Pass && strings.Contains(r.Verdict, "NRI enabled (disable = false)")
+		if r.Status == Warn && strings.Contains(r.Verdict, "20-nri-validator.toml, of config version 3: containerd 1.7 refuses to start with it") {
+			warned = r.Fix != ""
+		}
+	}
+	if !warned || !passed {
+		t.Errorf("want NRI enabled and a warning with a fix about the version 3 import:\n%s", report(results))
+	}
+
+	// The same drop-ins under a version 3 config (containerd 2.x): no warning.
+	f.write(t, "/etc/containerd/config.toml", "version = 3\nimports = [\"conf.d/1.7/*.toml\"]\n")
+	for _, r := range Run(f.o) {
+		if r.Name == "runtime config" && r.Status != Pass {
+			t.Errorf("version 3 config: %s %s", r.Status, r.Verdict)
+		}
+	}
+}

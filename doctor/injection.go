@@ -82,6 +82,11 @@ func checkRuntimeConfig(o *Options, f *runtimeFacts, out *[]Result) {
 			add(out, Injection, "runtime config", Warn, "containerd: "+files+" does not set "+nriTable+" disable: NRI is on by default in containerd 2.x but off in 1.7",
 				"set disable = false under "+nriTable+" (deploy/containerd/10-nri.toml, imported from config.toml) and restart containerd")
 		}
+		if len(ctd.V3Imports) > 0 {
+			add(out, Injection, "runtime config", Warn, fmt.Sprintf("containerd: %s imports %s, of config version 3: containerd 1.7 refuses to start with it (unsupported config version `3`); containerd 2.x reads it",
+				ctd.Files[0], strings.Join(ctd.V3Imports, ", ")),
+				"on containerd 1.7 import only version 2 files (deploy/containerd/10-nri.toml; the default validator of 20-nri-validator.toml needs containerd 2.2 or later)")
+		}
 		if p := getString(nri, "socket_path"); p != "" {
 			f.Socket = o.host(p)
 		}

@@ -96,6 +96,10 @@ type containerdConfig struct {
 	Files   []string // read, in order
 	Version int64
 	Tree    tree
+	// V3Imports are imported files of config version 3 under a main file
+	// of version 2 or less: containerd 2.x reads them, containerd 1.7 does
+	// not start ("unsupported config version `3`").
+	V3Imports []string
 }
 
 // criPlugin is the name of the CRI runtime plugin's table for the config
@@ -135,8 +139,13 @@ func loadContainerd(path, hostRoot string) (*containerdConfig, error) {
 			return nil, err
 		}
 		c.Files = append(c.Files, p)
-		if v, ok := t["version"].(int64); ok && p == path {
-			c.Version = v
+		if v, ok := t["version"].(int64); ok {
+			switch {
+			case p == path:
+				c.Version = v
+			case v >= 3 && c.Version <= 2:
+				c.V3Imports = append(c.V3Imports, p)
+			}
 		}
 		imports := getStrings(t, "imports")
 		delete(t, "imports")

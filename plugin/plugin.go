@@ -16,7 +16,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/mod/semver"
 
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/config"
@@ -93,7 +92,8 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 	if s := p.stub.Load(); s != nil {
 		nriVersion = (*s).RuntimeNRIVersion()
 	}
-	p.runtimeCDI.Store(semver.IsValid(nriVersion) && semver.Compare(nriVersion, minCDINRIVersion) >= 0)
+	cdi, why := runtimeInjectsCDI(runtime, version, nriVersion)
+	p.runtimeCDI.Store(cdi)
 	p.log.Infof("connected to %s %s (NRI %s)", runtime, version, nriVersion)
 	if cfg != "" {
 		c, err := config.Parse([]byte(cfg))
@@ -103,6 +103,10 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 		if err := p.node.Reload(c); err != nil {
 			return 0, err
 		}
+	}
+	if !cdi && p.node.State().Config.Emit == config.EmitCDI {
+		// Once per connection, not per container: every GPU goes as edits.
+		p.log.Warnf("emit: cdi: %s; GPUs are injected as edits (device nodes, mounts, env) instead", why)
 	}
 	return api.MustParseEventMask(events...), nil
 }

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Warm the nri-gpu e2e tool cache: pinned containerd (+ shim, ctr) and runc, built
-# with `go install` from the Go module proxy. Mirrors harness.InstallTools: same
+# with `go install` from the Go module proxy (containerd 1.7: `go build` in its
+# downloaded module source, which `go install` refuses). Mirrors harness.InstallTools: same
 # directories, so the Go harness finds what this script installed.
 #
 # usage: test/e2e/install-tools.sh [cachedir]
 #   cachedir defaults to $NRI_GPU_E2E_CACHE, else $HOME/.cache/nri-gpu-e2e
 # env:
-#   CONTAINERD_VERSIONS        containerd versions, space-separated (default "v2.4.2 v2.2.9")
+#   CONTAINERD_VERSIONS        containerd versions, space-separated (default "v2.4.2 v2.2.9 v1.7.36")
 #   NRI_GPU_E2E_RUNC_SECCOMP=0 build runc without seccomp (default: with seccomp,
 #                              installing libseccomp-dev with apt-get when missing;
 #                              falls back to no seccomp if that fails)
 #   NRI_GPU_E2E_KUBELET=1      also build the kubelet (opt-in kubelet phase; ~4 min)
 #
-# Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}
+# Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}  (v2.4.2, v2.2.9, v1.7.36)
 #         <cache>/runc-v1.5.3/runc              (built with -tags seccomp)
 #         <cache>/runc-v1.5.3-noseccomp/runc    (built without)
 #         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime}
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 cache="${1:-${NRI_GPU_E2E_CACHE:-$HOME/.cache/nri-gpu-e2e}}"
-containerd_versions="${CONTAINERD_VERSIONS:-v2.4.2 v2.2.9}"
+containerd_versions="${CONTAINERD_VERSIONS:-v2.4.2 v2.2.9 v1.7.36}"
 runc_version="v1.5.3" # keep in sync with harness.RuncVersion
 mkdir -p "$cache"
 cache="$(cd "$cache" && pwd)"
@@ -42,11 +43,46 @@ install() { # dir pkg@version binary [extra go install args...]
   echo "done    $dir/$bin in $((SECONDS - t0))s"
 }
 
+# containerd 1.x: `go install` refuses it (its go.mod has an exclude directive),
+# but its module source builds. Mirrors harness.buildContainerd1.
+build_containerd1() { # dir version
+  local dir="$1" v="$2" c missing=0
+  for c in containerd containerd-shim-runc-v2 ctr; do
+    [ -x "$dir/$c" ] || missing=1
+  done
+  if [ "$missing" = 0 ]; then
+    echo "cached  $dir/{containerd,containerd-shim-runc-v2,ctr}"
+    return
+  fi
+  mkdir -p "$dir"
+  local src moddir t0=$SECONDS
+  src="$(mktemp -d "$dir/.src-XXXXXX")"
+  echo "build   github.com/containerd/containerd@$v -> $dir"
+  moddir="$(cd /tmp && go mod download -json "github.com/containerd/containerd@$v" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  cp -r "$moddir/." "$src/"
+  chmod -R u+w "$src"
+  for c in containerd containerd-shim-runc-v2 ctr; do
+    [ -x "$dir/$c" ] && continue
+    local env=(GOFLAGS=-mod=mod)
+    [ "$c" = containerd-shim-runc-v2 ] && env+=(CGO_ENABLED=0) # static, as containerd's Makefile builds it
+    (cd "$src" && env "${env[@]}" go build -trimpath -tags urfave_cli_no_docs \
+      -ldflags "-X github.com/containerd/containerd/version.Version=$v" -o "$dir/.$c.tmp" "./cmd/$c")
+    mv "$dir/.$c.tmp" "$dir/$c"
+  done
+  rm -rf "$src"
+  echo "done    $dir in $((SECONDS - t0))s"
+}
+
 for v in $containerd_versions; do
   d="$cache/containerd-$v"
-  for c in containerd containerd-shim-runc-v2 ctr; do
-    install "$d" "github.com/containerd/containerd/v2/cmd/$c@$v" "$c"
-  done
+  case "$v" in
+  v1.*) build_containerd1 "$d" "$v" ;;
+  *)
+    for c in containerd containerd-shim-runc-v2 ctr; do
+      install "$d" "github.com/containerd/containerd/v2/cmd/$c@$v" "$c"
+    done
+    ;;
+  esac
 done
 
 seccomp=0

@@ -186,6 +186,9 @@ type Options struct {
 	// Nice, when not 0, is the nice value given to containerd and the
 	// plugins (and so to shims, runc and hooks), see Renice.
 	Nice int
+	// ContainerdVersion is the containerd measured (default
+	// harness.DefaultContainerdVersion), e.g. harness.LegacyContainerdVersion.
+	ContainerdVersion string
 }
 
 // Env is a running benchmark setup: containerd, the simulated node and both
@@ -255,7 +258,11 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 			e.Close()
 		}
 	}()
-	if e.Tools, err = harness.InstallTools(ctx, o.CacheDir, harness.DefaultContainerdVersion); err != nil {
+	if o.ContainerdVersion == "" {
+		o.ContainerdVersion = harness.DefaultContainerdVersion
+		e.Opts.ContainerdVersion = o.ContainerdVersion
+	}
+	if e.Tools, err = harness.InstallTools(ctx, o.CacheDir, o.ContainerdVersion); err != nil {
 		return nil, err
 	}
 	imgs, err := harness.BuildImages(ctx, "")
@@ -418,7 +425,11 @@ annotation-prefixes = [%q]
 		return err
 	}
 	runcRoot := filepath.Join(e.Dir, "runc-nvidia")
-	o.ExtraConfig = fmt.Sprintf(`
+	cri := "'io.containerd.cri.v1.runtime'"
+	if strings.HasPrefix(e.Tools.ContainerdVersion, "v1.") {
+		cri = `"io.containerd.grpc.v1.cri"` // config version 2
+	}
+	o.ExtraConfig = strings.ReplaceAll(fmt.Sprintf(`
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%s]
 runtime_type = "io.containerd.runc.v2"
 runtime_path = %q
@@ -428,7 +439,7 @@ container_annotations = [%q]
 BinaryName = %q
 Root = %q
 SystemdCgroup = false
-`, nvidiaHandler, e.Tools.Shim, nvidiaAnnotationPrefix+"*", nvidiaHandler, e.NVRuntime, runcRoot)
+`, nvidiaHandler, e.Tools.Shim, nvidiaAnnotationPrefix+"*", nvidiaHandler, e.NVRuntime, runcRoot), "'io.containerd.cri.v1.runtime'", cri)
 	// The shims inherit containerd's environment and pass it on to the
 	// runtime binary.
 	o.Env = append(o.Env, "NVIDIA_CTK_CONFIG_FILE_PATH="+cfgPath)

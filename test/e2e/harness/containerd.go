@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,10 +88,36 @@ type Containerd struct {
 	pods            map[string]*runtimeapi.PodSandboxConfig
 }
 
+var _ Runtime = (*Containerd)(nil)
+
+// Name is "containerd-" and the version without its v, e.g. "containerd-1.7.36".
+func (c *Containerd) Name() string {
+	return "containerd-" + strings.TrimPrefix(c.Opts.Tools.ContainerdVersion, "v")
+}
+
+// NRISocketPath is the NRI socket for external plugins.
+func (c *Containerd) NRISocketPath() string { return c.NRISocket }
+
+// NRIPluginDir is the pre-registered plugins' directory (NN-name executables).
+func (c *Containerd) NRIPluginDir() string { return c.NRIPluginPath }
+
+// NRIPluginConfigDir is the pre-registered plugins' config dir (NN-name.conf).
+func (c *Containerd) NRIPluginConfigDir() string { return c.NRIPluginConfig }
+
+// CDIDir is the only CDI spec directory containerd reads.
+func (c *Containerd) CDIDir() string { return c.CDISpecDir }
+
+// CRIEndpoint is containerd's CRI endpoint, for a kubelet.
+func (c *Containerd) CRIEndpoint() string { return "unix://" + c.Address }
+
+// TempDir is the private directory everything of this containerd is under.
+func (c *Containerd) TempDir() string { return c.Dir }
+
 // features are config differences between containerd releases.
 type features struct {
 	shimSocketDir bool // [plugins.'io.containerd.shim.v1.manager'] socket_dir (2.4+)
 	enableCDIKey  bool // [plugins.'io.containerd.cri.v1.runtime'] enable_cdi (before 2.3)
+	configV2      bool // config version 2, CRI under io.containerd.grpc.v1.cri (1.x)
 }
 
 func featuresFor(version string) features {
@@ -99,6 +126,7 @@ func featuresFor(version string) features {
 	return features{
 		shimSocketDir: after(2, 4),
 		enableCDIKey:  !after(2, 3),
+		configV2:      !after(2, 0),
 	}
 }
 
@@ -185,9 +213,13 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 	return c, nil
 }
 
-// config renders the containerd config (version 3, containerd 2.x).
+// config renders the containerd config (version 3, containerd 2.x; version
+// 2 for containerd 1.x).
 func (c *Containerd) config() ([]byte, error) {
 	o := c.Opts
+	if c.features.configV2 {
+		return c.configV2()
+	}
 	runtime := map[string]any{
 		"restrict_oom_score_adj": true, // this machine lacks CAP_SYS_RESOURCE
 		"cdi_spec_dirs":          []string{c.CDISpecDir},
@@ -261,9 +293,14 @@ func (c *Containerd) config() ([]byte, error) {
 		"debug":   map[string]any{"level": level},
 		"plugins": plugins,
 	}
-	if strings.TrimSpace(o.ExtraConfig) != "" {
+	return c.render(cfg)
+}
+
+// render merges ExtraConfig over cfg and encodes it.
+func (c *Containerd) render(cfg map[string]any) ([]byte, error) {
+	if strings.TrimSpace(c.Opts.ExtraConfig) != "" {
 		var extra map[string]any
-		if err := toml.Unmarshal([]byte(o.ExtraConfig), &extra); err != nil {
+		if err := toml.Unmarshal([]byte(c.Opts.ExtraConfig), &extra); err != nil {
 			return nil, fmt.Errorf("ExtraConfig: %w", err)
 		}
 		mergeTOML(cfg, extra)
@@ -466,7 +503,12 @@ func (c *Containerd) ImportImages(ctx context.Context, imgs ...*Image) error {
 			// --local: import in the client, unpacking into the snapshotter named
 			// here (the same in containerd 2.2 and 2.4, whatever the transfer
 			// service's unpack platforms are).
-			_, errs[i] = c.Ctr(ctx, "images", "import", "--local", "--snapshotter", "native", img.Tar)
+			args := []string{"images", "import", "--local", "--snapshotter", "native", img.Tar}
+			if c.features.configV2 {
+				// ctr 1.7 always imports in the client (no transfer service).
+				args = slices.Delete(args, 2, 3)
+			}
+			_, errs[i] = c.Ctr(ctx, args...)
 		}()
 	}
 	wg.Wait()

@@ -377,6 +377,49 @@ func TestConfigFeatures(t *testing.T) {
 	}
 }
 
+// TestConfigV2 renders containerd 1.7's config (version 2): CRI in one
+// plugin table, NRI on with private paths, no validator; the runtime name
+// and RuntimeFromEnv's alias.
+func TestConfigV2(t *testing.T) {
+	if f := featuresFor(LegacyContainerdVersion); !f.configV2 || f.shimSocketDir {
+		t.Errorf("%s: %+v", LegacyContainerdVersion, f)
+	}
+	c := &Containerd{Dir: "/tmp/nrie2e-x", NRISocket: "/tmp/nrie2e-x/nri.sock", CDISpecDir: "/tmp/nrie2e-x/cdi", Opts: ContainerdOptions{
+		Tools: &Tools{ContainerdVersion: LegacyContainerdVersion, Shim: "/s", Runc: "/r"}, RuntimeBinary: "/r", SandboxImage: BusyboxImage,
+	}, features: featuresFor(LegacyContainerdVersion)}
+	b, err := c.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(b)
+	for _, want := range []string{"version = 2", "[plugins.'io.containerd.grpc.v1.cri']", "sandbox_image = '" + BusyboxImage + "'", "enable_cdi = true",
+		"cdi_spec_dirs = ['/tmp/nrie2e-x/cdi']", "restrict_oom_score_adj = true", "snapshotter = 'native'", "[plugins.'io.containerd.nri.v1.nri']",
+		"disable = false", "socket_path = '/tmp/nrie2e-x/nri.sock'"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config lacks %q:\n%s", want, cfg)
+		}
+	}
+	if strings.Contains(cfg, "io.containerd.cri.v1") {
+		t.Errorf("containerd 2.x tables in a 1.7 config:\n%s", cfg)
+	}
+	c.Opts.DefaultValidator = true
+	if _, err := c.config(); err == nil || !strings.Contains(err.Error(), "no NRI default validator") {
+		t.Errorf("a validator on containerd 1.7: %v", err)
+	}
+	if got := c.Name(); got != RuntimeContainerd17 {
+		t.Errorf("Name() = %q", got)
+	}
+	t.Setenv("NRI_GPU_E2E_RUNTIME", "")
+	t.Setenv("NRI_GPU_E2E_CONTAINERD_VERSION", "v2.2.9")
+	if got := RuntimeFromEnv(); got != RuntimeContainerd22 {
+		t.Errorf("RuntimeFromEnv() with the old variable = %q", got)
+	}
+	t.Setenv("NRI_GPU_E2E_RUNTIME", RuntimeContainerd17)
+	if got, v := RuntimeFromEnv(), VersionFromEnv(); got != RuntimeContainerd17 || v != LegacyContainerdVersion {
+		t.Errorf("RuntimeFromEnv() = %q, VersionFromEnv() = %q", got, v)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func contains(list []string, s string) bool {

@@ -134,9 +134,11 @@ func InstallKubelet(ctx context.Context, cacheDir string) (string, error) {
 type KubeletOptions struct {
 	// Binary is the kubelet to run (required; see InstallKubelet).
 	Binary string
-	// Containerd is the runtime (required): its CRI socket is the kubelet's
-	// runtime and image endpoint.
+	// Containerd is the runtime: its CRI socket is the kubelet's runtime and
+	// image endpoint. Runtime, when set, is used instead (any runtime with a
+	// CRI endpoint).
 	Containerd *Containerd
+	Runtime    CRIEndpointer
 	// NodeName is --hostname-override (default "nri-gpu-e2e").
 	NodeName string
 	// Verbosity is the kubelet's -v (default 2).
@@ -172,8 +174,11 @@ type Kubelet struct {
 // /var/log/containers when missing (Stop removes what it created) and
 // refuses to start while another kubelet's socket is live there.
 func StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, error) {
-	if opts.Binary == "" || opts.Containerd == nil {
-		return nil, errors.New("KubeletOptions: Binary and Containerd are required")
+	if opts.Runtime == nil && opts.Containerd != nil {
+		opts.Runtime = opts.Containerd
+	}
+	if opts.Binary == "" || opts.Runtime == nil {
+		return nil, errors.New("KubeletOptions: Binary and Containerd (or Runtime) are required")
 	}
 	if opts.NodeName == "" {
 		opts.NodeName = "nri-gpu-e2e"
@@ -233,7 +238,7 @@ func StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, error) {
 		return fail(err)
 	}
 	k.Port, k.ReadOnlyPort, k.HealthzPort = ports[0], ports[1], ports[2]
-	endpoint := "unix://" + opts.Containerd.Address
+	endpoint := opts.Runtime.CRIEndpoint()
 	cfg := map[string]any{
 		"apiVersion":                       "kubelet.config.k8s.io/v1beta1",
 		"kind":                             "KubeletConfiguration",

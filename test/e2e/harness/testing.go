@@ -8,11 +8,10 @@ import (
 	"time"
 )
 
-// VersionFromEnv is the containerd version tests should use:
-// $NRI_GPU_E2E_CONTAINERD_VERSION, default DefaultContainerdVersion. CI sets it to
-// CompatContainerdVersion for the compatibility run.
+// VersionFromEnv is the containerd version tests should use: that of
+// RuntimeFromEnv() when it is a containerd, else DefaultContainerdVersion.
 func VersionFromEnv() string {
-	if v := os.Getenv("NRI_GPU_E2E_CONTAINERD_VERSION"); v != "" {
+	if v := ContainerdVersionOf(RuntimeFromEnv()); v != "" {
 		return v
 	}
 	return DefaultContainerdVersion

@@ -27,6 +27,9 @@ const (
 	DefaultContainerdVersion = "v2.4.2"
 	// CompatContainerdVersion is the second containerd release, for a compatibility run.
 	CompatContainerdVersion = "v2.2.9"
+	// LegacyContainerdVersion is the containerd 1.7 release (NRI v0.8.0, config
+	// version 2), built from its module source: `go install` refuses 1.7.
+	LegacyContainerdVersion = "v1.7.36"
 	// RuncVersion is the runc release installed next to containerd.
 	RuncVersion = "v1.5.3"
 
@@ -117,6 +120,11 @@ func InstallTools(ctx context.Context, cacheDir, containerdVersion string) (*Too
 
 	t := &Tools{ContainerdVersion: containerdVersion, RuncVersion: RuncVersion}
 	cdir := filepath.Join(cacheDir, "containerd-"+containerdVersion)
+	if major, _ := parseVersion(containerdVersion); major < 2 {
+		if err := buildContainerd1(ctx, cdir, containerdVersion, t); err != nil {
+			return nil, err
+		}
+	}
 	for _, c := range []struct {
 		bin string
 		dst *string
@@ -125,6 +133,9 @@ func InstallTools(ctx context.Context, cacheDir, containerdVersion string) (*Too
 		{"containerd-shim-runc-v2", &t.Shim},
 		{"ctr", &t.Ctr},
 	} {
+		if *c.dst != "" {
+			continue
+		}
 		pkg := containerdModule + "/cmd/" + c.bin + "@" + containerdVersion
 		p, err := GoInstall(ctx, cdir, pkg, c.bin, nil, nil)
 		if err != nil {

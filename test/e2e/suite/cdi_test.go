@@ -18,7 +18,7 @@ import (
 // layout: toolkit here.
 func TestCDIExportMatchesInjection(t *testing.T) {
 	w := newWorld(t, simnode.LayoutDebian, "layout: toolkit\n")
-	spec := filepath.Join(w.c.CDISpecDir, "nri-gpu.yaml")
+	spec := filepath.Join(w.c.CDIDir(), "nri-gpu.yaml")
 	out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", w.node.config, "-o", spec).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
@@ -42,9 +42,9 @@ func TestCDIExportMatchesInjection(t *testing.T) {
 // device references that containerd resolves from the spec in its spec
 // directory, and the container sees the same as with edits.
 func TestEmitCDI(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "emit: cdi\ncdiSpecDirs: [/var/run/cdi]\n")
-	spec := filepath.Join(c.CDISpecDir, "nri-gpu.yaml")
+	spec := filepath.Join(c.CDIDir(), "nri-gpu.yaml")
 	if out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", n.config, "-o", spec).CombinedOutput(); err != nil {
 		t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
 	}
@@ -52,7 +52,7 @@ func TestEmitCDI(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(n.Root, "var/run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(c.CDISpecDir, filepath.Join(n.Root, "var/run/cdi")); err != nil {
+	if err := os.Symlink(c.CDIDir(), filepath.Join(n.Root, "var/run/cdi")); err != nil {
 		t.Fatal(err)
 	}
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
@@ -60,9 +60,19 @@ func TestEmitCDI(t *testing.T) {
 
 	g := w.mustRun("emitcdi", map[string]string{"gpus.nri-gpu.dev/pod": "device=2"}, harness.ContainerSpec{Image: harness.GlibcImage})
 	// containerd 2.4 reports its NRI version (v0.12) in Configure; 2.2
-	// does not, and a version nri-gpu cannot tell gets edits.
+	// does not, and a version nri-gpu cannot tell gets edits. containerd
+	// 1.7 (NRI v0.8.0) drops CDI devices returned through NRI: edits, and
+	// one warning per connection naming the runtime.
 	want := "emit=cdi"
-	if harness.VersionFromEnv() == harness.CompatContainerdVersion {
+	switch {
+	case isContainerd1():
+		want = `emit="edits (the runtime's NRI does not inject CDI devices)"`
+		warn := "emit: cdi: containerd " + harness.VersionFromEnv() + " drops CDI devices returned through NRI"
+		w.mustRun("emitcdi2", map[string]string{"gpus.nri-gpu.dev/pod": "device=1"}, harness.ContainerSpec{})
+		if got := strings.Count(w.plugin.log.String(), warn); got != 1 {
+			t.Errorf("%d warnings %q, want 1:\n%s", got, warn, w.plugin.log.String())
+		}
+	case harness.VersionFromEnv() == harness.CompatContainerdVersion:
 		want = `emit="edits (the runtime's NRI does not inject CDI devices)"`
 	}
 	if !strings.Contains(w.plugin.log.String(), want) {

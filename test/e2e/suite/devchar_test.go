@@ -1,10 +1,8 @@
 package suite
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -17,7 +15,6 @@ import (
 	_ "github.com/opencontainers/cgroups/devices" // sets systemd.GenerateDeviceProps: runc's translation
 	devconfig "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/cgroups/systemd"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
@@ -106,15 +103,11 @@ func TestDevCharLinks(t *testing.T) {
 }
 
 // specRules returns the device cgroup rules of the container's OCI spec,
-// as containerd handed it to runc, in runc's form.
+// as the runtime hands it to runc, in runc's form.
 func specRules(t *testing.T, w *world, id string) []*devconfig.Rule {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(w.c.State, "io.containerd.runtime.v2.task", "k8s.io", id, "config.json"))
+	spec, err := w.cri.RuntimeSpec(w.ctx, id)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
 		t.Fatal(err)
 	}
 	var rules []*devconfig.Rule

@@ -19,6 +19,7 @@ func TestContainerdDropIns(t *testing.T) {
 	tools, _ := harness.SetupForTest(t, "")
 	_, file, _, _ := runtime.Caller(0)
 	deploy := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "containerd")
+	legacy := strings.HasPrefix(tools.ContainerdVersion, "v1.")
 	for _, tc := range []struct {
 		name    string
 		version int
@@ -27,8 +28,12 @@ func TestContainerdDropIns(t *testing.T) {
 		{"1.7 drop-in", 2, []string{"10-nri.toml"}},
 		{"2.x drop-ins", 3, []string{"10-nri-v3.toml", "20-nri-validator.toml"}},
 		{"1.7 drop-in with the validator", 3, []string{"10-nri.toml", "20-nri-validator.toml"}},
+		{"version 2 config with the validator", 2, []string{"10-nri.toml", "20-nri-validator.toml"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if legacy && tc.version == 3 {
+				t.Skipf("containerd %s reads only config version 2 (version 3 is containerd 2.x's)", tools.ContainerdVersion)
+			}
 			dir := t.TempDir()
 			var imports []string
 			for _, i := range tc.imports {
@@ -38,16 +43,32 @@ func TestContainerdDropIns(t *testing.T) {
 			os.WriteFile(cfg, []byte("version = "+itoa(tc.version)+"\nimports = ["+strings.Join(imports, ", ")+"]\n"+
 				"[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n"), 0o644)
 			out, err := exec.Command(tools.Containerd, "--config", cfg, "config", "dump").CombinedOutput()
+			v3Import := tc.version == 2 && strings.Contains(strings.Join(tc.imports, " "), "validator")
+			if legacy && v3Import {
+				// containerd 1.7 refuses a version 3 import: it would not
+				// start. doctor says so.
+				if err == nil || !strings.Contains(string(out), "unsupported config version `3`") {
+					t.Errorf("containerd %s accepted a version 3 import: %v\n%s", tools.ContainerdVersion, err, out)
+				}
+				out, _ = exec.Command(nriGPU(t), "doctor", "--containerd-config", cfg, "--socket", filepath.Join(dir, "none.sock")).CombinedOutput()
+				if !strings.Contains(string(out), "containerd 1.7 refuses to start with it") {
+					t.Errorf("doctor does not warn about the version 3 import:\n%s", out)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("containerd config dump: %v\n%s", err, out)
 			}
-			dump := string(out)
+			dump := strings.ReplaceAll(string(out), `"io.containerd.nri.v1.nri"`, "'io.containerd.nri.v1.nri'") // 1.7 quotes with "
 			i := strings.Index(dump, "[plugins.'io.containerd.nri.v1.nri']")
 			if i < 0 {
 				t.Fatalf("no NRI table in\n%s", dump)
 			}
 			nri := dump[i:]
 			if j := strings.Index(nri, "\n  [plugins.'io.containerd.runtime"); j > 0 {
+				nri = nri[:j]
+			}
+			if j := strings.Index(nri, "\n  [plugins.\"io.containerd.runtime"); j > 0 {
 				nri = nri[:j]
 			}
 			if !strings.Contains(nri, "disable = false") {

@@ -240,7 +240,7 @@ func TestE2E(t *testing.T) {
 // the default (firmware: auto, on simnode's 6.8 kernel: not mounted), the
 // files runs ask for it (firmware: mount).
 func TestLibrariesByLayout(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
 		for _, mode := range []string{"directory", "files"} {
 			t.Run(string(layout)+"/"+mode, func(t *testing.T) {

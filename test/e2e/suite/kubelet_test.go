@@ -30,9 +30,9 @@ import (
 const kubeletOptIn = "NRI_GPU_E2E_KUBELET"
 
 // startKubelet builds the kubelet on first use (a few minutes) and starts
-// it against c; it stops when the test ends, printing its log tail if the
-// test failed.
-func startKubelet(t *testing.T, c *harness.Containerd) *harness.Kubelet {
+// it against rt's CRI endpoint; it stops when the test ends, printing its
+// log tail if the test failed.
+func startKubelet(t *testing.T, rt harness.Runtime) *harness.Kubelet {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -42,7 +42,11 @@ func startKubelet(t *testing.T, c *harness.Containerd) *harness.Kubelet {
 		t.Fatal(err)
 	}
 	t.Logf("InstallKubelet: %s", time.Since(start).Round(time.Millisecond))
-	k, err := harness.StartKubelet(ctx, harness.KubeletOptions{Binary: bin, Containerd: c})
+	ep, ok := rt.(harness.CRIEndpointer)
+	if !ok {
+		t.Fatalf("%s has no CRI endpoint for a kubelet (harness.CRIEndpointer)", rt.Name())
+	}
+	k, err := harness.StartKubelet(ctx, harness.KubeletOptions{Binary: bin, Runtime: ep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +154,7 @@ func TestKubelet(t *testing.T) {
 	if os.Getenv(kubeletOptIn) != "1" {
 		t.Skipf("runs only with %s=1, which make e2e sets for its containerd 2.4.2 run (it builds kubelet %s on first use, about 4 min)", kubeletOptIn, harness.KubeletVersion)
 	}
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "devicePlugin:\n  enabled: true\n")
 	hostGPUNodes(t, n)
 	k := startKubelet(t, c)

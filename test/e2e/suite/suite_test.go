@@ -2,8 +2,10 @@
 // (test/e2e/harness), the built nri-gpu plugin against a simulated GPU node
 // (test/simnode), and checks made from inside real containers.
 //
-// It needs root (CI is root). NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 runs it
-// against the older containerd (older NRI API).
+// It needs root (CI is root). NRI_GPU_E2E_RUNTIME picks the runtime
+// (harness.StartRuntimeForTest: containerd-2.4.2 by default,
+// containerd-2.2.9, containerd-1.7.36); NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9
+// is the older spelling of NRI_GPU_E2E_RUNTIME=containerd-2.2.9.
 package suite
 
 import (
@@ -104,12 +106,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// startPlugin starts nri-gpu against c's NRI socket, with extra flags, and
-// waits until containerd lists it as connected (a GPU pod is served).
-func startPlugin(t *testing.T, c *harness.Containerd, n *node, extra ...string) *plugin {
+// startPlugin starts nri-gpu against rt's NRI socket, with extra flags, and
+// waits until the runtime has synchronized it.
+func startPlugin(t *testing.T, rt harness.Runtime, n *node, extra ...string) *plugin {
 	t.Helper()
 	p := &plugin{log: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(nriGPU(t), append([]string{"run", "--config", n.config, "--socket", c.NRISocket}, extra...)...)
+	p.cmd = exec.Command(nriGPU(t), append([]string{"run", "--config", n.config, "--socket", rt.NRISocketPath()}, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -124,7 +126,7 @@ func startPlugin(t *testing.T, c *harness.Containerd, n *node, extra ...string) 
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(p.log.String(), "synchronized with the runtime") {
 		if time.Now().After(deadline) {
-			t.Fatalf("nri-gpu did not synchronize with containerd:\n%s", p.log.String())
+			t.Fatalf("nri-gpu did not synchronize with %s:\n%s", rt.Name(), p.log.String())
 		}
 		select {
 		case <-p.done:
@@ -141,10 +143,10 @@ func (p *plugin) stop() {
 	<-p.done
 }
 
-// world is a containerd with nri-gpu on a simulated node.
+// world is a runtime with nri-gpu on a simulated node.
 type world struct {
 	t      *testing.T
-	c      *harness.Containerd
+	c      harness.Runtime
 	cri    *harness.CRI
 	node   *node
 	plugin *plugin
@@ -153,7 +155,7 @@ type world struct {
 
 func newWorld(t *testing.T, layout simnode.Layout, extraConfig string) *world {
 	t.Helper()
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, layout, extraConfig)
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	w.plugin = startPlugin(t, c, n)
@@ -226,3 +228,15 @@ func (c *ctr) view() string {
 }
 
 func itoa(i int) string { return fmt.Sprint(i) }
+
+// startRuntime starts the suite's runtime (NRI_GPU_E2E_RUNTIME) for a test.
+func startRuntime(t *testing.T, opts harness.RuntimeOptions) harness.Runtime {
+	t.Helper()
+	return harness.StartRuntimeForTest(t, "", opts)
+}
+
+// runtimeName is the suite's runtime, e.g. "containerd-1.7.36".
+func runtimeName() string { return harness.RuntimeFromEnv() }
+
+// isContainerd1 says whether the suite runs on containerd 1.x (NRI v0.8.0).
+func isContainerd1() bool { return strings.HasPrefix(runtimeName(), "containerd-1.") }

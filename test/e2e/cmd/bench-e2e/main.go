@@ -6,7 +6,7 @@
 //	bench-e2e [-nri-gpu bin/nri-gpu] [-rounds 80] [-scaling-rounds 30]
 //	          [-paths floor,nri-gpu,nri-gpu-toolkit-layout,cdi,cdi-toolkit-layout,toolkit,nvidia-runtime]
 //	          [-phases main,files,scaling,emit-cdi] [-gpus 1,4,8]
-//	          [-caps 'utility;compute,utility;all']
+//	          [-caps 'utility;compute,utility;all'] [-runtime containerd-1.7.36]
 package main
 
 import (
@@ -37,9 +37,10 @@ func main() {
 	phases := flag.String("phases", "main,files,scaling,emit-cdi", "what to measure: main (paths 1-6, 1 GPU), files (libraryMode files), scaling (GPUs x capabilities), emit-cdi (emit: cdi)")
 	gpus := flag.String("gpus", "1,4,8", "GPU counts of the scaling table (at most 8)")
 	caps := flag.String("caps", "utility;compute,utility;all", "capability sets of the scaling table, ';'-separated")
+	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime measured: "+harness.RuntimeContainerd24+", "+harness.RuntimeContainerd22+" or "+harness.RuntimeContainerd17)
 	nice := flag.Int("nice", -10, "nice value of the benchmark, containerd and the plugins (and so of shims, runc and hooks), to cut noise from other work on the machine; 0 leaves it alone")
 	flag.Parse()
-	if err := run(*bin, *rounds, *scalingRounds, split(*paths, ","), split(*phases, ","), *gpus, split(*caps, ";"), *nice); err != nil {
+	if err := run(*bin, *rt, *rounds, *scalingRounds, split(*paths, ","), split(*phases, ","), *gpus, split(*caps, ";"), *nice); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-e2e:", err)
 		os.Exit(1)
 	}
@@ -55,7 +56,7 @@ func split(s, sep string) []string {
 	return out
 }
 
-func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList string, caps []string, nice int) error {
+func run(bin, runtime string, rounds, scalingRounds int, paths, phases []string, gpuList string, caps []string, nice int) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (it runs containerd and runc)")
 	}
@@ -63,6 +64,10 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 		if err := bench.Renice(0, nice); err != nil {
 			return fmt.Errorf("-nice: %w", err)
 		}
+	}
+	containerd := harness.ContainerdVersionOf(runtime)
+	if containerd == "" {
+		return fmt.Errorf("-runtime: unknown runtime %q", runtime)
 	}
 	valid := append(append([]string(nil), bench.MainPaths[1:]...), bench.DiagnosticPaths...)
 	for _, p := range paths {
@@ -102,7 +107,7 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 		}
 	}
 
-	env, err := bench.Setup(ctx, bench.Options{NRIGPU: bin, Nice: nice, NVIDIARuntime: want("main") && slices.Contains(paths, bench.NVIDIARuntime)})
+	env, err := bench.Setup(ctx, bench.Options{NRIGPU: bin, Nice: nice, ContainerdVersion: containerd, NVIDIARuntime: want("main") && slices.Contains(paths, bench.NVIDIARuntime)})
 	if err != nil {
 		return err
 	}

@@ -23,8 +23,9 @@ import (
 
 func main() {
 	bin := flag.String("nri-gpu", "bin/nri-gpu", "the nri-gpu binary to run")
+	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime: "+harness.RuntimeContainerd24+", "+harness.RuntimeContainerd22+" or "+harness.RuntimeContainerd17)
 	flag.Parse()
-	if err := run(*bin); err != nil {
+	if err := run(*bin, *rt); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -32,7 +33,7 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(bin string) (err error) {
+func run(bin, runtime string) (err error) {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (it runs containerd and runc)")
 	}
@@ -44,14 +45,8 @@ func run(bin string) (err error) {
 	defer cancel()
 	harness.Logf = func(string, ...any) {}
 
-	step("installing containerd %s and runc %s (cached after the first run)", harness.DefaultContainerdVersion, harness.RuncVersion)
-	tools, err := harness.InstallTools(ctx, "", harness.DefaultContainerdVersion)
-	if err != nil {
-		return err
-	}
-	imgs, err := harness.BuildImages(ctx, "")
-	if err != nil {
-		return err
+	if harness.ContainerdVersionOf(runtime) == "" {
+		return fmt.Errorf("unknown runtime %q: want %s, %s or %s", runtime, harness.RuntimeContainerd24, harness.RuntimeContainerd22, harness.RuntimeContainerd17)
 	}
 
 	dir, err := os.MkdirTemp("", "nri-gpu-demo-")
@@ -71,8 +66,8 @@ func run(bin string) (err error) {
 	out, _ := exec.Command(bin, "inventory", "--config", cfg).CombinedOutput()
 	fmt.Printf("%s\n", indent(string(out)))
 
-	step("starting containerd with NRI")
-	c, err := harness.StartContainerd(ctx, harness.ContainerdOptions{Tools: tools, Images: imgs})
+	step("installing %s and runc %s (cached after the first run), starting it with NRI", runtime, harness.RuncVersion)
+	c, err := harness.StartRuntime(ctx, runtime, harness.RuntimeOptions{})
 	if err != nil {
 		return err
 	}
@@ -85,7 +80,7 @@ func run(bin string) (err error) {
 
 	step("starting nri-gpu")
 	var log bytes.Buffer
-	plugin := exec.Command(bin, "run", "--config", cfg, "--socket", c.NRISocket)
+	plugin := exec.Command(bin, "run", "--config", cfg, "--socket", c.NRISocketPath())
 	plugin.Stdout, plugin.Stderr = &log, &log
 	if err := plugin.Start(); err != nil {
 		return err
