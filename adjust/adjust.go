@@ -35,6 +35,11 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // mounts, never modified.
 var mountOptions = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
 
+// ipcMountOptions are the options of the driver daemons' sockets and the
+// MPS pipe directory, the NVIDIA Container Toolkit's: writable (a client
+// connects, MPS creates its pipes), no set-uid, no devices, no execution.
+var ipcMountOptions = []string{"nosuid", "nodev", "rbind", "rprivate", "noexec"}
+
 // Layout says where driver files appear in a container, and how they get
 // there.
 type Layout struct {
@@ -152,6 +157,13 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 				continue
 			}
 			dst = path.Join("/lib/firmware/nvidia", f.Name)
+		case inventory.Config:
+			dst = f.Name
+		case inventory.Socket:
+			p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: inventory.Mount{
+				Source: f.HostPath, Destination: f.Name, Type: "bind", Options: ipcMountOptions,
+			}})
+			continue
 		default:
 			continue
 		}
@@ -266,6 +278,18 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 			e.Devices = append(e.Devices, *n.node)
 		}
 	}
+	if caps.Has(inventory.Graphics) || caps.Has(inventory.Display) {
+		// The DRM nodes of the given GPUs only, as the toolkit finds
+		// them by bus id: EGL and Vulkan open the render node, X.Org
+		// the card.
+		for _, g := range gpus {
+			for _, n := range [...]*inventory.DeviceNode{&g.Card, &g.Render} {
+				if n.Path != "" {
+					e.Devices = append(e.Devices, *n)
+				}
+			}
+		}
+	}
 
 	pl := &p.plans[caps&inventory.AllCapabilities]
 	e.Mounts, e.LibraryDirs, e.BinaryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.binDirs, pl.files, pl
@@ -306,6 +330,9 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		d, n := &devs[i], &e.Devices[i]
 		modes[i].Value = n.Mode
 		d.Path, d.Type, d.Major, d.Minor, d.FileMode = n.Path, "c", n.Major, n.Minor, &modes[i]
+		if n.GID != 0 {
+			d.Gid = &api.OptionalUInt32{Value: n.GID}
+		}
 		adj.Linux.Devices[i] = d
 	}
 	if pl := e.plan; pl != nil && len(pl.mounts) == len(e.Mounts) && (len(e.Mounts) == 0 || &pl.mounts[0] == &e.Mounts[0]) {
