@@ -253,5 +253,8 @@ func writeKernel(n *Node, c *config) error {
 	if err := writeFile(filepath.Join(n.Root, "proc", "devices"), []byte(devices), 0o644); err != nil {
 		return err
 	}
-	return writeDevNodes(n.Root, c)
+	if err := writeDevNodes(n.Root, c); err != nil {
+		return err
+	}
+	return writeDRM(n.Root, c)
 }
