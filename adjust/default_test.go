@@ -94,3 +94,121 @@ func BenchmarkEditsDefault(b *testing.B) {
 		_ = e.Adjustment(env)
 	}
 }
+
+// TestCapabilityFiles checks, on the simulated node, where the
+// non-library files of each capability go and that nothing of a
+// capability reaches a container that did not ask for it: the vendor
+// files, X.Org modules and NGX DLLs at the paths their loaders search,
+// the DRM nodes of the container's GPUs only (with their group), the
+// IPC endpoints with the toolkit's options.
+func TestCapabilityFiles(t *testing.T) {
+	if err := simnode.CanMknod(); err != nil {
+		t.Skipf("needs root: the GPUs of a simulated node are character devices made with mknod: %v", err)
+	}
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 3, DeviceNodes: true, IPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := discover.Discover(discover.Options{HostRoot: n.Root, DriverRoot: n.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := adjust.Prepare(s, adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"})
+	gpu1 := p.Devices()[1:2]
+
+	// want maps each container path of a non-library file to its
+	// capability.
+	want := map[string]string{}
+	for _, f := range n.Files {
+		for _, c := range f.Container {
+			want[c] = f.Capability
+		}
+	}
+	for _, must := range []string{
+		"/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+		"/etc/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+		"/etc/OpenCL/vendors/nvidia.icd", "/usr/share/nvidia/nvoptix.bin",
+		"/usr/lib64/xorg/modules/drivers/nvidia_drv.so", "/usr/lib64/xorg/modules/extensions/libglxserver_nvidia.so",
+		"/usr/lib/x86_64-linux-gnu/nvidia/wine/nvngx.dll",
+	} {
+		if want[must] == "" {
+			t.Errorf("the simulated node has no file for %s", must)
+		}
+	}
+
+	for _, tc := range []struct {
+		caps inventory.Capabilities
+		ipc  []string
+	}{
+		{inventory.DefaultCapabilities, []string{simnode.PersistencedSocket, simnode.FabricManagerSocket, simnode.MPSPipeDir}},
+		{inventory.Capabilities(inventory.Compute), []string{simnode.MPSPipeDir}},
+		{inventory.Capabilities(inventory.Graphics), nil},
+		{inventory.Capabilities(inventory.Video), nil},
+		{inventory.Capabilities(inventory.Display), nil},
+		{inventory.Capabilities(inventory.NGX), nil},
+		{inventory.Capabilities(inventory.Graphics | inventory.Display | inventory.Video), nil},
+		{inventory.AllCapabilities, []string{simnode.PersistencedSocket, simnode.FabricManagerSocket, simnode.MPSPipeDir}},
+	} {
+		t.Run(tc.caps.String(), func(t *testing.T) {
+			e := p.Edits(gpu1, tc.caps)
+			adj := e.Adjustment(nil)
+			mounts := map[string]*api.Mount{}
+			for _, m := range adj.Mounts {
+				if mounts[m.Destination] != nil {
+					t.Errorf("two mounts at %s", m.Destination)
+				}
+				mounts[m.Destination] = m
+			}
+			for dst, c := range want {
+				c, _ := inventory.CapabilityByName(c)
+				if got := mounts[dst] != nil; got != tc.caps.Has(c) {
+					t.Errorf("mount at %s: %v, want %v (capability %s)", dst, got, !got, c)
+				}
+			}
+			for _, lib := range []string{"libnvcuvid.so.1", "libnvidia-encode.so.1", "libnvidia-opticalflow.so.1", "libvdpau_nvidia.so.1"} {
+				if got := mounts["/usr/local/nvidia/lib64/"+lib] != nil; got != tc.caps.Has(inventory.Video) {
+					t.Errorf("video library %s: %v", lib, got)
+				}
+			}
+			for _, lib := range []string{"libnvidia-egl-gbm.so.1", "libnvidia-egl-wayland.so.1", "libEGL_nvidia.so.0", "libGLX_nvidia.so.0"} {
+				if got := mounts["/usr/local/nvidia/lib64/"+lib] != nil; got != tc.caps.Has(inventory.Graphics) {
+					t.Errorf("graphics library %s: %v", lib, got)
+				}
+			}
+			var ipc []string
+			for _, m := range adj.Mounts {
+				if strings.Contains(m.Destination, "nvidia-mps") || strings.HasSuffix(m.Destination, "/socket") {
+					ipc = append(ipc, m.Destination)
+					if strings.Join(m.Options, ",") != "nosuid,nodev,rbind,rprivate,noexec" || m.Type != "bind" {
+						t.Errorf("IPC mount %s: type %q options %q", m.Destination, m.Type, m.Options)
+					}
+				}
+			}
+			sort.Strings(ipc)
+			wantIPC := append([]string(nil), tc.ipc...)
+			sort.Strings(wantIPC)
+			if strings.Join(ipc, " ") != strings.Join(wantIPC, " ") {
+				t.Errorf("IPC mounts %q, want %q", ipc, wantIPC)
+			}
+
+			var dri []string
+			for _, d := range adj.Linux.Devices {
+				if strings.HasPrefix(d.Path, "/dev/dri/") {
+					dri = append(dri, d.Path)
+					if d.Gid.GetValue() != simnode.RenderGID || d.FileMode.GetValue() != 0o660 || d.Major != 226 {
+						t.Errorf("%s: gid %v mode %o major %d", d.Path, d.Gid, d.FileMode.GetValue(), d.Major)
+					}
+				} else if d.Gid != nil {
+					t.Errorf("%s has gid %d", d.Path, d.Gid.GetValue())
+				}
+			}
+			var wantDRI []string
+			if tc.caps.Has(inventory.Graphics) || tc.caps.Has(inventory.Display) {
+				wantDRI = []string{simnode.CardPath(1), simnode.RenderPath(1)}
+			}
+			if strings.Join(dri, " ") != strings.Join(wantDRI, " ") {
+				t.Errorf("DRM nodes %q, want %q (GPU 1's only)", dri, wantDRI)
+			}
+		})
+	}
+}
