@@ -145,6 +145,10 @@ type DriverFile struct {
 	// library, the base name of a binary or firmware directory, the
 	// absolute container path of a Config or Socket.
 	Name string
+	// OwnVersion marks a library that carries a version of its own, not
+	// the driver's (the EGL external platform libraries): its file name
+	// says nothing of the driver's health.
+	OwnVersion bool
 }
 
 // ControlNodes are the driver's node-wide device nodes; a nil field was not

@@ -484,7 +484,7 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capab
 		if !want64 {
 			kind = inventory.Library32
 		}
-		best = &inventory.DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME}
+		best = &inventory.DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME, OwnVersion: unversionedLibraries[base]}
 		bestVersioned = versioned
 	}
 	if best == nil {
