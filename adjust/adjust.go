@@ -11,6 +11,7 @@ package adjust
 import (
 	"cmp"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -62,11 +63,33 @@ type Layout struct {
 	// host directory holding exactly that set's binaries, mounted whole at
 	// BinaryDir (only with BinaryDir set). Nil means one mount per binary.
 	HostBinaryDirs map[inventory.Capabilities]string
+	// HostGPUSets maps sets of GPUs (the mask of their device minors) to
+	// files prepared on the host for graphics and display containers:
+	// the application profile that limits EGL and Vulkan to the set's
+	// GPUs, mounted at ProfileDestination, and a directory of the set's
+	// /dev/dri/by-path links, mounted at /dev/dri/by-path. A set without
+	// an entry goes without them.
+	HostGPUSets map[uint64]GPUSetFiles
 	// SkipFirmware leaves the GSP firmware directory out of every
 	// container, for kernels that read firmware from the host's mount
 	// namespace whoever opens the GPU.
 	SkipFirmware bool
 }
+
+// GPUSetFiles are the host files prepared for one set of GPUs; an empty
+// path is none.
+type GPUSetFiles struct {
+	Profile string
+	ByPath  string
+}
+
+// ProfileDestination is where a container finds its application profile:
+// the NVIDIA driver reads every file of this directory, and the NVIDIA
+// Container Toolkit's update-application-profile hook writes this one.
+const ProfileDestination = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"
+
+// ByPathDestination is where a container finds its GPUs' by-path links.
+const ByPathDestination = "/dev/dri/by-path"
 
 // Edits are the changes that give a container its GPUs. Mounts and
 // LibraryDirs may be shared with other requests' edits: replace them,
@@ -278,21 +301,12 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 			e.Devices = append(e.Devices, *n.node)
 		}
 	}
-	if caps.Has(inventory.Graphics) || caps.Has(inventory.Display) {
-		// The DRM nodes of the given GPUs only, as the toolkit finds
-		// them by bus id: EGL and Vulkan open the render node, X.Org
-		// the card.
-		for _, g := range gpus {
-			for _, n := range [...]*inventory.DeviceNode{&g.Card, &g.Render} {
-				if n.Path != "" {
-					e.Devices = append(e.Devices, *n)
-				}
-			}
-		}
-	}
-
 	pl := &p.plans[caps&inventory.AllCapabilities]
 	e.Mounts, e.LibraryDirs, e.BinaryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.binDirs, pl.files, pl
+
+	if caps.Has(inventory.Graphics) || caps.Has(inventory.Display) {
+		p.graphicsEdits(&e, gpus)
+	}
 
 	if len(gpus) == 0 {
 		e.VisibleDevices = "none"
@@ -308,6 +322,41 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 		e.VisibleDevices = b.String()
 	}
 	return e
+}
+
+// graphicsEdits adds what graphics and display containers get for their
+// GPUs: the GPUs' DRM nodes (as the toolkit finds them by bus id: EGL and
+// Vulkan open the render node, X.Org the card), and the set's prepared
+// application profile and by-path links.
+func (p *Prepared) graphicsEdits(e *Edits, gpus []inventory.GPU) {
+	var mask uint64
+	fits := len(gpus) > 0
+	for _, g := range gpus {
+		for _, n := range [...]*inventory.DeviceNode{&g.Card, &g.Render} {
+			if n.Path != "" {
+				e.Devices = append(e.Devices, *n)
+			}
+		}
+		if g.Minor < 0 || g.Minor > 63 {
+			fits = false
+		} else {
+			mask |= 1 << uint(g.Minor)
+		}
+	}
+	set, ok := p.layout.HostGPUSets[mask]
+	if !fits || !ok || set.Profile == "" && set.ByPath == "" {
+		return
+	}
+	// A copy: the plan's mounts are shared.
+	mounts := make([]inventory.Mount, len(e.Mounts), len(e.Mounts)+2)
+	copy(mounts, e.Mounts)
+	if set.Profile != "" {
+		mounts = append(mounts, inventory.Mount{Source: set.Profile, Destination: ProfileDestination})
+	}
+	if set.ByPath != "" && (slices.ContainsFunc(gpus, func(g inventory.GPU) bool { return g.Card.Path != "" || g.Render.Path != "" })) {
+		mounts = append(mounts, inventory.Mount{Source: set.ByPath, Destination: ByPathDestination})
+	}
+	e.Mounts = mounts
 }
 
 // Adjustment returns the NRI adjustment that applies the edits to a

@@ -14,6 +14,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/discover"
+	"github.com/nri-gpu/nri-gpu/libcache"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -113,8 +114,20 @@ func TestCapabilityFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := adjust.Prepare(s, adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"})
+	cache, err := libcache.Build(s, libcache.Options{DriverRoot: n.Root, DriverRootMount: n.Root, Dir: "var/lib/nri-gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := map[uint64]adjust.GPUSetFiles{}
+	for m, set := range cache.GPUSets {
+		sets[m] = adjust.GPUSetFiles{Profile: set.Profile, ByPath: set.ByPath}
+	}
+	p := adjust.Prepare(s, adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib", HostGPUSets: sets})
 	gpu1 := p.Devices()[1:2]
+	set1 := cache.GPUSets[1<<uint(gpu1[0].Minor)]
+	if set1.Profile == "" || set1.ByPath == "" {
+		t.Fatalf("no profile or by-path directory for GPU 1: %+v", set1)
+	}
 
 	// want maps each container path of a non-library file to its
 	// capability.
@@ -203,8 +216,18 @@ func TestCapabilityFiles(t *testing.T) {
 				}
 			}
 			var wantDRI []string
-			if tc.caps.Has(inventory.Graphics) || tc.caps.Has(inventory.Display) {
+			graphics := tc.caps.Has(inventory.Graphics) || tc.caps.Has(inventory.Display)
+			if graphics {
 				wantDRI = []string{simnode.CardPath(1), simnode.RenderPath(1)}
+			}
+			for dst, src := range map[string]string{adjust.ProfileDestination: set1.Profile, adjust.ByPathDestination: set1.ByPath} {
+				m := mounts[dst]
+				if graphics && (m == nil || m.Source != src || strings.Join(m.Options, ",") != "ro,nosuid,nodev,rbind,rprivate") {
+					t.Errorf("mount at %s: %v, want %s read-only", dst, m, src)
+				}
+				if !graphics && m != nil {
+					t.Errorf("mount at %s without graphics or display", dst)
+				}
 			}
 			if strings.Join(dri, " ") != strings.Join(wantDRI, " ") {
 				t.Errorf("DRM nodes %q, want %q (GPU 1's only)", dri, wantDRI)
