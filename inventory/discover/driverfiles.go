@@ -15,6 +15,10 @@ var (
 			"libnvidia-gpucomp.so", "libnvidia-ptxjitcompiler.so",
 			"libnvidia-allocator.so", "libnvidia-pkcs11.so",
 			"libnvidia-pkcs11-openssl3.so", "libnvidia-nvvm.so",
+			// Older drivers' (fatbinaryloader, compiler) and newer
+			// drivers' (tileiras: Tile IR JIT), as libnvidia-container
+			// lists them.
+			"libnvidia-fatbinaryloader.so", "libnvidia-compiler.so", "libnvidia-tileiras.so",
 		},
 		inventory.Video: {"libvdpau_nvidia.so", "libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"},
 		inventory.Graphics: {
@@ -42,6 +46,9 @@ var (
 	binaryNames = map[inventory.Capability][]string{
 		inventory.Utility: {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"},
 		inventory.Compute: {"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"},
+		// The toolkit's graphics discovery mounts nvidia-xconfig, for
+		// containers that run an X server.
+		inventory.Display: {"nvidia-xconfig"},
 	}
 
 	// libraryDirs are searched (besides ld.so.cache) for 64-bit libraries,

@@ -84,6 +84,7 @@ var binaries = []struct{ name, cap string }{
 	{"nvidia-persistenced", CapUtility},
 	{"nvidia-cuda-mps-control", CapCompute},
 	{"nvidia-cuda-mps-server", CapCompute},
+	{"nvidia-xconfig", CapDisplay},
 }
 
 // firmware are the GSP firmware blobs and their sizes.

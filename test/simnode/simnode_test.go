@@ -573,7 +573,7 @@ func checkDriverFiles(t *testing.T, n *Node) {
 			t.Errorf("%s: unknown capability %q", f.Path, f.Capability)
 		}
 	}
-	for c, min := range map[string]int{CapUtility: 6, CapCompute: 11, CapVideo: 4, CapGraphics: 25, CapNGX: 3, CapDisplay: 3, CapFirmware: 2} {
+	for c, min := range map[string]int{CapUtility: 6, CapCompute: 11, CapVideo: 4, CapGraphics: 25, CapNGX: 3, CapDisplay: 4, CapFirmware: 2} {
 		if caps[c] != min {
 			t.Errorf("%d %s files, want %d", caps[c], c, min)
 		}
