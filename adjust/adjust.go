@@ -284,8 +284,8 @@ func (p *Prepared) Snapshot() *inventory.Snapshot { return p.snap }
 // the driver files of the capabilities.
 func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edits {
 	e := Edits{Devices: make([]inventory.DeviceNode, 0, len(gpus)+4)}
-	for _, g := range gpus {
-		e.Devices = append(e.Devices, g.Node)
+	for i := range gpus {
+		e.Devices = append(e.Devices, gpus[i].Node)
 	}
 	c := p.snap.Control
 	for _, n := range [...]struct {
@@ -313,11 +313,11 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 	} else {
 		var b strings.Builder
 		b.Grow(len(gpus) * 41)
-		for i, g := range gpus {
+		for i := range gpus {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(g.UUID)
+			b.WriteString(gpus[i].UUID)
 		}
 		e.VisibleDevices = b.String()
 	}
