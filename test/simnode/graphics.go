@@ -23,9 +23,10 @@ const (
 	firstRender = 128
 )
 
-// CardPath and RenderPath return the DRM nodes Generate gives the GPU of
-// index i.
-func CardPath(i int) string   { return fmt.Sprintf("/dev/dri/card%d", i+1) }
+// CardPath returns the DRM card node Generate gives the GPU of index i.
+func CardPath(i int) string { return fmt.Sprintf("/dev/dri/card%d", i+1) }
+
+// RenderPath returns the DRM render node Generate gives the GPU of index i.
 func RenderPath(i int) string { return fmt.Sprintf("/dev/dri/renderD%d", firstRender+1+i) }
 
 // vendorFile is a file of the driver that is not a library loaded by
