@@ -275,7 +275,7 @@ func TestHelmChart(t *testing.T) {
 // hostPathsJustified are the host paths the pod may mount, each for the
 // reason given in daemonset.yaml; the driver root is added from the
 // configuration.
-var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true}
+var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true, "/sys": true}
 
 // checkDaemonSet checks the DaemonSet's invariants against the ConfigMap
 // and the plugin's own configuration parser.
