@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -132,4 +133,47 @@ func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
 		}
 	}
 	return true
+}
+
+// TestDiscoverHostileConfigFiles plants, where discovery looks for the
+// vendor files and IPC endpoints, links out of the driver root and a FIFO:
+// none is injected, the escapes are warnings, discovery finishes.
+func TestDiscoverHostileConfigFiles(t *testing.T) {
+	n := generate(t, simnode.Options{NumGPUs: 1, IPC: true})
+	egl := n.HostPath("/usr/share/glvnd/egl_vendor.d/10_nvidia.json")
+	if err := os.Remove(egl); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../../../../../../../../../../etc/passwd", egl); err != nil {
+		t.Fatal(err)
+	}
+	icd := n.HostPath("/usr/share/vulkan/icd.d/nvidia_icd.json")
+	if err := os.Remove(icd); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(icd, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := n.HostPath(simnode.PersistencedSocket)
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../../../../../../../../../run/systemd/private", sock); err != nil {
+		t.Fatal(err)
+	}
+	s := discoverAt(t, n.Root)
+	for _, f := range s.Files {
+		switch f.Name {
+		case "/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/etc/vulkan/icd.d/nvidia_icd.json", simnode.PersistencedSocket:
+			t.Errorf("hostile %s injected from %s", f.Name, f.HostPath)
+		}
+	}
+	for _, want := range []string{"10_nvidia.json", "nvidia-persistenced/socket"} {
+		if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+			t.Errorf("no warning about %s: %q", want, s.Warnings)
+		}
+	}
+	if !slices.ContainsFunc(s.Files, func(f inventory.DriverFile) bool { return f.Name == simnode.FabricManagerSocket }) {
+		t.Error("the fabric manager socket must still be found")
+	}
 }
