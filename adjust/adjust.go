@@ -11,7 +11,6 @@ package adjust
 import (
 	"cmp"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -331,10 +330,15 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 func (p *Prepared) graphicsEdits(e *Edits, gpus []inventory.GPU) {
 	var mask uint64
 	fits := len(gpus) > 0
-	for _, g := range gpus {
-		for _, n := range [...]*inventory.DeviceNode{&g.Card, &g.Render} {
-			if n.Path != "" {
-				e.Devices = append(e.Devices, *n)
+	drm := false
+	for i := range gpus {
+		g := &gpus[i]
+		if g.DRM != nil {
+			drm = true
+			for _, n := range [...]*inventory.DeviceNode{&g.DRM.Card, &g.DRM.Render} {
+				if n.Path != "" {
+					e.Devices = append(e.Devices, *n)
+				}
 			}
 		}
 		if g.Minor < 0 || g.Minor > 63 {
@@ -353,7 +357,7 @@ func (p *Prepared) graphicsEdits(e *Edits, gpus []inventory.GPU) {
 	if set.Profile != "" {
 		mounts = append(mounts, inventory.Mount{Source: set.Profile, Destination: ProfileDestination})
 	}
-	if set.ByPath != "" && (slices.ContainsFunc(gpus, func(g inventory.GPU) bool { return g.Card.Path != "" || g.Render.Path != "" })) {
+	if set.ByPath != "" && drm {
 		mounts = append(mounts, inventory.Mount{Source: set.ByPath, Destination: ByPathDestination})
 	}
 	e.Mounts = mounts

@@ -63,7 +63,7 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 			// display gets them. The application profile and by-path
 			// links, prepared per set of GPUs, have no place in a
 			// per-device spec.
-			for _, n := range []inventory.DeviceNode{g.Card, g.Render} {
+			for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
 				if n.Path != "" {
 					nodes = append(nodes, n)
 				}

@@ -50,11 +50,33 @@ type GPU struct {
 	// The zero value is NUMA node 0: discovery sets -1 where sysfs is
 	// silent.
 	NUMANode int
-	// Card and Render are the GPU's DRM nodes (/dev/dri/card<N>,
-	// /dev/dri/renderD<N>), found through sysfs by bus id; a zero Path
-	// when the node has none (no nvidia-drm module, no sysfs). Containers
-	// get them with the graphics or display capability.
+	// DRM are the GPU's DRM nodes, found through sysfs by bus id; nil
+	// when it has none (no nvidia-drm module, no sysfs). Containers get
+	// them with the graphics or display capability. A pointer, so that a
+	// GPU stays small: the request path copies GPUs.
+	DRM *DRMNodes
+}
+
+// DRMNodes are a GPU's /dev/dri/card<N> and /dev/dri/renderD<N>; a zero
+// Path where the GPU lacks one.
+type DRMNodes struct {
 	Card, Render DeviceNode
+}
+
+// Card returns the GPU's DRM card node; a zero Path when it has none.
+func (g GPU) Card() DeviceNode {
+	if g.DRM == nil {
+		return DeviceNode{}
+	}
+	return g.DRM.Card
+}
+
+// Render returns the GPU's DRM render node; a zero Path when it has none.
+func (g GPU) Render() DeviceNode {
+	if g.DRM == nil {
+		return DeviceNode{}
+	}
+	return g.DRM.Render
 }
 
 // NoNUMANode is GPU.NUMANode where the NUMA node is unknown.

@@ -66,7 +66,7 @@ func (p *placer) gpuSets(snap *inventory.Snapshot, o Options) (map[uint64]GPUSet
 	for _, g := range snap.GPUs {
 		if g.Minor >= 0 && g.Minor <= 63 {
 			gpus = append(gpus, g)
-			drm = drm || g.Card.Path != "" || g.Render.Path != ""
+			drm = drm || g.DRM != nil
 		}
 	}
 	graphics := false
@@ -110,7 +110,7 @@ func (p *placer) gpuSets(snap *inventory.Snapshot, o Options) (map[uint64]GPUSet
 				for _, n := range []struct {
 					node inventory.DeviceNode
 					kind string
-				}{{g.Card, "card"}, {g.Render, "render"}} {
+				}{{g.Card(), "card"}, {g.Render(), "render"}} {
 					if n.node.Path != "" && strings.HasPrefix(n.node.Path, "/dev/dri/") {
 						links["pci-"+g.BusID+"-"+n.kind] = "../" + path.Base(n.node.Path)
 					}

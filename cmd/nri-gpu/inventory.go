@@ -58,7 +58,7 @@ func viewOf(s *inventory.Snapshot) inventoryView {
 	}
 	for _, g := range s.GPUs {
 		gv := gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node)}
-		for _, n := range []inventory.DeviceNode{g.Card, g.Render} {
+		for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
 			if n.Path != "" {
 				gv.DRM = append(gv.DRM, nodeOf(n))
 			}

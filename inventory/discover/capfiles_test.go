@@ -28,12 +28,12 @@ func TestDiscoverDRMNodes(t *testing.T) {
 		for _, c := range []struct {
 			got  inventory.DeviceNode
 			want string
-		}{{g.Card, simnode.CardPath(i)}, {g.Render, simnode.RenderPath(i)}} {
+		}{{g.Card(), simnode.CardPath(i)}, {g.Render(), simnode.RenderPath(i)}} {
 			if c.got.Path != c.want || c.got.Major != 226 || c.got.Mode != 0o660 || c.got.GID != simnode.RenderGID {
 				t.Errorf("GPU %d (%s): DRM node %+v, want %s 226:N mode 660 gid %d", i, g.BusID, c.got, c.want, simnode.RenderGID)
 			}
 		}
-		if g.Card.Path == "/dev/dri/card0" {
+		if g.Card().Path == "/dev/dri/card0" {
 			t.Errorf("GPU %d got the BMC's card0", i)
 		}
 	}
@@ -60,11 +60,11 @@ func TestDiscoverDRMNodesMissing(t *testing.T) {
 	if len(s.GPUs) != 2 {
 		t.Fatalf("%d GPUs", len(s.GPUs))
 	}
-	if s.GPUs[0].Render.Path != "" || s.GPUs[0].Card.Path != simnode.CardPath(0) {
-		t.Errorf("GPU 0 DRM nodes %+v %+v", s.GPUs[0].Card, s.GPUs[0].Render)
+	if s.GPUs[0].Render().Path != "" || s.GPUs[0].Card().Path != simnode.CardPath(0) {
+		t.Errorf("GPU 0 DRM nodes %+v %+v", s.GPUs[0].Card(), s.GPUs[0].Render())
 	}
-	if s.GPUs[1].Card.Path != "" || s.GPUs[1].Render.Path != simnode.RenderPath(1) {
-		t.Errorf("GPU 1 DRM nodes %+v %+v", s.GPUs[1].Card, s.GPUs[1].Render)
+	if s.GPUs[1].Card().Path != "" || s.GPUs[1].Render().Path != simnode.RenderPath(1) {
+		t.Errorf("GPU 1 DRM nodes %+v %+v", s.GPUs[1].Card(), s.GPUs[1].Render())
 	}
 	if !slices.ContainsFunc(s.Warnings, func(w string) bool { return strings.Contains(w, simnode.CardPath(1)) }) {
 		t.Errorf("no warning about the symbolic link at %s: %q", simnode.CardPath(1), s.Warnings)
@@ -75,8 +75,8 @@ func TestDiscoverDRMNodesMissing(t *testing.T) {
 	}
 	s = discoverAt(t, n.Root)
 	for _, g := range s.GPUs {
-		if g.Card.Path != "" || g.Render.Path != "" {
-			t.Errorf("GPU %d has DRM nodes without sysfs: %+v %+v", g.Index, g.Card, g.Render)
+		if g.Card().Path != "" || g.Render().Path != "" {
+			t.Errorf("GPU %d has DRM nodes without sysfs: %+v %+v", g.Index, g.Card(), g.Render())
 		}
 	}
 	if len(s.Warnings) > 0 {

@@ -263,7 +263,10 @@ func (d *discovery) gpus(nvMajor, drmMajor int64) {
 			d.deviceWarnf("GPU %s (index %d): device node /dev/nvidia%d is missing or wrong: unusable", f.bus, i, f.info.Minor)
 			continue
 		}
-		card, render := d.drmNodes(f.bus, drmMajor)
+		var drm *inventory.DRMNodes
+		if card, render := d.drmNodes(f.bus, drmMajor); card.Path != "" || render.Path != "" {
+			drm = &inventory.DRMNodes{Card: card, Render: render}
+		}
 		d.snap.GPUs = append(d.snap.GPUs, inventory.GPU{
 			Index: i,
 			Minor: f.info.Minor,
@@ -273,8 +276,7 @@ func (d *discovery) gpus(nvMajor, drmMajor int64) {
 			Node:  *n,
 			// NUMANode from sysfs; -1 where it says nothing.
 			NUMANode: d.numaNode(f.bus),
-			Card:     card,
-			Render:   render,
+			DRM:      drm,
 		})
 	}
 	if len(all) == 0 {
