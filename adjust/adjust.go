@@ -35,6 +35,11 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // mounts, never modified.
 var mountOptions = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
 
+// ipcMountOptions are the options of the driver daemons' sockets and the
+// MPS pipe directory, the NVIDIA Container Toolkit's: writable (a client
+// connects, MPS creates its pipes), no set-uid, no devices, no execution.
+var ipcMountOptions = []string{"nosuid", "nodev", "rbind", "rprivate", "noexec"}
+
 // Layout says where driver files appear in a container, and how they get
 // there.
 type Layout struct {
@@ -57,11 +62,33 @@ type Layout struct {
 	// host directory holding exactly that set's binaries, mounted whole at
 	// BinaryDir (only with BinaryDir set). Nil means one mount per binary.
 	HostBinaryDirs map[inventory.Capabilities]string
+	// HostGPUSets maps sets of GPUs (the mask of their device minors) to
+	// files prepared on the host for graphics and display containers:
+	// the application profile that limits EGL and Vulkan to the set's
+	// GPUs, mounted at ProfileDestination, and a directory of the set's
+	// /dev/dri/by-path links, mounted at /dev/dri/by-path. A set without
+	// an entry goes without them.
+	HostGPUSets map[uint64]GPUSetFiles
 	// SkipFirmware leaves the GSP firmware directory out of every
 	// container, for kernels that read firmware from the host's mount
 	// namespace whoever opens the GPU.
 	SkipFirmware bool
 }
+
+// GPUSetFiles are the host files prepared for one set of GPUs; an empty
+// path is none.
+type GPUSetFiles struct {
+	Profile string
+	ByPath  string
+}
+
+// ProfileDestination is where a container finds its application profile:
+// the NVIDIA driver reads every file of this directory, and the NVIDIA
+// Container Toolkit's update-application-profile hook writes this one.
+const ProfileDestination = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"
+
+// ByPathDestination is where a container finds its GPUs' by-path links.
+const ByPathDestination = "/dev/dri/by-path"
 
 // Edits are the changes that give a container its GPUs. Mounts and
 // LibraryDirs may be shared with other requests' edits: replace them,
@@ -155,6 +182,13 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 				continue
 			}
 			dst = path.Join("/lib/firmware/nvidia", f.Name)
+		case inventory.Config:
+			dst = f.Name
+		case inventory.Socket:
+			p.files = append(p.files, preparedFile{kind: f.Kind, cap: f.Capability, mount: inventory.Mount{
+				Source: f.HostPath, Destination: f.Name, Type: "bind", Options: ipcMountOptions,
+			}})
+			continue
 		default:
 			continue
 		}
@@ -260,8 +294,8 @@ func (p *Prepared) Snapshot() *inventory.Snapshot { return p.snap }
 // the driver files of the capabilities.
 func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edits {
 	e := Edits{Devices: make([]inventory.DeviceNode, 0, len(gpus)+4)}
-	for _, g := range gpus {
-		e.Devices = append(e.Devices, g.Node)
+	for i := range gpus {
+		e.Devices = append(e.Devices, gpus[i].Node)
 	}
 	c := p.snap.Control
 	for _, n := range [...]struct {
@@ -277,24 +311,67 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 			e.Devices = append(e.Devices, *n.node)
 		}
 	}
-
 	pl := &p.plans[caps&inventory.AllCapabilities]
 	e.Mounts, e.LibraryDirs, e.BinaryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.binDirs, pl.files, pl
+
+	if caps.Has(inventory.Graphics) || caps.Has(inventory.Display) {
+		p.graphicsEdits(&e, gpus)
+	}
 
 	if len(gpus) == 0 {
 		e.VisibleDevices = "none"
 	} else {
 		var b strings.Builder
 		b.Grow(len(gpus) * 41)
-		for i, g := range gpus {
+		for i := range gpus {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(g.UUID)
+			b.WriteString(gpus[i].UUID)
 		}
 		e.VisibleDevices = b.String()
 	}
 	return e
+}
+
+// graphicsEdits adds what graphics and display containers get for their
+// GPUs: the GPUs' DRM nodes (as the toolkit finds them by bus id: EGL and
+// Vulkan open the render node, X.Org the card), and the set's prepared
+// application profile and by-path links.
+func (p *Prepared) graphicsEdits(e *Edits, gpus []inventory.GPU) {
+	var mask uint64
+	fits := len(gpus) > 0
+	drm := false
+	for i := range gpus {
+		g := &gpus[i]
+		if g.DRM != nil {
+			drm = true
+			for _, n := range [...]*inventory.DeviceNode{&g.DRM.Card, &g.DRM.Render} {
+				if n.Path != "" {
+					e.Devices = append(e.Devices, *n)
+				}
+			}
+		}
+		if g.Minor < 0 || g.Minor > 63 {
+			fits = false
+		} else {
+			mask |= 1 << uint(g.Minor)
+		}
+	}
+	set, ok := p.layout.HostGPUSets[mask]
+	if !fits || !ok || set.Profile == "" && set.ByPath == "" {
+		return
+	}
+	// A copy: the plan's mounts are shared.
+	mounts := make([]inventory.Mount, len(e.Mounts), len(e.Mounts)+2)
+	copy(mounts, e.Mounts)
+	if set.Profile != "" {
+		mounts = append(mounts, inventory.Mount{Source: set.Profile, Destination: ProfileDestination})
+	}
+	if set.ByPath != "" && drm {
+		mounts = append(mounts, inventory.Mount{Source: set.ByPath, Destination: ByPathDestination})
+	}
+	e.Mounts = mounts
 }
 
 // Adjustment returns the NRI adjustment that applies the edits to a
@@ -317,6 +394,9 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		d, n := &devs[i], &e.Devices[i]
 		modes[i].Value = n.Mode
 		d.Path, d.Type, d.Major, d.Minor, d.FileMode = n.Path, "c", n.Major, n.Minor, &modes[i]
+		if n.GID != 0 {
+			d.Gid = &api.OptionalUInt32{Value: n.GID}
+		}
 		adj.Linux.Devices[i] = d
 	}
 	if pl := e.plan; pl != nil && len(pl.mounts) == len(e.Mounts) && (len(e.Mounts) == 0 || &pl.mounts[0] == &e.Mounts[0]) {

@@ -55,12 +55,25 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 
 	var all []inventory.DeviceNode
 	var uuids []string
+	graphics := caps.Has(inventory.Graphics) || caps.Has(inventory.Display)
 	for _, g := range snap.GPUs {
-		edits := specs.ContainerEdits{DeviceNodes: deviceNodes([]inventory.DeviceNode{g.Node})}
+		nodes := []inventory.DeviceNode{g.Node}
+		if graphics {
+			// The GPU's DRM nodes, as a request with graphics or
+			// display gets them. The application profile and by-path
+			// links, prepared per set of GPUs, have no place in a
+			// per-device spec.
+			for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
+				if n.Path != "" {
+					nodes = append(nodes, n)
+				}
+			}
+		}
+		edits := specs.ContainerEdits{DeviceNodes: deviceNodes(nodes)}
 		spec.Devices = append(spec.Devices,
 			specs.Device{Name: strconv.Itoa(g.Index), ContainerEdits: edits},
 			specs.Device{Name: g.UUID, ContainerEdits: edits})
-		all = append(all, g.Node)
+		all = append(all, nodes...)
 		uuids = append(uuids, g.UUID)
 	}
 	if len(all) > 0 {
@@ -81,10 +94,15 @@ func deviceNodes(nodes []inventory.DeviceNode) []*specs.DeviceNode {
 	out := make([]*specs.DeviceNode, 0, len(nodes))
 	for _, n := range nodes {
 		mode := os.FileMode(n.Mode)
-		out = append(out, &specs.DeviceNode{
+		d := &specs.DeviceNode{
 			Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor,
 			FileMode: &mode, Permissions: "rw",
-		})
+		}
+		if n.GID != 0 {
+			gid := n.GID
+			d.GID = &gid
+		}
+		out = append(out, d)
 	}
 	return out
 }
@@ -92,10 +110,15 @@ func deviceNodes(nodes []inventory.DeviceNode) []*specs.DeviceNode {
 func mounts(ms []inventory.Mount) []*specs.Mount {
 	out := make([]*specs.Mount, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, &specs.Mount{
+		sm := &specs.Mount{
 			HostPath: m.Source, ContainerPath: m.Destination, Type: "bind",
 			Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"},
-		})
+		}
+		if m.Type != "" {
+			// The IPC endpoints' own options (writable, noexec).
+			sm.Type, sm.Options = m.Type, m.Options
+		}
+		out = append(out, sm)
 	}
 	return out
 }

@@ -87,3 +87,51 @@ func TestGenerateBinaryDir(t *testing.T) {
 		t.Errorf("Generate with binaryDir: %v", err)
 	}
 }
+
+// TestGenerateGraphicsAndIPC checks that a spec of graphics and utility
+// gives each GPU device its DRM nodes with the host group, the vendor
+// files, and the IPC sockets with their own mount options (writable,
+// noexec), as an nri-gpu request of those capabilities gets them; and
+// that a compute-only spec has no DRM node.
+func TestGenerateGraphicsAndIPC(t *testing.T) {
+	if err := simnode.CanMknod(); err != nil {
+		t.Skipf("needs root: the GPUs of a simulated node are character devices made with mknod: %v", err)
+	}
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, DeviceNodes: true, IPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount, cfg.LibraryMode = n.Root, n.Root, n.Root, config.LibraryFiles
+	cfg.Layout, cfg.BinaryDir = config.LayoutToolkit, "" // as nri-gpu cdi generate does
+	p, err := node.New(cfg, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cdispec.Generate(p.State().Source, inventory.Capabilities(inventory.Graphics|inventory.Utility))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cdispec.Marshal(spec); err != nil {
+		t.Fatalf("the spec does not validate: %v", err)
+	}
+	d := spec.Devices[2].ContainerEdits.DeviceNodes // device "1"
+	if len(d) != 3 || d[1].Path != simnode.CardPath(1) || d[2].Path != simnode.RenderPath(1) || d[2].GID == nil || *d[2].GID != simnode.RenderGID {
+		t.Errorf("device 1 nodes %+v, want its nvidia, card and render nodes with gid %d", d, simnode.RenderGID)
+	}
+	found := map[string]string{}
+	for _, m := range spec.ContainerEdits.Mounts {
+		found[m.ContainerPath] = strings.Join(m.Options, ",")
+	}
+	if found[simnode.PersistencedSocket] != "nosuid,nodev,rbind,rprivate,noexec" || found["/usr/share/glvnd/egl_vendor.d/10_nvidia.json"] != "ro,nosuid,nodev,rbind,rprivate" {
+		t.Errorf("mounts %v", found)
+	}
+
+	spec, err = cdispec.Generate(p.State().Source, inventory.Capabilities(inventory.Compute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := spec.Devices[2].ContainerEdits.DeviceNodes; len(d) != 1 {
+		t.Errorf("compute spec device 1 nodes %+v, want its nvidia node only", d)
+	}
+}

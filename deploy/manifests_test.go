@@ -276,7 +276,7 @@ func TestHelmChart(t *testing.T) {
 // hostPathsJustified are the host paths the pod may mount, each for the
 // reason given in daemonset.yaml; the driver root is added from the
 // configuration.
-var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true, "/dev/char": true}
+var hostPathsJustified = map[string]bool{"/var/run/nri": true, "/proc": true, "/dev": true, "/dev/char": true, "/sys": true}
 
 // kubeletDevicePlugins is the kubelet's device plugin directory, mounted
 // read-write when the configuration turns the device plugin on.

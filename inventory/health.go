@@ -23,7 +23,7 @@ func (s *Snapshot) DriverProblem() string {
 			continue
 		}
 		libs++
-		if !strings.HasSuffix(path.Base(f.HostPath), "."+s.DriverVersion) {
+		if !f.OwnVersion && !strings.HasSuffix(path.Base(f.HostPath), "."+s.DriverVersion) {
 			stale = append(stale, f.HostPath)
 		}
 	}

@@ -20,6 +20,8 @@ func TestDriverProblem(t *testing.T) {
 			"/usr/lib64/libnvidia-ml.so.580.1 does not carry the kernel module's version 590.2"},
 		{"all stale", Snapshot{DriverVersion: "590.2", Files: []DriverFile{lib("/a/libcuda.so.580.1"), lib("/a/libnvidia-ml.so.580.1")}},
 			"2 of 2 driver libraries (/a/libcuda.so.580.1, ...)"},
+		{"own version", Snapshot{DriverVersion: "580.1", Files: []DriverFile{lib("/a/libcuda.so.580.1"),
+			{Kind: Library, HostPath: "/a/libnvidia-egl-gbm.so.1.1.2", Name: "libnvidia-egl-gbm.so.1", OwnVersion: true}}}, ""},
 		{"prefix is not a match", Snapshot{DriverVersion: "80.1", Files: []DriverFile{lib("/a/libcuda.so.580.1")}}, "does not carry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,10 @@ type DeviceNode struct {
 	// Mode is the host node's permission bits (a uint32, not an
 	// fs.FileMode, so that these types import nothing of the file system).
 	Mode uint32
+	// GID is the host node's group when it is not root's (the render
+	// group of /dev/dri nodes), so that a container user in that group
+	// can open it as on the host; 0 leaves the runtime's default.
+	GID uint32
 }
 
 // GPU is one GPU that may be handed out.
@@ -46,6 +50,33 @@ type GPU struct {
 	// The zero value is NUMA node 0: discovery sets -1 where sysfs is
 	// silent.
 	NUMANode int
+	// DRM are the GPU's DRM nodes, found through sysfs by bus id; nil
+	// when it has none (no nvidia-drm module, no sysfs). Containers get
+	// them with the graphics or display capability. A pointer, so that a
+	// GPU stays small: the request path copies GPUs.
+	DRM *DRMNodes
+}
+
+// DRMNodes are a GPU's /dev/dri/card<N> and /dev/dri/renderD<N>; a zero
+// Path where the GPU lacks one.
+type DRMNodes struct {
+	Card, Render DeviceNode
+}
+
+// Card returns the GPU's DRM card node; a zero Path when it has none.
+func (g GPU) Card() DeviceNode {
+	if g.DRM == nil {
+		return DeviceNode{}
+	}
+	return g.DRM.Card
+}
+
+// Render returns the GPU's DRM render node; a zero Path when it has none.
+func (g GPU) Render() DeviceNode {
+	if g.DRM == nil {
+		return DeviceNode{}
+	}
+	return g.DRM.Render
 }
 
 // NoNUMANode is GPU.NUMANode where the NUMA node is unknown.
@@ -94,6 +125,15 @@ const (
 	Binary
 	// FirmwareDir is the directory of the driver's GSP firmware.
 	FirmwareDir
+	// Config is a file the driver installs that applications find at a
+	// fixed path (an EGL or Vulkan vendor file, an Xorg module, an NGX
+	// DLL): it is mounted read-only at Name, an absolute container path.
+	Config
+	// Socket is an IPC endpoint of a driver daemon (the persistenced or
+	// fabric manager socket, the MPS pipe directory): it is mounted at
+	// Name, its own path, with the toolkit's IPC mount options
+	// (read-write, nosuid, nodev, noexec).
+	Socket
 )
 
 func (k FileKind) String() string {
@@ -106,6 +146,10 @@ func (k FileKind) String() string {
 		return "binary"
 	case FirmwareDir:
 		return "firmware"
+	case Config:
+		return "config"
+	case Socket:
+		return "socket"
 	}
 	return "unknown"
 }
@@ -120,8 +164,13 @@ type DriverFile struct {
 	// driverRoot), used as the bind-mount source.
 	HostPath string
 	// Name is the name the file goes by in a container: the SONAME of a
-	// library, the base name of a binary or firmware directory.
+	// library, the base name of a binary or firmware directory, the
+	// absolute container path of a Config or Socket.
 	Name string
+	// OwnVersion marks a library that carries a version of its own, not
+	// the driver's (the EGL external platform libraries): its file name
+	// says nothing of the driver's health.
+	OwnVersion bool
 }
 
 // devLinks are the unversioned development names that a container's

@@ -89,7 +89,9 @@ const dirFormat = "format 2"
 
 // setDirName is the name of a directory of one set (a set of capabilities,
 // a file kind, a hash), as makeDir names it.
-var setDirName = regexp.MustCompile(`^[a-z0-9+]+-(library|library32|binary)-[0-9a-f]{16}$`)
+// (a set of GPUs, by the hex mask of their minors, for a profile or
+// by-path directory: see gpuSets).
+var setDirName = regexp.MustCompile(`^[a-z0-9+]+-(library|library32|binary|profile|bypath)-[0-9a-f]{16}$`)
 
 // versionName is the driver versions nri-gpu makes directories for.
 var versionName = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$`)
@@ -105,6 +107,9 @@ type Cache struct {
 	Dirs32 map[inventory.Capabilities]string
 	// DirsBin does the same for the binaries, when asked for.
 	DirsBin map[inventory.Capabilities]string
+	// GPUSets maps sets of GPUs (MinorMask) to their application
+	// profile and by-path directory (see MaxAllSetsGPUs).
+	GPUSets map[uint64]GPUSet
 	// Links counts the directories' entries (made or reused).
 	Links int
 	// Stored counts the driver files that this build put in the cache's
@@ -312,6 +317,11 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 			c.Links += len(members)
 		}
 	}
+	sets, err := p.gpuSets(snap, o)
+	if err != nil {
+		return nil, fmt.Errorf("preparing the application profiles and by-path links: %w", err)
+	}
+	c.GPUSets = sets
 	return c, nil
 }
 
@@ -581,7 +591,8 @@ func Clean(o Options, current string, inUse func(dir string) bool) ([]string, er
 				cleanStore(cache, p)
 			case setDirName.MatchString(d):
 				ours = append(ours, p)
-				used = used || inUse(filepath.Join(o.DriverRoot, o.Dir, p))
+				dir := filepath.Join(o.DriverRoot, o.Dir, p)
+				used = used || inUse(dir) || inUse(filepath.Join(dir, ProfileFile))
 			case d != VersionMarker:
 				foreign = true
 			}

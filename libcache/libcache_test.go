@@ -308,9 +308,9 @@ func TestBuildBinaries(t *testing.T) {
 	if c, err = libcache.Build(snap, o); err != nil {
 		t.Fatal(err)
 	}
-	// utility and compute have binaries: 3 sets.
-	if len(c.DirsBin) != 3 || len(c.Dirs) != 31 {
-		t.Fatalf("%d binary directories, %d library directories; want 3 and 31", len(c.DirsBin), len(c.Dirs))
+	// utility, compute and display (nvidia-xconfig) have binaries: 7 sets.
+	if len(c.DirsBin) != 7 || len(c.Dirs) != 31 {
+		t.Fatalf("%d binary directories, %d library directories; want 7 and 31", len(c.DirsBin), len(c.Dirs))
 	}
 	for set, dir := range c.DirsBin {
 		checkDir(t, dir, snap, inventory.Binary, set)

@@ -287,6 +287,7 @@ func (n *Node) prepare(cfg config.Config, snap *inventory.Snapshot) (*adjust.Pre
 		switch {
 		case err == nil:
 			layout.HostLibraryDirs, layout.HostLibrary32Dirs, layout.HostBinaryDirs = cache.Dirs, cache.Dirs32, cache.DirsBin
+			layout.HostGPUSets = gpuSetFiles(cache.GPUSets)
 			n.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
 				Infof("library directories ready in %s", filepath.Join(cfg.DriverRoot, cfg.LibraryCache))
 			if cache.Stored > 0 {
@@ -303,6 +304,18 @@ func (n *Node) prepare(cfg config.Config, snap *inventory.Snapshot) (*adjust.Pre
 		}
 	}
 	return adjust.Prepare(snap, layout), nil
+}
+
+// gpuSetFiles converts the library cache's GPU-set files for adjust.
+func gpuSetFiles(sets map[uint64]libcache.GPUSet) map[uint64]adjust.GPUSetFiles {
+	if len(sets) == 0 {
+		return nil
+	}
+	out := make(map[uint64]adjust.GPUSetFiles, len(sets))
+	for m, s := range sets {
+		out[m] = adjust.GPUSetFiles{Profile: s.Profile, ByPath: s.ByPath}
+	}
+	return out
 }
 
 // skipFirmware decides, for the firmware key's mode and the kernel

@@ -91,7 +91,7 @@ func newTestNode(t *testing.T) (*Node, *simnode.Node, config.Config, *logBuffer,
 func libVersions(s *inventory.Snapshot) map[string]bool {
 	out := map[string]bool{}
 	for _, f := range s.Files {
-		if f.Kind == inventory.Library {
+		if f.Kind == inventory.Library && !f.OwnVersion {
 			b := filepath.Base(f.HostPath)
 			out[b[strings.Index(b, ".so.")+4:]] = true
 		}

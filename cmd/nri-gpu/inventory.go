@@ -30,6 +30,8 @@ type gpuView struct {
 	BusID string   `json:"busId"`
 	Model string   `json:"model"`
 	Node  nodeView `json:"node"`
+	// DRM are the GPU's /dev/dri card and render nodes, when it has.
+	DRM []nodeView `json:"drm,omitempty"`
 }
 
 type nodeView struct {
@@ -56,7 +58,13 @@ func viewOf(s *inventory.Snapshot) inventoryView {
 		GPUs: []gpuView{}, ControlNodes: []nodeView{}, IMEXChannels: []nodeView{}, Files: []fileView{}, Warnings: []string{},
 	}
 	for _, g := range s.GPUs {
-		v.GPUs = append(v.GPUs, gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node)})
+		gv := gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node)}
+		for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
+			if n.Path != "" {
+				gv.DRM = append(gv.DRM, nodeOf(n))
+			}
+		}
+		v.GPUs = append(v.GPUs, gv)
 	}
 	for _, n := range []*inventory.DeviceNode{s.Control.Ctl, s.Control.UVM, s.Control.UVMTools, s.Control.Modeset} {
 		if n != nil {
@@ -98,9 +106,18 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "GPUs: %d\n", len(v.GPUs))
 	if len(v.GPUs) > 0 {
-		fmt.Fprintln(tw, "INDEX\tMINOR\tUUID\tBUS ID\tMODEL\tNODE")
+		fmt.Fprintln(tw, "INDEX\tMINOR\tUUID\tBUS ID\tMODEL\tNODE\tDRM")
 		for _, g := range v.GPUs {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s %d:%d %s\n", g.Index, g.Minor, g.UUID, g.BusID, g.Model, g.Node.Path, g.Node.Major, g.Node.Minor, g.Node.Mode)
+			drm := "-"
+			for i, n := range g.DRM {
+				if i == 0 {
+					drm = ""
+				} else {
+					drm += " "
+				}
+				drm += n.Path
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s %d:%d %s\t%s\n", g.Index, g.Minor, g.UUID, g.BusID, g.Model, g.Node.Path, g.Node.Major, g.Node.Minor, g.Node.Mode, drm)
 		}
 	}
 	fmt.Fprintf(tw, "\nControl nodes: %d\n", len(v.ControlNodes))

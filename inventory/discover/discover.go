@@ -192,14 +192,18 @@ func (d *discovery) kernel() {
 	if s.Control.UVM == nil {
 		d.deviceWarnf("nvidia-uvm is not loaded or /dev/nvidia-uvm is missing: compute requests get no UVM nodes")
 	}
-	d.gpus(nvMajor)
+	drmMajor, ok := majors["drm"]
+	if !ok {
+		drmMajor = -1
+	}
+	d.gpus(nvMajor, drmMajor)
 	d.imexChannels(majors)
 }
 
 // gpus discovers the GPUs under /proc/driver/nvidia/gpus. The index is the
 // position in bus order among the GPUs that are not excluded; a GPU that
 // cannot be used keeps its index so that the others keep theirs.
-func (d *discovery) gpus(nvMajor int64) {
+func (d *discovery) gpus(nvMajor, drmMajor int64) {
 	dir, err := openNoBlock(d.host, "proc/driver/nvidia/gpus")
 	if err != nil {
 		d.deviceWarnf("listing GPUs: %v: the node offers no GPU", err)
@@ -260,6 +264,10 @@ func (d *discovery) gpus(nvMajor int64) {
 			d.deviceWarnf("GPU %s (index %d): device node /dev/nvidia%d is missing or wrong: unusable", f.bus, i, f.info.Minor)
 			continue
 		}
+		var drm *inventory.DRMNodes
+		if card, render := d.drmNodes(f.bus, drmMajor); card.Path != "" || render.Path != "" {
+			drm = &inventory.DRMNodes{Card: card, Render: render}
+		}
 		d.snap.GPUs = append(d.snap.GPUs, inventory.GPU{
 			Index: i,
 			Minor: f.info.Minor,
@@ -269,6 +277,7 @@ func (d *discovery) gpus(nvMajor int64) {
 			Node:  *n,
 			// NUMANode from sysfs; -1 where it says nothing.
 			NUMANode: d.numaNode(f.bus),
+			DRM:      drm,
 		})
 	}
 	if len(all) == 0 {
@@ -393,6 +402,9 @@ func (d *discovery) driverFiles() {
 		}
 	}
 
+	d.configs()
+	d.ipcs()
+
 	if !slices.ContainsFunc(d.snap.Files, func(f inventory.DriverFile) bool { return f.Kind == inventory.Library }) {
 		d.warnf("no driver library found under driverRoot %s: containers get device nodes only", d.snap.DriverRoot)
 	}
@@ -475,13 +487,13 @@ func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capab
 		if !want64 {
 			kind = inventory.Library32
 		}
-		best = &inventory.DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME}
+		best = &inventory.DriverFile{Kind: kind, Capability: c, HostPath: d.hostPath(rel), Name: info.SONAME, OwnVersion: unversionedLibraries[base]}
 		bestVersioned = versioned
 	}
 	if best == nil {
 		return inventory.DriverFile{}, false
 	}
-	if !bestVersioned {
+	if !bestVersioned && !unversionedLibraries[base] {
 		d.warnf("%s does not carry the kernel module's version %s: the driver install may be broken", best.HostPath, d.snap.DriverVersion)
 	}
 	return *best, true

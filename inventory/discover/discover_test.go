@@ -126,6 +126,12 @@ func checkDriverFiles(t *testing.T, n *simnode.Node, s *inventory.Snapshot) {
 		if f.Capability == "firmware" {
 			continue
 		}
+		if f.Container != nil {
+			for _, c := range f.Container {
+				want = append(want, file{filepath.Join(n.Root, f.Path), c, f.Capability})
+			}
+			continue
+		}
 		want = append(want, file{filepath.Join(n.Root, f.Path), name, f.Capability})
 	}
 	var firmware []string
@@ -136,7 +142,12 @@ func checkDriverFiles(t *testing.T, n *simnode.Node, s *inventory.Snapshot) {
 		}
 		got = append(got, file{f.HostPath, f.Name, f.Capability.String()})
 	}
-	less := func(a, b file) int { return strings.Compare(a.Path, b.Path) }
+	less := func(a, b file) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	}
 	slices.SortFunc(want, less)
 	slices.SortFunc(got, less)
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -29,6 +29,9 @@ func TestInventoryCommand(t *testing.T) {
 			UUID  string `json:"uuid"`
 			BusID string `json:"busId"`
 			Model string `json:"model"`
+			DRM   []struct {
+				Path string `json:"path"`
+			} `json:"drm"`
 		} `json:"gpus"`
 		ControlNodes []struct {
 			Path  string `json:"path"`
@@ -50,9 +53,18 @@ func TestInventoryCommand(t *testing.T) {
 		if g.Index != w.Index || g.Minor != w.Minor || g.UUID != w.UUID || g.BusID != w.BusID || g.Model != w.Model {
 			t.Errorf("GPU %d = %+v, want %+v", i, g, w)
 		}
+		if len(g.DRM) != 2 || g.DRM[0].Path != simnode.CardPath(i) || g.DRM[1].Path != simnode.RenderPath(i) {
+			t.Errorf("GPU %d DRM nodes %+v, want %s and %s", i, g.DRM, simnode.CardPath(i), simnode.RenderPath(i))
+		}
 	}
-	if len(v.ControlNodes) != 4 || len(v.Files) != len(n.Files)-1 { // firmware: one directory for two files
-		t.Errorf("%d control nodes, %d files (node has %d files)", len(v.ControlNodes), len(v.Files), len(n.Files))
+	// A file is listed once per place a container finds it (the X.Org
+	// GLX module twice), the firmware as one directory for two files.
+	want := -1
+	for _, f := range n.Files {
+		want += max(1, len(f.Container))
+	}
+	if len(v.ControlNodes) != 4 || len(v.Files) != want {
+		t.Errorf("%d control nodes, %d files (want %d)", len(v.ControlNodes), len(v.Files), want)
 	}
 
 	out, err = exec.Command(binary, "inventory", "--config", cfg).Output()
@@ -62,7 +74,7 @@ func TestInventoryCommand(t *testing.T) {
 	if v.KernelRelease != simnode.DefaultKernelRelease {
 		t.Errorf("kernelRelease %q, want %q", v.KernelRelease, simnode.DefaultKernelRelease)
 	}
-	for _, want := range []string{"Driver version: " + n.DriverVersion, "Kernel: " + simnode.DefaultKernelRelease, n.GPUs[0].UUID, "/dev/nvidia-uvm", "libcuda.so.1", "nvidia-smi"} {
+	for _, want := range []string{"Driver version: " + n.DriverVersion, "Kernel: " + simnode.DefaultKernelRelease, n.GPUs[0].UUID, "/dev/nvidia-uvm", "libcuda.so.1", "nvidia-smi", simnode.RenderPath(0), "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

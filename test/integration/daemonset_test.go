@@ -105,7 +105,8 @@ func TestDaemonSetLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir,
-		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu"), "/var/lib/kubelet/device-plugins": kubeletDir, "/dev/char": n.HostPath("/dev/char")}
+		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu"), "/var/lib/kubelet/device-plugins": kubeletDir, "/dev/char": n.HostPath("/dev/char"),
+		"/sys": n.HostPath("/sys")}
 	if err := os.MkdirAll(n.HostPath("/var/lib/nri-gpu"), 0o755); err != nil { // type: DirectoryOrCreate
 		t.Fatal(err)
 	}
@@ -165,8 +166,8 @@ func TestDaemonSetLayout(t *testing.T) {
 	url := metricsURL(t, p)
 	// The shipped policy refuses waitSynced's probe (the environment);
 	// the device plugin's answer is the probe here.
-	devicePlugin := func(name string) (*api.ContainerAdjustment, error) {
-		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Env: []string{"PATH=/usr/bin:/bin"}, Linux: &api.LinuxContainer{}}
+	devicePlugin := func(name string, env ...string) (*api.ContainerAdjustment, error) {
+		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Env: append([]string{"PATH=/usr/bin:/bin"}, env...), Linux: &api.LinuxContainer{}}
 		for _, g := range n.GPUs {
 			ctr.Mounts = append(ctr.Mounts, &api.Mount{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/" + g.UUID})
 			ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)})
@@ -299,5 +300,30 @@ func TestDaemonSetLayout(t *testing.T) {
 	cuda, err := os.ReadFile(filepath.Join(libDir, "libcuda.so.1"))
 	if err != nil || len(cuda) == 0 || !strings.HasPrefix(libDir, n.HostPath("/var/lib/nri-gpu")+"/") {
 		t.Errorf("library directory %q (host view) has no libcuda.so.1: %v", libDir, err)
+	}
+
+	// A graphics container gets its GPUs' DRM nodes, found through the
+	// host's /sys (/host/sys), and the profile prepared in the cache.
+	adj, err = devicePlugin("gfx", "NVIDIA_DRIVER_CAPABILITIES=graphics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dri []string
+	for _, d := range adj.GetLinux().GetDevices() {
+		if strings.HasPrefix(d.Path, "/dev/dri/") {
+			dri = append(dri, d.Path)
+		}
+	}
+	if len(dri) != 2*len(n.GPUs) {
+		t.Errorf("graphics container DRM nodes %q, want %d", dri, 2*len(n.GPUs))
+	}
+	profile := ""
+	for _, m := range adj.GetMounts() {
+		if m.Destination == "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf" {
+			profile = n.HostPath(m.Source)
+		}
+	}
+	if data, err := os.ReadFile(profile); err != nil || !strings.Contains(string(data), "EGLVisibleDGPUDevices") {
+		t.Errorf("application profile %q: %q, %v", profile, data, err)
 	}
 }

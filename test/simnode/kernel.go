@@ -266,5 +266,8 @@ func writeKernel(n *Node, c *config) error {
 	if err := writeDevNodes(n.Root, c); err != nil {
 		return err
 	}
-	return writeIMEXChannels(n.Root, c)
+	if err := writeIMEXChannels(n.Root, c); err != nil {
+		return err
+	}
+	return writeDRM(n.Root, c)
 }

@@ -90,6 +90,11 @@ type Options struct {
 	// /dev/nvidia-caps-imex-channels/channel0 upwards (IMEXMajor:N), as
 	// the driver does on an NVLink multi-node system (GB200 NVL72).
 	IMEXChannels int
+	// IPC makes the driver daemons' endpoints: the persistenced and
+	// fabric manager sockets and the MPS pipe directory (PersistencedSocket,
+	// FabricManagerSocket, MPSPipeDir). Off by default: a node without
+	// those daemons running.
+	IPC bool
 	// KernelRelease is written to /proc/sys/kernel/osrelease; default
 	// DefaultKernelRelease. "-" writes no such file.
 	KernelRelease string
@@ -101,6 +106,10 @@ type File struct {
 	Path       string // absolute path inside the node tree, e.g. "/usr/lib64/libcuda.so.580.126.09"
 	SONAME     string // for libraries: "libcuda.so.1"; empty for binaries/firmware
 	Capability string // utility, compute, video, graphics, ngx, display, or "firmware"
+	// Container, for a file that is neither a library, a binary nor
+	// firmware (a vendor JSON file, an X.Org module, an NGX DLL), lists
+	// where a container with its capability finds it.
+	Container []string
 }
 
 // Node is the result of Generate: what was laid out and where.
@@ -168,6 +177,7 @@ type config struct {
 	uvmMajor    int
 	deviceNodes bool
 	noDriver    bool
+	ipc         bool
 	cacheDir    string
 	kernel      string
 	// imexChannels is Options.IMEXChannels.
@@ -182,6 +192,7 @@ func normalize(opts Options) (*config, error) {
 		uvmMajor:    opts.UVMMajor,
 		deviceNodes: opts.DeviceNodes,
 		noDriver:    opts.NoDriver,
+		ipc:         opts.IPC,
 		cacheDir:    opts.CacheDir,
 		kernel:      opts.KernelRelease,
 	}
@@ -331,6 +342,11 @@ func Generate(root string, opts Options) (*Node, error) {
 		}
 		n.Files = files
 		if err := buildLDCache(root, c); err != nil {
+			return nil, err
+		}
+	}
+	if c.ipc {
+		if err := writeIPC(root); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -547,7 +548,7 @@ func TestBuildCacheConcurrent(t *testing.T) {
 // node's version.
 func checkDriverFiles(t *testing.T, n *Node) {
 	t.Helper()
-	want := len(libraries) + len(binaries) + len(firmware)
+	want := len(libraries) + len(binaries) + len(firmware) + len(vendorFiles(&config{}))
 	if len(n.Files) != want {
 		t.Errorf("%d driver files, want %d", len(n.Files), want)
 	}
@@ -567,12 +568,12 @@ func checkDriverFiles(t *testing.T, n *Node) {
 			if !strings.HasPrefix(f.Path, "/lib/firmware/nvidia/"+n.DriverVersion+"/gsp_") || fi.Size() < 1024 {
 				t.Errorf("firmware %s: size %d", f.Path, fi.Size())
 			}
-		case CapUtility, CapCompute, CapVideo, CapGraphics, CapNGX:
+		case CapUtility, CapCompute, CapVideo, CapGraphics, CapNGX, CapDisplay:
 		default:
 			t.Errorf("%s: unknown capability %q", f.Path, f.Capability)
 		}
 	}
-	for c, min := range map[string]int{CapUtility: 6, CapCompute: 11, CapVideo: 4, CapGraphics: 12, CapNGX: 1, CapFirmware: 2} {
+	for c, min := range map[string]int{CapUtility: 6, CapCompute: 11, CapVideo: 4, CapGraphics: 25, CapNGX: 3, CapDisplay: 4, CapFirmware: 2} {
 		if caps[c] != min {
 			t.Errorf("%d %s files, want %d", caps[c], c, min)
 		}
@@ -590,10 +591,15 @@ func checkLibraries(t *testing.T, n *Node) {
 		}
 		libs++
 		base := path.Base(f.Path)
-		if path.Dir(f.Path) != n.LibDir || !strings.HasSuffix(base, ".so."+n.DriverVersion) {
-			t.Errorf("library %s not named lib<name>.so.%s in %s", f.Path, n.DriverVersion, n.LibDir)
+		version := n.DriverVersion
+		if strings.HasPrefix(base, "libnvidia-egl-") {
+			// The EGL platform libraries carry their own versions.
+			version = base[strings.Index(base, ".so.")+len(".so."):]
 		}
-		stem := strings.TrimSuffix(base, ".so."+n.DriverVersion)
+		if path.Dir(f.Path) != n.LibDir || !strings.HasSuffix(base, ".so."+version) {
+			t.Errorf("library %s not named lib<name>.so.%s in %s", f.Path, version, n.LibDir)
+		}
+		stem := strings.TrimSuffix(base, ".so."+version)
 		if !strings.HasPrefix(f.SONAME, stem+".so.") {
 			t.Errorf("%s: SONAME %q does not belong to it", f.Path, f.SONAME)
 		}
@@ -947,13 +953,7 @@ func equal(a, b []string) bool {
 }
 
 func equalFiles(a, b []File) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, func(x, y File) bool {
+		return x.Path == y.Path && x.SONAME == y.SONAME && x.Capability == y.Capability && slices.Equal(x.Container, y.Container)
+	})
 }
