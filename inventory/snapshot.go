@@ -40,6 +40,9 @@ type GPU struct {
 	// Name is the device's CDI name when it comes from another vendor's
 	// CDI spec (package cdisource); requests may name it.
 	Name string
+	// MIGEnabled is set when NVML reports MIG mode on: the GPU is not
+	// handed out whole, only its MIG devices (Snapshot.MIG).
+	MIGEnabled bool
 	// NUMANode is the NUMA node the GPU is attached to, as sysfs says
 	// (/sys/bus/pci/devices/<bus id>/numa_node); -1 when unknown: no
 	// NUMA, no sysfs, or a GPU that does not come from NVIDIA discovery.
@@ -148,6 +151,14 @@ type Snapshot struct {
 	// where a GPU is present but unusable (see Warnings).
 	GPUs    []GPU
 	Control ControlNodes
+	// MIG are the MIG devices of the MIG-enabled GPUs, sorted by parent
+	// index then MIG index; empty without NVML.
+	MIG []MIGDevice
+	// MIGControl are the MIG management capabilities.
+	MIGControl MIGControl
+	// NVML says whether NVML was used: "" before it is tried (discovery
+	// alone), "ok", or why not ("unavailable: ...").
+	NVML string
 	// Files are the driver files found, sorted by kind then name.
 	Files []DriverFile
 	// Warnings say what discovery found wrong or missing.

@@ -87,6 +87,8 @@ type Node struct {
 	subMu  sync.Mutex
 	subs   map[int]func(*State)
 	nextID int
+	// nvml is NVML loaded from the driver root, for MIG devices.
+	nvml *nvmlHandle
 }
 
 // Option configures a Node.
@@ -98,7 +100,7 @@ func OnChange(f func(*State)) Option { return func(n *Node) { n.onChange = f } }
 
 // New discovers the node with cfg and returns it with that state current.
 func New(cfg config.Config, log *logrus.Logger, opts ...Option) (*Node, error) {
-	n := &Node{log: log}
+	n := &Node{log: log, nvml: newNVMLHandle()}
 	for _, o := range opts {
 		o(n)
 	}
@@ -148,7 +150,19 @@ func Discover(cfg config.Config) (*inventory.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.snap, nil
+	h := newNVMLHandle()
+	defer h.closeLocked()
+	return h.addMIG(cfg, d.snap, nil), nil
+}
+
+// discover is discoverFor with NVML's MIG devices added.
+func (n *Node) discover(cfg config.Config) (discovered, error) {
+	d, err := discoverFor(cfg)
+	if err != nil || n.nvml == nil || d.imported != nil {
+		return d, err
+	}
+	d.snap = n.nvml.addMIG(cfg, d.snap, n.log)
+	return d, nil
 }
 
 // discovered is a discovery's result: a snapshot, and the source that
@@ -179,7 +193,7 @@ func discoverFor(cfg config.Config) (discovered, error) {
 func (n *Node) Reload(cfg config.Config) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	d, err := discoverFor(cfg)
+	d, err := n.discover(cfg)
 	if err != nil {
 		return fmt.Errorf("inventory: %w", err)
 	}

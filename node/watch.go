@@ -43,7 +43,7 @@ func (n *Node) Update(cfg config.Config, why string) (string, error) {
 	defer n.mu.Unlock()
 	cur := n.state.Load()
 	log := n.log.WithField("cause", why)
-	d, err := discoverFor(cfg)
+	d, err := n.discover(cfg)
 	if err != nil {
 		err = fmt.Errorf("inventory: %w", err)
 		n.logProblem(log, err.Error())

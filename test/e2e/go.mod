@@ -21,6 +21,7 @@ require (
 require (
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/ttrpc v1.2.7 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
