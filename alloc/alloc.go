@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // Mode says how a container holds its GPUs.
@@ -298,17 +300,21 @@ func (t *Table) pick(r Request) ([]int, error) {
 			}
 			if r.Mode == Exclusive {
 				return nil, refusal(r, func(d func([]*Holding) string) string {
-					return fmt.Sprintf("GPU %d cannot be held exclusively: it is held by %s", g, d(hs))
+					return fmt.Sprintf("%s %s cannot be held exclusively: it is held by %s", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
 				})
 			}
 			return nil, refusal(r, func(d func([]*Holding) string) string {
-				return fmt.Sprintf("GPU %d is held exclusively by %s", g, d(hs))
+				return fmt.Sprintf("%s %s is held exclusively by %s", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
 			})
 		}
 		return gpus, nil
 	}
 	var cands []int
 	for _, g := range t.gpus {
+		// A count asks for whole GPUs: MIG devices are named.
+		if inventory.IsMIGKey(g) {
+			continue
+		}
 		if usable(r.Mode, t.byGPU[g]) {
 			cands = append(cands, g)
 		}
@@ -334,11 +340,17 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 	if r.Count == 1 {
 		n = "1 GPU"
 	}
-	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, len(t.gpus), what)
+	whole := 0
+	for _, g := range t.gpus {
+		if !inventory.IsMIGKey(g) {
+			whole++
+		}
+	}
+	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, whole, what)
 	var held []string
 	for _, g := range t.gpus {
 		hs := t.byGPU[g]
-		if usable(r.Mode, hs) {
+		if usable(r.Mode, hs) || inventory.IsMIGKey(g) {
 			continue
 		}
 		held = append(held, fmt.Sprintf("GPU %d: %s", g, describe(hs)))
@@ -517,7 +529,7 @@ func Summary(rows []GPUState) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(strconv.Itoa(r.Index))
+		b.WriteString(inventory.UnitLabel(r.Index))
 		b.WriteByte('=')
 		b.WriteString(r.Mode)
 		if len(r.Holders) > 0 {

@@ -35,3 +35,79 @@ type MIGControl struct {
 	Config  *DeviceNode
 	Monitor *DeviceNode
 }
+
+// MIG devices are units of allocation like GPUs. Their key in the
+// request path and the allocation table (GPU.Index of the unit) is
+// MIGKey(parent, index): above every GPU index, contiguous per parent, so
+// that ranges of them read as "0:0-0:6".
+const MIGKeyBase = 1 << 16
+
+// MIGKey returns the unit key of MIG device mig of the GPU with index
+// parent.
+func MIGKey(parent, mig int) int { return MIGKeyBase*(parent+1) + mig }
+
+// IsMIGKey reports whether a unit key is a MIG device's.
+func IsMIGKey(k int) bool { return k >= MIGKeyBase }
+
+// UnitLabel names a unit key as users write it: "3" for a GPU, "0:1" for a
+// MIG device.
+func UnitLabel(k int) string {
+	if IsMIGKey(k) {
+		return fmt.Sprintf("%d:%d", k/MIGKeyBase-1, k%MIGKeyBase)
+	}
+	return fmt.Sprint(k)
+}
+
+// UnitKind says "GPU" or "MIG device" for a unit key, for messages.
+func UnitKind(k int) string {
+	if IsMIGKey(k) {
+		return "MIG device"
+	}
+	return "GPU"
+}
+
+// Unit returns the MIG device as a device of the request path: a GPU
+// value whose Index is its key, UUID its MIG UUID, Node its parent's
+// device node, and MIG the device itself.
+func (m MIGDevice) Unit(parent GPU) GPU {
+	u := parent
+	u.Index = MIGKey(m.Parent, m.Index)
+	u.UUID = m.UUID
+	u.Model = parent.Model + " MIG " + m.Profile
+	u.MIGEnabled = false
+	mc := m
+	u.MIG = &mc
+	return u
+}
+
+// Units returns what the snapshot hands out: its GPUs without MIG, then
+// the MIG devices, by key.
+func (s *Snapshot) Units() []GPU {
+	if len(s.MIG) == 0 && !s.anyMIGEnabled() {
+		return s.GPUs
+	}
+	out := make([]GPU, 0, len(s.GPUs)+len(s.MIG))
+	parents := map[int]GPU{}
+	for _, g := range s.GPUs {
+		if g.MIGEnabled {
+			parents[g.Index] = g
+			continue
+		}
+		out = append(out, g)
+	}
+	for _, m := range s.MIG {
+		if p, ok := parents[m.Parent]; ok {
+			out = append(out, m.Unit(p))
+		}
+	}
+	return out
+}
+
+func (s *Snapshot) anyMIGEnabled() bool {
+	for _, g := range s.GPUs {
+		if g.MIGEnabled {
+			return true
+		}
+	}
+	return false
+}

@@ -9,8 +9,6 @@
 // a test checks that no package it imports, directly or not, does I/O.
 package inventory
 
-import "fmt"
-
 // KindNVIDIA is the CDI kind of NVIDIA GPUs: how CDI specs, the NVIDIA
 // toolkit's annotations and the Kubernetes device plugin name them.
 const KindNVIDIA = "nvidia.com/gpu"
@@ -40,6 +38,9 @@ type GPU struct {
 	// Name is the device's CDI name when it comes from another vendor's
 	// CDI spec (package cdisource); requests may name it.
 	Name string
+	// MIG is set on the unit of a MIG device (MIGDevice.Unit): Index is
+	// then its key (MIGKey), UUID its MIG UUID, Node its parent's node.
+	MIG *MIGDevice
 	// MIGEnabled is set when NVML reports MIG mode on: the GPU is not
 	// handed out whole, only its MIG devices (Snapshot.MIG).
 	MIGEnabled bool
@@ -201,9 +202,9 @@ func IndexRange(gpus []GPU) string {
 			out += ","
 		}
 		if i == j {
-			out += fmt.Sprint(gpus[i].Index)
+			out += UnitLabel(gpus[i].Index)
 		} else {
-			out += fmt.Sprintf("%d-%d", gpus[i].Index, gpus[j].Index)
+			out += UnitLabel(gpus[i].Index) + "-" + UnitLabel(gpus[j].Index)
 		}
 		i = j + 1
 	}

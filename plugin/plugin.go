@@ -20,6 +20,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/pipeline"
 	"github.com/nri-gpu/nri-gpu/status"
@@ -279,7 +280,7 @@ func (p *Plugin) Status() status.Status {
 		}
 	}
 	for _, row := range p.table.State() {
-		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index], Kubelet: status.KubeletHolders(row)})
+		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index], Name: inventory.UnitLabel(row.Index), Kubelet: status.KubeletHolders(row)})
 	}
 	return s
 }

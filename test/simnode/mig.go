@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // The nvidia-caps minors as the kernel module numbers them: config 1,
@@ -157,4 +159,33 @@ func MixedMIG() NVMLState {
 		{MIGMode: 1, MIG: seven},
 		{MIGMode: 1, MIG: []MIG{H100MIG(3, 0, 2), H100MIG(4, 0, 2), H100MIG(5, 0, 2), H100MIG(13, 0, 1)}},
 	}}
+}
+
+// MemoryCapsMajor is the nvidia-caps major of MemoryMIGSnapshot.
+const MemoryCapsMajor = 500
+
+// MemoryMIGSnapshot is MemorySnapshot with MixedMIG's layout: GPU 0 in
+// seven 1g.10gb MIG devices, GPU 1 in three 2g.20gb and one 1g.10gb, the
+// six others whole; with the nvidia-caps nodes the driver numbers them
+// with and the MIG management capabilities.
+func MemoryMIGSnapshot() *inventory.Snapshot {
+	s := MemorySnapshot()
+	node := func(minor int) inventory.DeviceNode {
+		return inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Major: MemoryCapsMajor, Minor: int64(minor), Mode: 0o444}
+	}
+	cfg, mon := node(capsMIGConfigMinor), node(capsMIGMonitorMinor)
+	s.MIGControl = inventory.MIGControl{Config: &cfg, Monitor: &mon}
+	s.NVML = "ok"
+	for i, ng := range MixedMIG().GPUs {
+		g := &s.GPUs[i]
+		g.MIGEnabled = true
+		for j, m := range ng.MIG {
+			s.MIG = append(s.MIG, inventory.MIGDevice{
+				UUID: MIGUUIDFor(g.UUID, m.GI, m.CI), Index: j, Parent: g.Index, ParentUUID: g.UUID,
+				Profile: fmt.Sprintf("%dg.%dgb", m.GISlices, m.GISlices*10), MemoryMiB: m.MemoryMiB, GI: m.GI, CI: m.CI,
+				GINode: node(GIMinor(g.Minor, m.GI)), CINode: node(CIMinor(g.Minor, m.GI, m.CI)),
+			})
+		}
+	}
+	return s
 }
