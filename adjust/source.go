@@ -57,11 +57,13 @@ func (p *Prepared) Problem() string {
 	return ""
 }
 
-// Control returns the driver's node-wide device nodes that exist.
+// Control returns the driver's node-wide device nodes that exist, with the
+// MIG management capabilities (config, monitor) where MIG is in use.
 func (p *Prepared) Control() []inventory.DeviceNode {
 	c := p.snap.Control
 	var out []inventory.DeviceNode
-	for _, n := range [...]*inventory.DeviceNode{c.Ctl, c.UVM, c.UVMTools, c.Modeset} {
+	mc := p.snap.MIGControl
+	for _, n := range [...]*inventory.DeviceNode{c.Ctl, c.UVM, c.UVMTools, c.Modeset, mc.Config, mc.Monitor} {
 		if n != nil {
 			out = append(out, *n)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/policy"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -152,5 +153,45 @@ func TestMIGBooking(t *testing.T) {
 	}
 	if strings.Contains(sum, "0=") && strings.Contains(sum, " 0=") {
 		t.Errorf("summary %q lists the MIG-enabled GPU 0 whole", sum)
+	}
+}
+
+// TestMIGManagement: NVIDIA_MIG_CONFIG_DEVICES=all and
+// NVIDIA_MIG_MONITOR_DEVICES=all add the mig/config and mig/monitor
+// capability nodes where the namespace may make management requests, and
+// fail naming the variable elsewhere.
+func TestMIGManagement(t *testing.T) {
+	s := simnode.MemoryMIGSnapshot()
+	pol := policy.Policy{Default: policy.DefaultAllow, ManagementNamespaces: []string{"gpu-admin"}}
+	pol.SetDefaults()
+	run := func(ns string, env ...string) (*api.ContainerAdjustment, error) {
+		pod := &api.PodSandbox{Name: "p", Namespace: ns, Annotations: map[string]string{"gpus.nri-gpu.dev/container.c": "device=0:0"}}
+		adj, _, err := handleWithPolicy(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pol, pod, &api.Container{Name: "c", Env: env})
+		return adj, err
+	}
+	adj, err := run("gpu-admin", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := devicePaths(adj)
+	if !slices.Contains(devs, capNode(1)) || !slices.Contains(devs, capNode(2)) {
+		t.Errorf("devices %q lack mig/config (cap1) and mig/monitor (cap2)", devs)
+	}
+	adj, err = run("gpu-admin", "NVIDIA_MIG_MONITOR_DEVICES=all")
+	if err != nil || slices.Contains(devicePaths(adj), capNode(1)) || !slices.Contains(devicePaths(adj), capNode(2)) {
+		t.Errorf("monitor only: %q, %v", devicePaths(adj), err)
+	}
+	if adj, err := run("gpu-admin"); err != nil || slices.Contains(devicePaths(adj), capNode(1)) || slices.Contains(devicePaths(adj), capNode(2)) {
+		t.Errorf("no management asked: %q, %v", devicePaths(adj), err)
+	}
+	for _, tc := range []struct {
+		ns, env, want string
+	}{
+		{"web", "NVIDIA_MIG_CONFIG_DEVICES=all", `nri-gpu: env NVIDIA_MIG_CONFIG_DEVICES: MIG management not allowed in namespace "web"`},
+		{"gpu-admin", "NVIDIA_MIG_MONITOR_DEVICES=0", `nri-gpu: env NVIDIA_MIG_MONITOR_DEVICES: unsupported value "0" (valid: all)`},
+	} {
+		if _, err := run(tc.ns, tc.env); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s in %s: %v, want %q", tc.env, tc.ns, err, tc.want)
+		}
 	}
 }

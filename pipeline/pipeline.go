@@ -510,6 +510,11 @@ func (p *Path) build(c *call) error {
 		addNodes(&e, p.Source.Control())
 		e.VisibleDevices = "void"
 	}
+	mig, err := p.migManagement(c)
+	if err != nil {
+		return err
+	}
+	addNodes(&e, mig)
 	have, n := dropExisting(&e, p.Source.Devices(), c.ctr, c.privileged)
 	c.res.Edits = e
 	if have == "" {
