@@ -156,6 +156,8 @@ type Table struct {
 	byGPU map[int][]*Holding
 	// byID finds a container's holding.
 	byID map[string]*Holding
+	// unhealthy are the units count requests skip, with why.
+	unhealthy map[int]string
 }
 
 // New returns an empty table for the GPUs of the given indices.
@@ -180,6 +182,14 @@ func (t *Table) SetGPUs(gpus []int) {
 	t.mu.Lock()
 	t.gpus = g
 	t.mu.Unlock()
+}
+
+// SetUnhealthy replaces the set of unhealthy units (GPU indexes, MIG
+// keys) with why: count requests skip them; holdings stay.
+func (t *Table) SetUnhealthy(bad map[int]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unhealthy = bad
 }
 
 // Allocate books GPUs for r.Holder and returns their indices, ascending. A
@@ -312,7 +322,7 @@ func (t *Table) pick(r Request) ([]int, error) {
 	var cands []int
 	for _, g := range t.gpus {
 		// A count asks for whole GPUs: MIG devices are named.
-		if inventory.IsMIGKey(g) {
+		if inventory.IsMIGKey(g) || t.unhealthy[g] != "" {
 			continue
 		}
 		if usable(r.Mode, t.byGPU[g]) {
@@ -347,9 +357,13 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 		}
 	}
 	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, whole, what)
-	var held []string
+	var held, bad []string
 	for _, g := range t.gpus {
 		hs := t.byGPU[g]
+		if why := t.unhealthy[g]; why != "" && !inventory.IsMIGKey(g) {
+			bad = append(bad, fmt.Sprintf("GPU %d: %s", g, why))
+			continue
+		}
 		if usable(r.Mode, hs) || inventory.IsMIGKey(g) {
 			continue
 		}
@@ -358,6 +372,10 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 	if len(held) > 0 {
 		b.WriteString("; held: ")
 		b.WriteString(strings.Join(held, "; "))
+	}
+	if len(bad) > 0 {
+		b.WriteString("; unhealthy: ")
+		b.WriteString(strings.Join(bad, "; "))
 	}
 	return b.String()
 }
@@ -466,6 +484,9 @@ type GPUState struct {
 	// Mode is "free", "shared" or "exclusive".
 	Mode    string        `json:"mode"`
 	Holders []HolderState `json:"holders"`
+	// Unhealthy says why the unit is unhealthy (count requests skip
+	// it); empty when healthy.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // HolderState is a holder of a GPU and how it holds it.
@@ -491,7 +512,7 @@ func (t *Table) State() []GPUState {
 	slices.Sort(idx)
 	rows := make([]GPUState, 0, len(idx))
 	for _, g := range idx {
-		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}}
+		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}, Unhealthy: t.unhealthy[g]}
 		hs := t.byGPU[g]
 		for _, h := range hs {
 			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet})
@@ -532,6 +553,9 @@ func Summary(rows []GPUState) string {
 		b.WriteString(inventory.UnitLabel(r.Index))
 		b.WriteByte('=')
 		b.WriteString(r.Mode)
+		if r.Unhealthy != "" {
+			b.WriteString("(unhealthy)")
+		}
 		if len(r.Holders) > 0 {
 			b.WriteByte('[')
 			for j, h := range r.Holders {

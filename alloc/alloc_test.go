@@ -426,3 +426,21 @@ func TestMIGUnits(t *testing.T) {
 		t.Errorf("summary %q", s)
 	}
 }
+
+// TestUnhealthySkipped: count requests skip unhealthy GPUs, and the
+// refusal says why; named requests and the table's rows show them.
+func TestUnhealthySkipped(t *testing.T) {
+	tb := New([]int{0, 1})
+	tb.SetUnhealthy(map[int]string{0: "XID 79"})
+	got, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: Exclusive, Count: 1, Source: "test"})
+	if err != nil || len(got) != 1 || got[0] != 1 {
+		t.Fatalf("count 1 = %v, %v; want GPU 1", got, err)
+	}
+	_, err = tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: Shared, Count: 1, Source: "test"})
+	if err == nil || !strings.Contains(err.Error(), "; unhealthy: GPU 0: XID 79") {
+		t.Errorf("count with only an unhealthy GPU left: %v", err)
+	}
+	if s := Summary(tb.State()); s != "0=free(unhealthy) 1=exclusive[container a]" {
+		t.Errorf("summary %q", s)
+	}
+}

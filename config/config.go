@@ -80,6 +80,8 @@ type Config struct {
 	Policy policy.Policy `json:"policy,omitempty"`
 	// DevicePlugin is the kubelet device plugin (off by default).
 	DevicePlugin DevicePlugin `json:"devicePlugin,omitempty"`
+	// Health is the XID health of GPUs and MIG devices (with NVML).
+	Health Health `json:"health,omitempty"`
 }
 
 // DevicePlugin configures nri-gpu's kubelet device plugin, which
@@ -225,6 +227,7 @@ func (c *Config) setDefaults() {
 		c.DevicePlugin.SocketDir = DefaultDevicePluginDir
 	}
 	c.Policy.SetDefaults()
+	c.Health.setDefaults()
 }
 
 // Load reads the configuration file at path; see Parse.
@@ -268,6 +271,9 @@ var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbi
 // Validate checks that every path is absolute and clean and every mode one
 // of its constants.
 func (c Config) Validate() error {
+	if err := c.Health.validate(); err != nil {
+		return err
+	}
 	for _, p := range []struct{ key, val string }{
 		{"hostRoot", c.HostRoot},
 		{"driverRoot", c.DriverRoot},

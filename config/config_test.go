@@ -22,7 +22,8 @@ func TestParse(t *testing.T) {
 		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu", Firmware: "auto",
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
 		Policy:       policy.Policy{Default: "allow", VisibleDevices: "allow"},
-		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins"}}
+		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins"},
+		Health:       Health{IgnoredXIDs: []uint64{13, 31, 43, 45, 68, 109}}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -126,7 +127,7 @@ func TestParseStrictKeys(t *testing.T) {
 	}
 	// The valid keys are the json tags, all of them.
 	_, err := Parse([]byte("bogus: 1\n"))
-	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin)`
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin, health)`
 	if err == nil || err.Error() != want {
 		t.Errorf("unknown key: %v, want %s", err, want)
 	}

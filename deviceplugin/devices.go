@@ -85,6 +85,8 @@ func (d *devices) update(st *node.State) {
 			health, why = pluginapi.Unhealthy, "no longer found by discovery (device node or driver entry gone)"
 		case problem != "":
 			health, why = pluginapi.Unhealthy, problem
+		case st.Unhealthy[id] != "":
+			health, why = pluginapi.Unhealthy, st.Unhealthy[id]
 		}
 		dev := &pluginapi.Device{ID: id, Health: health}
 		if g.NUMANode >= 0 {

@@ -55,13 +55,13 @@ func libraryPath(cfg config.Config, snap *inventory.Snapshot) string {
 // addMIG asks NVML about snap's GPUs and returns snap with its MIG
 // devices (discover.AddMIG), and snap.NVML saying whether NVML answered.
 // log, when not nil, is told when NVML's status changes.
-func (h *nvmlHandle) addMIG(cfg config.Config, snap *inventory.Snapshot, log *logrus.Logger) *inventory.Snapshot {
+func (h *nvmlHandle) addMIG(cfg config.Config, snap *inventory.Snapshot, log *logrus.Logger) (*inventory.Snapshot, probe) {
 	if cfg.CDIImport != nil || snap.DriverVersion == "" {
-		return snap
+		return snap, probe{}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	gpus, warnings, status := h.devices(cfg, snap)
+	gpus, warnings, pr, status := h.devices(cfg, snap)
 	if status != h.status && log != nil {
 		if status == "ok" {
 			log.Infof("NVML: %s loaded: MIG devices and XID health are available", h.path)
@@ -73,44 +73,73 @@ func (h *nvmlHandle) addMIG(cfg config.Config, snap *inventory.Snapshot, log *lo
 	out := discover.AddMIG(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount}, snap, gpus)
 	out.NVML = status
 	out.Warnings = append(out.Warnings, warnings...)
-	return out
+	return out, pr
+}
+
+// probe is what one enumeration said of the GPUs' health: by UUID, those
+// NVML queried (usable) and those it failed to (errs, with its error).
+type probe struct {
+	usable map[string]bool
+	errs   map[string]string
 }
 
 // devices loads NVML when needed and enumerates the GPUs. The caller holds
 // mu.
-func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus []discover.NVMLGPU, warnings []string, status string) {
+func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus []discover.NVMLGPU, warnings []string, pr probe, status string) {
 	path := libraryPath(cfg, snap)
 	if path == "" {
 		h.closeLocked()
-		return nil, nil, "unavailable: discovery found no " + nvmlSONAME + " under driverRoot " + cfg.DriverRoot
+		return nil, nil, pr, "unavailable: discovery found no " + nvmlSONAME + " under driverRoot " + cfg.DriverRoot
 	}
 	if h.lib == nil || h.path != path {
 		h.closeLocked()
 		lib, err := h.open(path)
 		if err != nil {
-			return nil, nil, "unavailable: " + err.Error()
+			return nil, nil, pr, "unavailable: " + err.Error()
 		}
 		h.lib, h.path = lib, path
 	}
 	all, err := h.lib.Devices()
 	if err != nil {
-		return nil, nil, "unavailable: " + err.Error()
+		return nil, nil, pr, "unavailable: " + err.Error()
 	}
+	pr = probe{usable: map[string]bool{}, errs: map[string]string{}}
 	out := make([]discover.NVMLGPU, 0, len(all))
 	for _, g := range all {
 		if g.Err != nil {
 			// A GPU NVML cannot query keeps what discovery
-			// says of it; its MIG devices are not offered.
-			warnings = append(warnings, fmt.Sprintf("NVML: GPU %d (%s): %v", g.Index, g.UUID, g.Err))
+			// says of it, unhealthy; its MIG devices are not
+			// offered. NVML numbers GPUs in bus order, as
+			// discovery does.
+			uuid := g.UUID
+			if uuid == "" {
+				if sg, ok := gpuAt(snap, g.Index); ok {
+					uuid = sg.UUID
+				}
+			}
+			if uuid != "" {
+				pr.errs[uuid] = g.Err.Error()
+			}
+			warnings = append(warnings, fmt.Sprintf("NVML: GPU %d (%s): %v", g.Index, uuid, g.Err))
 			continue
 		}
+		pr.usable[g.UUID] = true
 		ng := discover.NVMLGPU{UUID: g.UUID, MIGEnabled: g.MIGEnabled}
 		for _, m := range g.MIG {
 			ng.MIG = append(ng.MIG, discover.NVMLMIG{UUID: m.UUID, Index: m.Index, GI: m.GI, CI: m.CI, Profile: m.Profile, MemoryMiB: m.MemoryMiB})
 		}
 		out = append(out, ng)
 	}
-	return out, warnings, "ok"
+	return out, warnings, pr, "ok"
+}
+
+func gpuAt(snap *inventory.Snapshot, i int) (inventory.GPU, bool) {
+	for _, g := range snap.GPUs {
+		if g.Index == i {
+			return g, true
+		}
+	}
+	return inventory.GPU{}, false
 }
 
 func (h *nvmlHandle) closeLocked() {

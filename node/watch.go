@@ -59,6 +59,7 @@ func (n *Node) Update(cfg config.Config, why string) (string, error) {
 	n.lastProblem = ""
 	if cur != nil && reflect.DeepEqual(cur.Config, cfg) && reflect.DeepEqual(cur.Snapshot(), snap) && !cdiNamesChanged(cur, cfg, snap) {
 		log.Debug("inventory unchanged")
+		n.applyHealth()
 		n.observer().Refresh(RefreshUnchanged)
 		return RefreshUnchanged, nil
 	}

@@ -74,10 +74,18 @@ func newPlugin(log *logrus.Logger, mk func(...node.Option) (*node.Node, error)) 
 func (p *Plugin) stateChanged(st *node.State) {
 	devs := st.Source.Devices()
 	idx := make([]int, len(devs))
+	var bad map[int]string
 	for i, g := range devs {
 		idx[i] = g.Index
+		if why := st.Unhealthy[g.UUID]; why != "" {
+			if bad == nil {
+				bad = map[int]string{}
+			}
+			bad[g.Index] = why
+		}
 	}
 	p.table.SetGPUs(idx)
+	p.table.SetUnhealthy(bad)
 }
 
 // Node returns the node the plugin serves: its state, reload and watch.
