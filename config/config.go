@@ -94,7 +94,18 @@ type DevicePlugin struct {
 	// SocketDir is the kubelet's device plugin directory, where its
 	// registration socket is and the plugin serves its own.
 	SocketDir string `json:"socketDir,omitempty"`
+	// MIGStrategy says how MIG devices are advertised: none (only whole
+	// GPUs), single (MIG devices too, as resourceName) or mixed (each MIG
+	// profile as nvidia.com/mig-<profile>).
+	MIGStrategy string `json:"migStrategy,omitempty"`
 }
+
+// MIG strategies of the device plugin.
+const (
+	MIGStrategyNone   = "none"
+	MIGStrategySingle = "single"
+	MIGStrategyMixed  = "mixed"
+)
 
 // CDIImport says which CDI devices to serve.
 type CDIImport struct {
@@ -225,6 +236,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DevicePlugin.SocketDir == "" {
 		c.DevicePlugin.SocketDir = DefaultDevicePluginDir
+	}
+	if c.DevicePlugin.MIGStrategy == "" {
+		c.DevicePlugin.MIGStrategy = MIGStrategyNone
 	}
 	c.Policy.SetDefaults()
 	c.Health.setDefaults()
@@ -440,6 +454,11 @@ func (d DevicePlugin) validate() error {
 	}
 	if why := extendedResourceProblem(d.ResourceName); why != "" {
 		return fmt.Errorf("key devicePlugin.resourceName: %q is not an extended resource name such as %s: %s", d.ResourceName, DefaultResourceName, why)
+	}
+	switch d.MIGStrategy {
+	case MIGStrategyNone, MIGStrategySingle, MIGStrategyMixed:
+	default:
+		return fmt.Errorf("key devicePlugin.migStrategy: unknown strategy %q (valid: none, single, mixed)", d.MIGStrategy)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func TestParse(t *testing.T) {
 		LibraryMode: "auto", LibraryCache: "/var/lib/nri-gpu", Firmware: "auto",
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
 		Policy:       policy.Policy{Default: "allow", VisibleDevices: "allow"},
-		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins"},
+		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", MIGStrategy: "none"},
 		Health:       Health{IgnoredXIDs: []uint64{13, 31, 43, 45, 68, 109}}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)

@@ -26,6 +26,8 @@ import (
 // sees it again.
 type devices struct {
 	log *logrus.Entry
+	// sel picks the devices advertised; nil: all.
+	sel func(inventory.GPU) bool
 	mu  sync.Mutex
 	// known is every GPU seen, as last seen, by ID; order lists their
 	// IDs in the order they are advertised.
@@ -35,14 +37,16 @@ type devices struct {
 	// empty, is why none of them can be served (no driver).
 	present map[string]bool
 	problem string
+	// unhealthy are the current state's unhealthy devices (XID health).
+	unhealthy map[string]string
 	// list is the last list advertised; changed is closed when a new one
 	// replaces it.
 	list    []*pluginapi.Device
 	changed chan struct{}
 }
 
-func newDevices(log *logrus.Entry) *devices {
-	return &devices{log: log, known: map[string]inventory.GPU{}, present: map[string]bool{}, changed: make(chan struct{})}
+func newDevices(log *logrus.Entry, sel func(inventory.GPU) bool) *devices {
+	return &devices{log: log, sel: sel, known: map[string]inventory.GPU{}, present: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // update takes the GPUs of a state that became current and, when their
@@ -55,7 +59,7 @@ func (d *devices) update(st *node.State) {
 	var current []string
 	for _, g := range st.Source.Devices() {
 		id := g.ID()
-		if id == "" || present[id] {
+		if id == "" || present[id] || d.sel != nil && !d.sel(g) {
 			continue
 		}
 		present[id] = true
@@ -102,7 +106,7 @@ func (d *devices) update(st *node.State) {
 		}
 		list = append(list, dev)
 	}
-	d.present, d.problem = present, problem
+	d.present, d.problem, d.unhealthy = present, problem, st.Unhealthy
 	if slices.EqualFunc(list, d.list, func(a, b *pluginapi.Device) bool {
 		return a.ID == b.ID && a.Health == b.Health && a.Topology.String() == b.Topology.String()
 	}) {
@@ -172,6 +176,8 @@ func (d *devices) allocatable(ids []string) ([]inventory.GPU, error) {
 			return nil, fmt.Errorf("device %s (%s) is unhealthy: no longer found by discovery", quote(id), g.BusID)
 		case d.problem != "":
 			return nil, fmt.Errorf("device %s (%s) is unhealthy: %s", quote(id), g.BusID, d.problem)
+		case d.unhealthy[id] != "":
+			return nil, fmt.Errorf("device %s (%s) is unhealthy: %s", quote(id), g.BusID, d.unhealthy[id])
 		}
 		want[id] = true
 	}
@@ -204,6 +210,26 @@ func quote(s string) string {
 	return strconv.Quote(s)
 }
 
+// deviceNodes returns the device nodes of gpus: a GPU's node; a MIG
+// device's parent node (once) and its GPU and compute instance's
+// capability nodes.
+func deviceNodes(gpus []inventory.GPU) []inventory.DeviceNode {
+	var out []inventory.DeviceNode
+	add := func(n inventory.DeviceNode) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, g := range gpus {
+		add(g.Node)
+		if g.MIG != nil {
+			add(g.MIG.GINode)
+			add(g.MIG.CINode)
+		}
+	}
+	return out
+}
+
 // Allocate answers the kubelet with, for each container, the device nodes
 // of the GPUs it was given (the same path on the host and in the
 // container, read-write) and the annotation AllocationAnnotation naming
@@ -220,8 +246,10 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		cresp := &pluginapi.ContainerAllocateResponse{Annotations: map[string]string{}}
 		ids := make([]string, 0, len(gpus))
+		for _, n := range deviceNodes(gpus) {
+			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.Path, Permissions: "rw"})
+		}
 		for _, g := range gpus {
-			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{ContainerPath: g.Node.Path, HostPath: g.Node.Path, Permissions: "rw"})
 			ids = append(ids, g.ID())
 		}
 		cresp.Annotations[AllocationAnnotation] = strings.Join(ids, ",")

@@ -36,10 +36,11 @@ type MIGControl struct {
 	Monitor *DeviceNode
 }
 
-// MIG devices are units of allocation like GPUs. Their key in the
-// request path and the allocation table (GPU.Index of the unit) is
-// MIGKey(parent, index): above every GPU index, contiguous per parent, so
-// that ranges of them read as "0:0-0:6".
+// MIGKeyBase is where the keys of MIG devices start. MIG devices are
+// units of allocation like GPUs; their key in the request path and the
+// allocation table (GPU.Index of the unit) is MIGKey(parent, index): above
+// every GPU index, contiguous per parent, so that ranges of them read as
+// "0:0-0:6".
 const MIGKeyBase = 1 << 16
 
 // MIGKey returns the unit key of MIG device mig of the GPU with index
