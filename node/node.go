@@ -232,6 +232,7 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		"kind":   src.Kind(),
 		"driver": snap.DriverVersion,
 		"gpus":   len(snap.GPUs),
+		"mig":    len(snap.MIG),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
 	sharing, err := alloc.ParseMode(string(cfg.Sharing))
