@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
@@ -39,7 +40,7 @@ func TestMIG(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
-	w.plugin = startPlugin(t, c, n)
+	w.plugin = startPlugin(t, c, n, "--watch-interval", "200ms")
 	if !strings.Contains(w.plugin.log.String(), "NVML: ") || !strings.Contains(w.plugin.log.String(), "loaded: MIG devices and XID health are available") {
 		t.Fatalf("nri-gpu did not load the simulated NVML:\n%s", w.plugin.log.String())
 	}
@@ -103,6 +104,44 @@ func TestMIG(t *testing.T) {
 		_, err := w.run("whole", map[string]string{"gpus.nri-gpu.dev/container.whole": "device=0"}, harness.ContainerSpec{})
 		if err == nil || !strings.Contains(err.Error(), `GPU "0" (index 0) has MIG enabled and is not handed out whole; request one of its MIG devices 0:0-0:6`) {
 			t.Errorf("device=0 on the MIG GPU: %v", err)
+		}
+	})
+
+	t.Run("a layout change is followed without a restart", func(t *testing.T) {
+		// The driver refuses to destroy an instance in use: the MIG
+		// devices of GPU 0 are released first.
+		pods, err := w.cri.ListPods(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if name := p.GetMetadata().GetName(); name == "mig" || name == "mig-a" || name == "mig-b" {
+				if err := w.cri.StopPod(w.ctx, p.GetId()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		st := simnode.MixedMIG()
+		st.GPUs[0].MIG = []simnode.MIG{simnode.H100MIG(1, 0, 3), simnode.H100MIG(2, 0, 3)}
+		if err := n.SetMIG(st); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(w.plugin.log.String(), "mig=6") {
+			if time.Now().After(deadline) {
+				t.Fatalf("nri-gpu did not rediscover the new layout:\n%s", w.plugin.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_, err = w.run("gone", map[string]string{"gpus.nri-gpu.dev/container.gone": "device=0:6"}, harness.ContainerSpec{})
+		if err == nil || !strings.Contains(err.Error(), `unknown MIG device "0:6" (node has MIG devices 0:0-0:1,1:0-1:3`) {
+			t.Errorf("a request for a MIG device that no longer exists: %v", err)
+		}
+		x := w.mustRun("new", map[string]string{"gpus.nri-gpu.dev/container.new": "device=0:1"}, harness.ContainerSpec{})
+		want := []string{cap(simnode.GIMinor(g0.Minor, 2)), cap(simnode.CIMinor(g0.Minor, 2, 0))}
+		sort.Strings(want)
+		if got := capNodes(x); !slices.Equal(got, want) {
+			t.Errorf("the new 3g.40gb MIG device 0:1: capability nodes %q, want %q", got, want)
 		}
 	})
 }
