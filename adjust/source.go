@@ -109,8 +109,7 @@ func (p *Prepared) Lookup(id string) (inventory.GPU, error) {
 		gi, err1 := strconv.Atoi(a)
 		mi, err2 := strconv.Atoi(b)
 		if err1 == nil && err2 == nil && len(a) <= 6 && len(b) <= 6 {
-			k := inventory.MIGKey(gi, mi)
-			if u, ok := gpuWhere(p.units, func(g inventory.GPU) bool { return g.MIG != nil && g.Index == k }); ok {
+			if u, ok := gpuWhere(p.units, func(g inventory.GPU) bool { return g.MIG != nil && g.MIG.Parent == gi && g.MIG.Index == mi }); ok {
 				return u, nil
 			}
 		}

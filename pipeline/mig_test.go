@@ -97,6 +97,7 @@ func TestMIGParentNotWhole(t *testing.T) {
 		{"uuid", "device=" + s.GPUs[1].UUID, `has MIG enabled and is not handed out whole; request one of its MIG devices 1:0-1:3 (or their MIG-<uuid>)`},
 		{"count", "count=7", `nri-gpu: annotation gpus.nri-gpu.dev/container.c: count 7 exceeds the node's 6 whole GPUs (2-7): GPUs 0-1 have MIG enabled and are not handed out whole; name their MIG devices (0:0-0:6,1:0-1:3, or MIG-<uuid>)`},
 		{"gone pair", "device=0:7", `nri-gpu: annotation gpus.nri-gpu.dev/container.c: unknown MIG device "0:7" (node has MIG devices 0:0-0:6,1:0-1:3; see nri-gpu inventory)`},
+		{"pair beyond a GPU's keys", "device=0:65536", `unknown MIG device "0:65536"`},
 		{"gone uuid", "device=MIG-00000000-0000-0000-0000-000000000000", `unknown MIG device "MIG-00000000-0000-0000-0000-000000000000" (no MIG device of the node has this UUID, node has MIG devices 0:0-0:6,1:0-1:3; see nri-gpu inventory)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
