@@ -119,7 +119,7 @@ func (m *Metrics) Request(source, outcome string, gpus []inventory.GPU, took tim
 	if len(gpus) > 0 {
 		m.gpus.Add(float64(len(gpus)))
 		for _, g := range gpus {
-			m.perGPU.WithLabelValues(strconv.Itoa(g.Index), g.UUID).Inc()
+			m.perGPU.WithLabelValues(inventory.UnitLabel(g.Index), g.UUID).Inc()
 		}
 	}
 }
@@ -165,6 +165,6 @@ func (c *allocCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, a := range (*f)() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(a.Holders), strconv.Itoa(a.Index), a.UUID)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(a.Holders), inventory.UnitLabel(a.Index), a.UUID)
 	}
 }
