@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -583,7 +582,7 @@ func (p *Path) emitCDI(c *call) (*api.ContainerAdjustment, string) {
 func indices(idx []int) string {
 	s := make([]string, len(idx))
 	for i, g := range idx {
-		s[i] = strconv.Itoa(g)
+		s[i] = inventory.UnitLabel(g)
 	}
 	return strings.Join(s, ", ")
 }
