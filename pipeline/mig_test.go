@@ -196,3 +196,44 @@ func TestMIGManagement(t *testing.T) {
 		}
 	}
 }
+
+// TestMIGHoldings: after a restart, a container nri-gpu gave MIG devices
+// holds them again by its record, backed by its parent's node and its
+// compute instance's capability node; a record without the capability
+// node (a forged annotation next to the parent's node) does not count,
+// and a container made without nri-gpu holds the MIG devices whose nodes
+// it has, not its GPU's siblings.
+func TestMIGHoldings(t *testing.T) {
+	s := simnode.MemoryMIGSnapshot()
+	src := adjust.Prepare(s, layout)
+	m01, m02 := s.MIG[1], s.MIG[2]
+	dev := func(n inventory.DeviceNode) *api.LinuxDevice {
+		return &api.LinuxDevice{Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor}
+	}
+	parent := dev(s.GPUs[0].Node)
+	rec := func(uuids ...string) map[string]string {
+		return map[string]string{alloc.Annotation: alloc.Record{Mode: "exclusive", GPUs: uuids}.Encode()}
+	}
+	running := api.ContainerState_CONTAINER_RUNNING
+	pods := []*api.PodSandbox{{Id: "p", Name: "p", Namespace: "ns"}}
+	ctrs := []*api.Container{
+		{Id: "a", PodSandboxId: "p", Name: "a", State: running, Annotations: rec(m01.UUID),
+			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{parent, dev(m01.GINode), dev(m01.CINode)}}},
+		{Id: "b", PodSandboxId: "p", Name: "b", State: running, Annotations: rec(m02.UUID),
+			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{parent}}},
+		{Id: "c", PodSandboxId: "p", Name: "c", State: running,
+			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{parent, dev(m02.GINode), dev(m02.CINode)}}},
+	}
+	hs, warnings := Holdings(src, alloc.Shared, pods, ctrs)
+	got := map[string][]int{}
+	for _, h := range hs {
+		got[h.Holder.ID] = h.GPUs
+	}
+	k01, k02 := inventory.MIGKey(0, 1), inventory.MIGKey(0, 2)
+	if len(got) != 2 || !slices.Equal(got["a"], []int{k01}) || !slices.Equal(got["c"], []int{k02}) {
+		t.Errorf("holdings %v, want a: 0:1, c: 0:2", got)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "names GPUs whose device nodes the container does not have ("+m02.UUID+")") {
+		t.Errorf("warnings %q", warnings)
+	}
+}
