@@ -3,6 +3,8 @@ package suite
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -30,6 +32,7 @@ func capNodes(c *ctr) []string {
 // libnvidia-ml.so.1 that nri-gpu loads through its purego binding, under
 // a real containerd, in exclusive mode.
 func TestMIG(t *testing.T) {
+	outer := t
 	c := harness.StartForTest(t, harness.ContainerdOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")
 	if err := n.SetMIG(simnode.MixedMIG()); err != nil {
@@ -40,7 +43,13 @@ func TestMIG(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
-	w.plugin = startPlugin(t, c, n, "--watch-interval", "200ms")
+	dir, err := os.MkdirTemp("", "nri-gpu-e2e-mig-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "status.sock")
+	w.plugin = startPlugin(t, c, n, "--watch-interval", "200ms", "--status-socket", socket)
 	if !strings.Contains(w.plugin.log.String(), "NVML: ") || !strings.Contains(w.plugin.log.String(), "loaded: MIG devices and XID health are available") {
 		t.Fatalf("nri-gpu did not load the simulated NVML:\n%s", w.plugin.log.String())
 	}
@@ -97,6 +106,21 @@ func TestMIG(t *testing.T) {
 		_, err := w.run("mig-c", map[string]string{"gpus.nri-gpu.dev/container.mig-c": "device=0:2"}, harness.ContainerSpec{})
 		if err == nil || !strings.Contains(err.Error(), "MIG device 0:2 cannot be held exclusively: it is held by default/mig-a/mig-a (exclusive)") {
 			t.Errorf("a third container on a held MIG device: %v", err)
+		}
+		// nri-gpu status shows the MIG devices, also after a restart
+		// (the table rebuilt from the containers).
+		want := []string{"0:1=exclusive[default/mig/mig]", "0:2=exclusive[default/mig-a/mig-a]", "0:3=exclusive[default/mig-b/mig-b]", "0:4=free", "1:3=free", "2=free"}
+		for _, when := range []string{"before", "after a plugin restart"} {
+			table := allocTable(t, socket)
+			for _, row := range want {
+				if !strings.Contains(table, row) {
+					t.Errorf("%s: table %s lacks %s", when, table, row)
+				}
+			}
+			if when == "before" {
+				w.plugin.stop()
+				w.plugin = startPlugin(outer, c, n, "--watch-interval", "200ms", "--status-socket", socket) // lives past the subtest
+			}
 		}
 	})
 
