@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -109,5 +111,37 @@ func TestXIDHealth(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "healthy again") {
 		t.Errorf("no log line of the recovery:\n%s", log)
+	}
+}
+
+// erringLib is an NVML whose every GPU fails with code.
+type erringLib struct{ code nvml.Return }
+
+func (l erringLib) Devices() ([]nvml.GPU, error) {
+	var out []nvml.GPU
+	for i := range 3 {
+		out = append(out, nvml.GPU{Index: i, Err: &nvml.Error{Func: "nvmlDeviceGetUUID", Code: l.code}})
+	}
+	return out, nil
+}
+func (erringLib) Events() (nvml.Events, error) { return nil, errors.New("no events") }
+func (erringLib) Close() error                 { return nil }
+
+// TestNVMLErrorsHealth: a GPU NVML reports lost or in need of a reset
+// is unhealthy; any other error on it is only a warning (it was all of
+// them, which made a simulated node without NVML state unusable).
+func TestNVMLErrorsHealth(t *testing.T) {
+	for _, tc := range []struct {
+		code      nvml.Return
+		unhealthy bool
+	}{{nvml.ErrInvalidArg, false}, {nvml.ErrNotSupported, false}, {nvml.ErrGPUIsLost, true}, {nvml.ErrResetRequired, true}} {
+		p, n, _, _ := newMIGNode(t, func(string) (nvml.Lib, error) { return erringLib{tc.code}, nil })
+		bad := p.State().Unhealthy
+		if got := bad[n.GPUs[0].UUID] != ""; got != tc.unhealthy {
+			t.Errorf("code %d: unhealthy %v, want %v (%v)", tc.code, got, tc.unhealthy, bad)
+		}
+		if !strings.Contains(strings.Join(p.Snapshot().Warnings, "\n"), "NVML: GPU 0") {
+			t.Errorf("code %d: no warning names the GPU: %q", tc.code, p.Snapshot().Warnings)
+		}
 	}
 }

@@ -117,7 +117,9 @@ func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus 
 					uuid = sg.UUID
 				}
 			}
-			if uuid != "" {
+			// Only a GPU NVML reports lost or in need of a reset is
+			// unhealthy; another error is a warning.
+			if uuid != "" && (nvml.IsCode(g.Err, nvml.ErrGPUIsLost) || nvml.IsCode(g.Err, nvml.ErrResetRequired)) {
 				pr.errs[uuid] = g.Err.Error()
 			}
 			warnings = append(warnings, fmt.Sprintf("NVML: GPU %d (%s): %v", g.Index, uuid, g.Err))

@@ -99,6 +99,7 @@ const (
 	ErrNotFound       Return = 6
 	ErrInsufficient   Return = 7
 	ErrTimeout        Return = 10
+	ErrResetRequired  Return = 14
 	ErrGPUIsLost      Return = 15
 	ErrFunctionAbsent Return = 13
 )
