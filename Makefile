@@ -85,7 +85,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := \
 	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzParseEnvList request:FuzzParseIMEX require:FuzzRequirement require:FuzzCheckEnv \
 	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
-	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion config:FuzzParse \
+	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion inventory/discover:FuzzParseMIGMinors config:FuzzParse \
 	pipeline:FuzzHandle
 
 # A run that fails with a bare "context deadline exceeded" and writes no

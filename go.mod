@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/containerd/nri v0.12.3
+	github.com/ebitengine/purego v0.11.3
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/google/go-cmp v0.7.0
 	github.com/pelletier/go-toml/v2 v2.4.3

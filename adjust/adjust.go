@@ -11,6 +11,7 @@ package adjust
 import (
 	"cmp"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -120,7 +121,9 @@ type Edits struct {
 // out once per snapshot and layout, so that requests only pick from it.
 // Like the snapshot, it is never modified once made.
 type Prepared struct {
-	snap   *inventory.Snapshot
+	snap *inventory.Snapshot
+	// units are what is handed out: GPUs without MIG, MIG devices.
+	units  []inventory.GPU
 	files  []preparedFile
 	layout Layout
 	// present64 and present32 are the capabilities that have libraries
@@ -159,7 +162,7 @@ type preparedFile struct {
 // /usr/bin or the layout's binary directory, the firmware directory at
 // /lib/firmware/nvidia/<version> unless the layout skips it.
 func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
-	p := &Prepared{snap: snap, layout: l}
+	p := &Prepared{snap: snap, layout: l, units: snap.Units()}
 	for _, f := range snap.Files {
 		switch f.Kind {
 		case inventory.Library:
@@ -295,7 +298,21 @@ func (p *Prepared) Snapshot() *inventory.Snapshot { return p.snap }
 func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edits {
 	e := Edits{Devices: make([]inventory.DeviceNode, 0, len(gpus)+4)}
 	for i := range gpus {
-		e.Devices = append(e.Devices, gpus[i].Node)
+		g := &gpus[i]
+		if g.MIG == nil {
+			e.Devices = append(e.Devices, g.Node)
+			continue
+		}
+		// A MIG device: its parent's node (once, whatever the
+		// number of its MIG devices), its GPU and compute instance's
+		// access capabilities.
+		if !slices.ContainsFunc(gpus[:i], func(o inventory.GPU) bool { return o.Node == g.Node }) {
+			e.Devices = append(e.Devices, g.Node)
+		}
+		if !slices.ContainsFunc(gpus[:i], func(o inventory.GPU) bool { return o.MIG != nil && o.MIG.GINode == g.MIG.GINode }) {
+			e.Devices = append(e.Devices, g.MIG.GINode)
+		}
+		e.Devices = append(e.Devices, g.MIG.CINode)
 	}
 	c := p.snap.Control
 	for _, n := range [...]struct {

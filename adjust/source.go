@@ -44,8 +44,9 @@ var _ Source = (*Prepared)(nil)
 // Kind returns nvidia.com/gpu.
 func (p *Prepared) Kind() string { return inventory.KindNVIDIA }
 
-// Devices returns the snapshot's GPUs.
-func (p *Prepared) Devices() []inventory.GPU { return p.snap.GPUs }
+// Devices returns the snapshot's GPUs without MIG, then its MIG devices
+// (inventory.Snapshot.Units).
+func (p *Prepared) Devices() []inventory.GPU { return p.units }
 
 // Problem says that the node has no usable driver: none loaded, or no
 // control node.
@@ -56,11 +57,13 @@ func (p *Prepared) Problem() string {
 	return ""
 }
 
-// Control returns the driver's node-wide device nodes that exist.
+// Control returns the driver's node-wide device nodes that exist, with the
+// MIG management capabilities (config, monitor) where MIG is in use.
 func (p *Prepared) Control() []inventory.DeviceNode {
 	c := p.snap.Control
 	var out []inventory.DeviceNode
-	for _, n := range [...]*inventory.DeviceNode{c.Ctl, c.UVM, c.UVMTools, c.Modeset} {
+	mc := p.snap.MIGControl
+	for _, n := range [...]*inventory.DeviceNode{c.Ctl, c.UVM, c.UVMTools, c.Modeset, mc.Config, mc.Monitor} {
 		if n != nil {
 			out = append(out, *n)
 		}
@@ -76,40 +79,93 @@ func (p *Prepared) Check(env []string, devs []inventory.GPU) error {
 }
 
 // Lookup finds the GPU a device ID names: a decimal index, a GPU UUID
-// (case-insensitive) or a PCI bus id with a 4- or 8-digit domain.
+// (case-insensitive) or a PCI bus id with a 4- or 8-digit domain; or the
+// MIG device a MIG-<uuid> or a <gpu>:<mig> index pair names. A GPU with
+// MIG enabled is not handed out whole: naming it is an error that says
+// which MIG devices to ask for instead.
 func (p *Prepared) Lookup(id string) (inventory.GPU, error) {
 	snap := p.snap
+	var g inventory.GPU
+	found := false
 	switch {
 	case isDigits(id):
 		if n, err := strconv.Atoi(id); err == nil && len(id) <= 6 {
-			for i := range snap.GPUs {
-				if snap.GPUs[i].Index == n {
-					return snap.GPUs[i], nil
-				}
-			}
+			g, found = gpuWhere(snap.GPUs, func(g inventory.GPU) bool { return g.Index == n })
 		}
-		return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (node has " + snap.IndexRange() + ")")
+		if !found {
+			return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (node has " + inventory.IndexRange(snap.GPUs) + ")")
+		}
 	case len(id) > 4 && strings.EqualFold(id[:4], "GPU-"):
-		for _, g := range snap.GPUs {
-			if strings.EqualFold(g.UUID, id) {
-				return g, nil
+		if g, found = gpuWhere(snap.GPUs, func(g inventory.GPU) bool { return strings.EqualFold(g.UUID, id) }); !found {
+			return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (no GPU of the node has this UUID; see nri-gpu inventory)")
+		}
+	case len(id) > 4 && strings.EqualFold(id[:4], "MIG-"):
+		if u, ok := gpuWhere(p.units, func(g inventory.GPU) bool { return g.MIG != nil && strings.EqualFold(g.UUID, id) }); ok {
+			return u, nil
+		}
+		return inventory.GPU{}, errors.New("unknown MIG device " + quote(id) + " (no MIG device of the node has this UUID" + p.migHint() + "; see nri-gpu inventory)")
+	case isMIGPair(id):
+		a, b, _ := strings.Cut(id, ":")
+		gi, err1 := strconv.Atoi(a)
+		mi, err2 := strconv.Atoi(b)
+		if err1 == nil && err2 == nil && len(a) <= 6 && len(b) <= 6 {
+			if u, ok := gpuWhere(p.units, func(g inventory.GPU) bool { return g.MIG != nil && g.MIG.Parent == gi && g.MIG.Index == mi }); ok {
+				return u, nil
 			}
 		}
-		return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (no GPU of the node has this UUID; see nri-gpu inventory)")
-	case strings.HasPrefix(strings.ToUpper(id), "MIG-") || isMIGPair(id):
-		return inventory.GPU{}, errors.New("MIG device " + quote(id) + " is not supported (request whole GPUs by index, UUID or bus id)")
+		return inventory.GPU{}, errors.New("unknown MIG device " + quote(id) + " (" + p.migHint()[2:] + "; see nri-gpu inventory)")
 	case strings.Contains(id, ":"):
 		bus, err := inventory.NormalizeBusID(id)
 		if err == nil {
-			for _, g := range snap.GPUs {
-				if g.BusID == bus {
-					return g, nil
-				}
-			}
+			g, found = gpuWhere(snap.GPUs, func(g inventory.GPU) bool { return g.BusID == bus })
 		}
-		return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (no GPU of the node is at this PCI bus id; see nri-gpu inventory)")
+		if !found {
+			return inventory.GPU{}, errors.New("unknown GPU " + quote(id) + " (no GPU of the node is at this PCI bus id; see nri-gpu inventory)")
+		}
+	default:
+		return inventory.GPU{}, errors.New("unknown device " + quote(id) + " (valid: an index " + inventory.IndexRange(snap.GPUs) + ", a GPU-<uuid>, a PCI bus id, a MIG-<uuid> or <gpu>:<mig>)")
 	}
-	return inventory.GPU{}, errors.New("unknown device " + quote(id) + " (valid: an index " + snap.IndexRange() + ", a GPU-<uuid>, or a PCI bus id)")
+	if g.MIGEnabled {
+		return inventory.GPU{}, errors.New("GPU " + quote(id) + " (index " + strconv.Itoa(g.Index) + ") has MIG enabled and is not handed out whole; " + p.migOf(g.Index))
+	}
+	return g, nil
+}
+
+// migOf says which MIG devices of the GPU with index i to ask for.
+func (p *Prepared) migOf(i int) string {
+	var mine []inventory.GPU
+	for _, u := range p.units {
+		if u.MIG != nil && u.MIG.Parent == i {
+			mine = append(mine, u)
+		}
+	}
+	if len(mine) == 0 {
+		return "it has no MIG device"
+	}
+	return "request one of its MIG devices " + inventory.IndexRange(mine) + " (or their MIG-<uuid>)"
+}
+
+// migHint lists the node's MIG devices for a message: ", node has 0:0-0:6".
+func (p *Prepared) migHint() string {
+	var migs []inventory.GPU
+	for _, u := range p.units {
+		if u.MIG != nil {
+			migs = append(migs, u)
+		}
+	}
+	if len(migs) == 0 {
+		return ", the node has no MIG device"
+	}
+	return ", node has MIG devices " + inventory.IndexRange(migs)
+}
+
+func gpuWhere(gpus []inventory.GPU, f func(inventory.GPU) bool) (inventory.GPU, bool) {
+	for _, g := range gpus {
+		if f(g) {
+			return g, true
+		}
+	}
+	return inventory.GPU{}, false
 }
 
 // isMIGPair reports whether id is a "<gpu>:<mig>" index pair.

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // Mode says how a container holds its GPUs.
@@ -162,6 +164,8 @@ type Table struct {
 	byGPU map[int][]*Holding
 	// byID finds a container's holding.
 	byID map[string]*Holding
+	// unhealthy are the units count requests skip, with why.
+	unhealthy map[int]string
 }
 
 // New returns an empty table for the GPUs of the given indices.
@@ -186,6 +190,14 @@ func (t *Table) SetGPUs(gpus []int) {
 	t.mu.Lock()
 	t.gpus = g
 	t.mu.Unlock()
+}
+
+// SetUnhealthy replaces the set of unhealthy units (GPU indexes, MIG
+// keys) with why: count requests skip them; holdings stay.
+func (t *Table) SetUnhealthy(bad map[int]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unhealthy = bad
 }
 
 // Allocate books GPUs for r.Holder and returns their indices, ascending. A
@@ -312,17 +324,21 @@ func (t *Table) pick(r Request) ([]int, error) {
 			}
 			if r.Mode == Exclusive {
 				return nil, refusal(r, func(d func([]*Holding) string) string {
-					return fmt.Sprintf("GPU %d cannot be held exclusively: it is held by %s", g, d(hs))
+					return fmt.Sprintf("%s %s cannot be held exclusively: it is held by %s", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
 				})
 			}
 			return nil, refusal(r, func(d func([]*Holding) string) string {
-				return fmt.Sprintf("GPU %d is held exclusively by %s", g, d(hs))
+				return fmt.Sprintf("%s %s is held exclusively by %s", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
 			})
 		}
 		return gpus, nil
 	}
 	var cands []int
 	for _, g := range t.gpus {
+		// A count asks for whole GPUs: MIG devices are named.
+		if inventory.IsMIGKey(g) || t.unhealthy[g] != "" {
+			continue
+		}
 		if countable(r.Mode, t.byGPU[g]) {
 			cands = append(cands, g)
 		}
@@ -348,11 +364,21 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 	if r.Count == 1 {
 		n = "1 GPU"
 	}
-	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, len(t.gpus), what)
-	var held []string
+	whole := 0
+	for _, g := range t.gpus {
+		if !inventory.IsMIGKey(g) {
+			whole++
+		}
+	}
+	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, whole, what)
+	var held, bad []string
 	for _, g := range t.gpus {
 		hs := t.byGPU[g]
-		if countable(r.Mode, hs) {
+		if why := t.unhealthy[g]; why != "" && !inventory.IsMIGKey(g) {
+			bad = append(bad, fmt.Sprintf("GPU %d: %s", g, why))
+			continue
+		}
+		if countable(r.Mode, hs) || inventory.IsMIGKey(g) {
 			continue
 		}
 		given := ""
@@ -364,6 +390,10 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 	if len(held) > 0 {
 		b.WriteString("; held: ")
 		b.WriteString(strings.Join(held, "; "))
+	}
+	if len(bad) > 0 {
+		b.WriteString("; unhealthy: ")
+		b.WriteString(strings.Join(bad, "; "))
 	}
 	return b.String()
 }
@@ -472,6 +502,9 @@ type GPUState struct {
 	// Mode is "free", "shared" or "exclusive".
 	Mode    string        `json:"mode"`
 	Holders []HolderState `json:"holders"`
+	// Unhealthy says why the unit is unhealthy (count requests skip
+	// it); empty when healthy.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // HolderState is a holder of a GPU and how it holds it.
@@ -501,7 +534,7 @@ func (t *Table) State() []GPUState {
 	slices.Sort(idx)
 	rows := make([]GPUState, 0, len(idx))
 	for _, g := range idx {
-		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}}
+		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}, Unhealthy: t.unhealthy[g]}
 		hs := t.byGPU[g]
 		for _, h := range hs {
 			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet, Runtime: h.Runtime || h.Kubelet})
@@ -539,9 +572,12 @@ func Summary(rows []GPUState) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(strconv.Itoa(r.Index))
+		b.WriteString(inventory.UnitLabel(r.Index))
 		b.WriteByte('=')
 		b.WriteString(r.Mode)
+		if r.Unhealthy != "" {
+			b.WriteString("(unhealthy)")
+		}
 		if len(r.Holders) > 0 {
 			b.WriteByte('[')
 			for j, h := range r.Holders {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 func holder(name string) Holder {
@@ -397,5 +399,48 @@ func TestCheck(t *testing.T) {
 	}
 	if after := Summary(tbl.State()); after != before {
 		t.Errorf("Check changed the table: %s, was %s", after, before)
+	}
+}
+
+// TestMIGUnits: MIG devices are units of their own: a count picks whole
+// GPUs only, booking one MIG device leaves its siblings free, and the
+// summary names them <gpu>:<mig>.
+func TestMIGUnits(t *testing.T) {
+	m00, m01 := inventory.MIGKey(0, 0), inventory.MIGKey(0, 1)
+	tb := New([]int{1, m00, m01})
+	if _, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: Exclusive, GPUs: []int{m00}, Source: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: Exclusive, GPUs: []int{m01}, Source: "test"}); err != nil {
+		t.Fatalf("a sibling: %v", err)
+	}
+	got, err := tb.Allocate(Request{Holder: Holder{ID: "c"}, Mode: Exclusive, Count: 1, Source: "test"})
+	if err != nil || len(got) != 1 || got[0] != 1 {
+		t.Fatalf("count 1 = %v, %v; want GPU 1", got, err)
+	}
+	_, err = tb.Allocate(Request{Holder: Holder{ID: "d"}, Mode: Shared, Count: 1, Source: "test"})
+	if err == nil || !strings.Contains(err.Error(), "0 of the node's 1 GPUs are free or shared") {
+		t.Errorf("count over the whole GPUs: %v", err)
+	}
+	if s := Summary(tb.State()); s != "1=exclusive[container c] 0:0=exclusive[container a] 0:1=exclusive[container b]" {
+		t.Errorf("summary %q", s)
+	}
+}
+
+// TestUnhealthySkipped: count requests skip unhealthy GPUs, and the
+// refusal says why; named requests and the table's rows show them.
+func TestUnhealthySkipped(t *testing.T) {
+	tb := New([]int{0, 1})
+	tb.SetUnhealthy(map[int]string{0: "XID 79"})
+	got, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: Exclusive, Count: 1, Source: "test"})
+	if err != nil || len(got) != 1 || got[0] != 1 {
+		t.Fatalf("count 1 = %v, %v; want GPU 1", got, err)
+	}
+	_, err = tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: Shared, Count: 1, Source: "test"})
+	if err == nil || !strings.Contains(err.Error(), "; unhealthy: GPU 0: XID 79") {
+		t.Errorf("count with only an unhealthy GPU left: %v", err)
+	}
+	if s := Summary(tb.State()); s != "0=free(unhealthy) 1=exclusive[container a]" {
+		t.Errorf("summary %q", s)
 	}
 }

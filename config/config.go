@@ -91,6 +91,8 @@ type Config struct {
 	// DevCharLinks keeps /dev/char links for the injected device nodes
 	// (on by default).
 	DevCharLinks DevCharLinks `json:"devCharLinks,omitempty"`
+	// Health is the XID health of GPUs and MIG devices (with NVML).
+	Health Health `json:"health,omitempty"`
 }
 
 // DevicePlugin configures nri-gpu's kubelet device plugin, which
@@ -107,7 +109,18 @@ type DevicePlugin struct {
 	// runtime see it: Allocate's device specs name each GPU's node there
 	// on the host (HostPath), and at /dev in the container.
 	DevRoot string `json:"devRoot,omitempty"`
+	// MIGStrategy says how MIG devices are advertised: none (only whole
+	// GPUs), single (MIG devices too, as resourceName) or mixed (each MIG
+	// profile as nvidia.com/mig-<profile>).
+	MIGStrategy string `json:"migStrategy,omitempty"`
 }
+
+// MIG strategies of the device plugin.
+const (
+	MIGStrategyNone   = "none"
+	MIGStrategySingle = "single"
+	MIGStrategyMixed  = "mixed"
+)
 
 // CDIImport says which CDI devices to serve.
 type CDIImport struct {
@@ -272,8 +285,12 @@ func (c *Config) setDefaults() {
 	if c.DevicePlugin.DevRoot == "" {
 		c.DevicePlugin.DevRoot = DefaultDevRoot
 	}
+	if c.DevicePlugin.MIGStrategy == "" {
+		c.DevicePlugin.MIGStrategy = MIGStrategyNone
+	}
 	c.Policy.SetDefaults()
 	c.DevCharLinks.setDefaults()
+	c.Health.setDefaults()
 }
 
 // Load reads the configuration file at path; see Parse.
@@ -317,6 +334,9 @@ var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbi
 // Validate checks that every path is absolute and clean and every mode one
 // of its constants.
 func (c Config) Validate() error {
+	if err := c.Health.validate(); err != nil {
+		return err
+	}
 	for _, p := range []struct{ key, val string }{
 		{"hostRoot", c.HostRoot},
 		{"driverRoot", c.DriverRoot},
@@ -498,6 +518,11 @@ func (d DevicePlugin) validate() error {
 	}
 	if why := extendedResourceProblem(d.ResourceName); why != "" {
 		return fmt.Errorf("key devicePlugin.resourceName: %q is not an extended resource name such as %s: %s", d.ResourceName, DefaultResourceName, why)
+	}
+	switch d.MIGStrategy {
+	case MIGStrategyNone, MIGStrategySingle, MIGStrategyMixed:
+	default:
+		return fmt.Errorf("key devicePlugin.migStrategy: unknown strategy %q (valid: none, single, mixed)", d.MIGStrategy)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/node"
 )
 
@@ -79,6 +80,9 @@ type Options struct {
 	// DevRoot/<name> on the host: a simulated node keeps its devfs
 	// elsewhere.
 	DevRoot string
+	// Select, when set, picks the node's devices (GPUs, MIG devices)
+	// this resource advertises; nil advertises every one.
+	Select func(inventory.GPU) bool
 }
 
 // Plugin is the device plugin of one node. Its exported RPC methods are
@@ -116,7 +120,7 @@ func New(n *node.Node, o Options, log *logrus.Logger) *Plugin {
 		o:       o,
 		log:     log.WithFields(logrus.Fields{"component": "device plugin", "resource": o.ResourceName}),
 		socket:  filepath.Join(o.SocketDir, SocketName(o.ResourceName)),
-		devices: newDevices(log.WithFields(logrus.Fields{"component": "device plugin", "resource": o.ResourceName})),
+		devices: newDevices(log.WithFields(logrus.Fields{"component": "device plugin", "resource": o.ResourceName}), o.Select),
 	}
 }
 

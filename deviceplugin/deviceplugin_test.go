@@ -497,3 +497,29 @@ func TestAllocate(t *testing.T) {
 		t.Errorf("Allocate of an unknown device: %v; want InvalidArgument naming the resource, the device (cut short) and the node's devices", err)
 	}
 }
+
+// TestXIDUnhealthy: a GPU the node's XID health made unhealthy is
+// reported Unhealthy, and Healthy again when it recovers.
+func TestXIDUnhealthy(t *testing.T) {
+	snap, n, c := serveTwoNUMA(t)
+	next := watch(t, c)
+	next()
+	bad := stateOf(twoNUMA())
+	bad.Unhealthy = map[string]string{snap.GPUs[5].UUID: "XID 79"}
+	n.Swap(bad)
+	for _, d := range next() {
+		want := pluginapi.Healthy
+		if d.ID == snap.GPUs[5].UUID {
+			want = pluginapi.Unhealthy
+		}
+		if d.Health != want {
+			t.Errorf("after XID 79 on GPU 5: %s is %s, want %s", d.ID, d.Health, want)
+		}
+	}
+	n.Swap(stateOf(twoNUMA()))
+	for _, d := range next() {
+		if d.Health != pluginapi.Healthy {
+			t.Errorf("recovered: %s is %s", d.ID, d.Health)
+		}
+	}
+}

@@ -27,6 +27,8 @@ import (
 // sees it again.
 type devices struct {
 	log *logrus.Entry
+	// sel picks the devices advertised; nil: all.
+	sel func(inventory.GPU) bool
 	mu  sync.Mutex
 	// known is every GPU seen, as last seen, by ID; order lists their
 	// IDs in the order they are advertised.
@@ -36,14 +38,16 @@ type devices struct {
 	// empty, is why none of them can be served (no driver).
 	present map[string]bool
 	problem string
+	// unhealthy are the current state's unhealthy devices (XID health).
+	unhealthy map[string]string
 	// list is the last list advertised; changed is closed when a new one
 	// replaces it.
 	list    []*pluginapi.Device
 	changed chan struct{}
 }
 
-func newDevices(log *logrus.Entry) *devices {
-	return &devices{log: log, known: map[string]inventory.GPU{}, present: map[string]bool{}, changed: make(chan struct{})}
+func newDevices(log *logrus.Entry, sel func(inventory.GPU) bool) *devices {
+	return &devices{log: log, sel: sel, known: map[string]inventory.GPU{}, present: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // update takes the GPUs of a state that became current and, when their
@@ -56,7 +60,7 @@ func (d *devices) update(st *node.State) {
 	var current []string
 	for _, g := range st.Source.Devices() {
 		id := g.ID()
-		if id == "" || present[id] {
+		if id == "" || present[id] || d.sel != nil && !d.sel(g) {
 			continue
 		}
 		present[id] = true
@@ -86,6 +90,8 @@ func (d *devices) update(st *node.State) {
 			health, why = pluginapi.Unhealthy, "no longer found by discovery (device node or driver entry gone)"
 		case problem != "":
 			health, why = pluginapi.Unhealthy, problem
+		case st.Unhealthy[id] != "":
+			health, why = pluginapi.Unhealthy, st.Unhealthy[id]
 		}
 		dev := &pluginapi.Device{ID: id, Health: health}
 		if g.NUMANode >= 0 {
@@ -101,7 +107,7 @@ func (d *devices) update(st *node.State) {
 		}
 		list = append(list, dev)
 	}
-	d.present, d.problem = present, problem
+	d.present, d.problem, d.unhealthy = present, problem, st.Unhealthy
 	if slices.EqualFunc(list, d.list, func(a, b *pluginapi.Device) bool {
 		return a.ID == b.ID && a.Health == b.Health && a.Topology.String() == b.Topology.String()
 	}) {
@@ -171,6 +177,8 @@ func (d *devices) allocatable(ids []string) ([]inventory.GPU, error) {
 			return nil, fmt.Errorf("device %s (%s) is unhealthy: no longer found by discovery", quote(id), g.BusID)
 		case d.problem != "":
 			return nil, fmt.Errorf("device %s (%s) is unhealthy: %s", quote(id), g.BusID, d.problem)
+		case d.unhealthy[id] != "":
+			return nil, fmt.Errorf("device %s (%s) is unhealthy: %s", quote(id), g.BusID, d.unhealthy[id])
 		}
 		want[id] = true
 	}
@@ -203,6 +211,26 @@ func quote(s string) string {
 	return strconv.Quote(s)
 }
 
+// deviceNodes returns the device nodes of gpus: a GPU's node; a MIG
+// device's parent node (once) and its GPU and compute instance's
+// capability nodes.
+func deviceNodes(gpus []inventory.GPU) []inventory.DeviceNode {
+	var out []inventory.DeviceNode
+	add := func(n inventory.DeviceNode) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, g := range gpus {
+		add(g.Node)
+		if g.MIG != nil {
+			add(g.MIG.GINode)
+			add(g.MIG.CINode)
+		}
+	}
+	return out
+}
+
 // Allocate answers the kubelet with, for each container, the device nodes
 // of the GPUs it was given (read-write; /dev/nvidia<minor> in the
 // container, the same node under Options.DevRoot on the host, hostPath) and the
@@ -219,8 +247,10 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		cresp := &pluginapi.ContainerAllocateResponse{Annotations: map[string]string{}}
 		ids := make([]string, 0, len(gpus))
+		for _, n := range deviceNodes(gpus) {
+			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: p.hostPath(n.Path), Permissions: "rw"})
+		}
 		for _, g := range gpus {
-			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{ContainerPath: g.Node.Path, HostPath: p.hostPath(g.Node.Path), Permissions: "rw"})
 			ids = append(ids, g.ID())
 		}
 		cresp.Annotations[AllocationAnnotation] = strings.Join(ids, ",")

@@ -9,8 +9,6 @@
 // a test checks that no package it imports, directly or not, does I/O.
 package inventory
 
-import "fmt"
-
 // KindNVIDIA is the CDI kind of NVIDIA GPUs: how CDI specs, the NVIDIA
 // toolkit's annotations and the Kubernetes device plugin name them.
 const KindNVIDIA = "nvidia.com/gpu"
@@ -44,6 +42,12 @@ type GPU struct {
 	// Name is the device's CDI name when it comes from another vendor's
 	// CDI spec (package cdisource); requests may name it.
 	Name string
+	// MIG is set on the unit of a MIG device (MIGDevice.Unit): Index is
+	// then its key (MIGKey), UUID its MIG UUID, Node its parent's node.
+	MIG *MIGDevice
+	// MIGEnabled is set when NVML reports MIG mode on: the GPU is not
+	// handed out whole, only its MIG devices (Snapshot.MIG).
+	MIGEnabled bool
 	// NUMANode is the NUMA node the GPU is attached to, as sysfs says
 	// (/sys/bus/pci/devices/<bus id>/numa_node); -1 when unknown: no
 	// NUMA, no sysfs, or a GPU that does not come from NVIDIA discovery.
@@ -213,6 +217,14 @@ type Snapshot struct {
 	// IMEXChannels are the IMEX channel nodes found, sorted by number
 	// (see IMEXChannel); empty on a node without them.
 	IMEXChannels []IMEXChannel
+	// MIG are the MIG devices of the MIG-enabled GPUs, sorted by parent
+	// index then MIG index; empty without NVML.
+	MIG []MIGDevice
+	// MIGControl are the MIG management capabilities.
+	MIGControl MIGControl
+	// NVML says whether NVML was used: "" before it is tried (discovery
+	// alone), "ok", or why not ("unavailable: ...").
+	NVML string
 	// Files are the driver files found, sorted by kind then name.
 	Files []DriverFile
 	// Warnings say what discovery found wrong or missing.
@@ -255,9 +267,9 @@ func IndexRange(gpus []GPU) string {
 			out += ","
 		}
 		if i == j {
-			out += fmt.Sprint(gpus[i].Index)
+			out += UnitLabel(gpus[i].Index)
 		} else {
-			out += fmt.Sprintf("%d-%d", gpus[i].Index, gpus[j].Index)
+			out += UnitLabel(gpus[i].Index) + "-" + UnitLabel(gpus[j].Index)
 		}
 		i = j + 1
 	}

@@ -28,6 +28,8 @@ type Metrics struct {
 	invGPUs     prometheus.Gauge
 	invFiles    prometheus.Gauge
 	allocs      *allocCollector
+	xids        *prometheus.CounterVec
+	unhealthy   *prometheus.GaugeVec
 }
 
 // New returns the metrics, registered with the Go runtime's and the
@@ -77,16 +79,37 @@ func New(version string) *Metrics {
 			"Containers currently holding each GPU in the allocation table.",
 			[]string{"index", "uuid"}, nil)},
 	}
+	m.xids = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nri_gpu_xid_events_total",
+		Help: "XID events NVML reported, by XID and whether it was critical (not in health.ignoredXIDs).",
+	}, []string{"xid", "critical"})
+	m.unhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nri_gpu_device_unhealthy",
+		Help: "GPUs and MIG devices that are unhealthy (value 1), by UUID and why (an XID, a lost GPU); count requests skip them.",
+	}, []string{"uuid", "reason"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nri_gpu_build_info",
 		Help: "The nri-gpu version (value 1).",
 	}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	m.reg.MustRegister(m.requests, m.latency, m.gpus, m.perGPU, m.refreshes, m.connections,
-		m.driver, m.invGPUs, m.invFiles, m.allocs, build,
+		m.driver, m.invGPUs, m.invFiles, m.allocs, m.xids, m.unhealthy, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// XID counts an XID event (node.HealthObserver).
+func (m *Metrics) XID(xid uint64, critical bool) {
+	m.xids.WithLabelValues(strconv.FormatUint(xid, 10), strconv.FormatBool(critical)).Inc()
+}
+
+// Unhealthy sets the unhealthy devices (node.HealthObserver).
+func (m *Metrics) Unhealthy(bad map[string]string) {
+	m.unhealthy.Reset()
+	for id, why := range bad {
+		m.unhealthy.WithLabelValues(id, why).Set(1)
+	}
 }
 
 // Request counts a CreateContainer request (plugin.Observer).
@@ -96,7 +119,7 @@ func (m *Metrics) Request(source, outcome string, gpus []inventory.GPU, took tim
 	if len(gpus) > 0 {
 		m.gpus.Add(float64(len(gpus)))
 		for _, g := range gpus {
-			m.perGPU.WithLabelValues(strconv.Itoa(g.Index), g.UUID).Inc()
+			m.perGPU.WithLabelValues(inventory.UnitLabel(g.Index), g.UUID).Inc()
 		}
 	}
 }
@@ -142,6 +165,6 @@ func (c *allocCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, a := range (*f)() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(a.Holders), strconv.Itoa(a.Index), a.UUID)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(a.Holders), inventory.UnitLabel(a.Index), a.UUID)
 	}
 }

@@ -67,8 +67,12 @@ func TestScrape(t *testing.T) {
 	m.Connected()
 	m.Connected()
 	m.SetAllocations(func() []Allocation {
-		return []Allocation{{Index: 0, UUID: "GPU-a", Holders: 2}, {Index: 1, UUID: "GPU-b"}}
+		return []Allocation{{Index: 0, UUID: "GPU-a", Holders: 2}, {Index: 1, UUID: "GPU-b"}, {Index: inventory.MIGKey(3, 1), UUID: "MIG-d", Holders: 1}}
 	})
+	m.Request("device-list", "injected", []inventory.GPU{{Index: inventory.MIGKey(3, 1), UUID: "MIG-d"}}, time.Microsecond)
+	m.XID(79, true)
+	m.XID(13, false)
+	m.Unhealthy(map[string]string{"GPU-b": "XID 79"})
 
 	code, body := get(t, srv.URL+"/metrics")
 	if code != 200 {
@@ -79,11 +83,16 @@ func TestScrape(t *testing.T) {
 		`nri_gpu_requests_total{outcome="injected",source="env"} 1`,
 		`nri_gpu_requests_total{outcome="refused",source="pod-annotation"} 1`,
 		`nri_gpu_requests_total{outcome="untouched",source="none"} 1`,
-		`nri_gpu_gpus_injected_total 3`,
+		`nri_gpu_gpus_injected_total 4`,
+		`nri_gpu_gpu_injections_total{index="3:1",uuid="MIG-d"} 1`,
+		`nri_gpu_gpu_allocations{index="3:1",uuid="MIG-d"} 1`,
+		`nri_gpu_xid_events_total{critical="true",xid="79"} 1`,
+		`nri_gpu_xid_events_total{critical="false",xid="13"} 1`,
+		`nri_gpu_device_unhealthy{reason="XID 79",uuid="GPU-b"} 1`,
 		`nri_gpu_gpu_injections_total{index="0",uuid="GPU-a"} 1`,
 		`nri_gpu_gpu_injections_total{index="2",uuid="GPU-c"} 2`,
-		`nri_gpu_request_duration_seconds_count 4`,
-		`nri_gpu_request_duration_seconds_bucket{le="1e-05"} 2`,
+		`nri_gpu_request_duration_seconds_count 5`,
+		`nri_gpu_request_duration_seconds_bucket{le="1e-05"} 3`,
 		`nri_gpu_inventory_refreshes_total{result="changed"} 1`,
 		`nri_gpu_inventory_refreshes_total{result="rejected"} 2`,
 		`nri_gpu_runtime_connections_total 2`,

@@ -14,6 +14,7 @@ package node
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,6 +43,10 @@ type State struct {
 	CDINames map[string]string
 	// Sharing is the configuration's sharing mode, parsed.
 	Sharing alloc.Mode
+	// Unhealthy are the GPUs and MIG devices NVML's XID events or
+	// enumeration made unhealthy, by UUID, with why; count requests skip
+	// them and the device plugin reports them Unhealthy.
+	Unhealthy map[string]string
 }
 
 // Snapshot returns the discovery the state serves.
@@ -89,6 +94,10 @@ type Node struct {
 	nextID int
 	// devChar is set by KeepDevCharLinks (devchar.go).
 	devChar bool
+	// nvml is NVML loaded from the driver root, for MIG devices.
+	nvml *nvmlHandle
+	// health follows the devices' health (XID events, lost GPUs).
+	health *health
 }
 
 // Option configures a Node.
@@ -100,7 +109,7 @@ func OnChange(f func(*State)) Option { return func(n *Node) { n.onChange = f } }
 
 // New discovers the node with cfg and returns it with that state current.
 func New(cfg config.Config, log *logrus.Logger, opts ...Option) (*Node, error) {
-	n := &Node{log: log}
+	n := &Node{log: log, nvml: newNVMLHandle(), health: &health{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -150,7 +159,24 @@ func Discover(cfg config.Config) (*inventory.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.snap, nil
+	h := newNVMLHandle()
+	defer h.closeLocked()
+	snap, _ := h.addMIG(cfg, d.snap, nil)
+	return snap, nil
+}
+
+// discover is discoverFor with NVML's MIG devices added.
+func (n *Node) discover(cfg config.Config) (discovered, error) {
+	d, err := discoverFor(cfg)
+	if err != nil || n.nvml == nil || d.imported != nil {
+		return d, err
+	}
+	var pr probe
+	d.snap, pr = n.nvml.addMIG(cfg, d.snap, n.log)
+	if n.health != nil {
+		n.health.probe(pr.usable, pr.errs)
+	}
+	return d, nil
 }
 
 // discovered is a discovery's result: a snapshot, and the source that
@@ -181,7 +207,7 @@ func discoverFor(cfg config.Config) (discovered, error) {
 func (n *Node) Reload(cfg config.Config) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	d, err := discoverFor(cfg)
+	d, err := n.discover(cfg)
 	if err != nil {
 		return fmt.Errorf("inventory: %w", err)
 	}
@@ -208,6 +234,7 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		"kind":   src.Kind(),
 		"driver": snap.DriverVersion,
 		"gpus":   len(snap.GPUs),
+		"mig":    len(snap.MIG),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
 	sharing, err := alloc.ParseMode(string(cfg.Sharing))
@@ -215,6 +242,16 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		return fmt.Errorf("config: key sharing: %w", err)
 	}
 	st := &State{Config: cfg, Source: src, Sharing: sharing}
+	if n.health != nil {
+		st.Unhealthy = n.health.unhealthy(snap)
+		var old map[string]string
+		if cur := n.state.Load(); cur != nil {
+			old = cur.Unhealthy
+		}
+		if !maps.Equal(old, st.Unhealthy) {
+			n.logHealth(old, st.Unhealthy)
+		}
+	}
 	if cfg.Emit == config.EmitCDI {
 		names, warnings := cdispec.Resolvable(snap, underRoot(cfg.HostRoot, cfg.CDISpecDirs))
 		for _, w := range warnings {

@@ -43,7 +43,7 @@ func (n *Node) Update(cfg config.Config, why string) (string, error) {
 	defer n.mu.Unlock()
 	cur := n.state.Load()
 	log := n.log.WithField("cause", why)
-	d, err := discoverFor(cfg)
+	d, err := n.discover(cfg)
 	if err != nil {
 		err = fmt.Errorf("inventory: %w", err)
 		n.logProblem(log, err.Error())
@@ -59,6 +59,7 @@ func (n *Node) Update(cfg config.Config, why string) (string, error) {
 	n.lastProblem = ""
 	if cur != nil && reflect.DeepEqual(cur.Config, cfg) && reflect.DeepEqual(cur.Snapshot(), snap) && !cdiNamesChanged(cur, cfg, snap) {
 		log.Debug("inventory unchanged")
+		n.applyHealth()
 		n.observer().Refresh(RefreshUnchanged)
 		return RefreshUnchanged, nil
 	}

@@ -151,10 +151,18 @@ func few(names []string) string {
 }
 
 // hasGPUNode reports whether the container's spec has g's device node, by
-// number (a character device of g's major and minor).
+// number (a character device of g's major and minor); for a MIG device,
+// its parent's node and its compute instance's capability node.
 func hasGPUNode(c *api.Container, g inventory.GPU) bool {
+	if !ctrHasNode(c, g.Node) {
+		return false
+	}
+	return g.MIG == nil || ctrHasNode(c, g.MIG.CINode)
+}
+
+func ctrHasNode(c *api.Container, n inventory.DeviceNode) bool {
 	for _, d := range c.GetLinux().GetDevices() {
-		if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == g.Node.Major && d.GetMinor() == g.Node.Minor {
+		if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == n.Major && d.GetMinor() == n.Minor {
 			return true
 		}
 	}
@@ -168,14 +176,9 @@ func hasGPUNode(c *api.Container, g inventory.GPU) bool {
 func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.Holder, warnings []string) ([]int, []string) {
 	devs := src.Devices()
 	var idx []int
-	for _, d := range c.GetLinux().GetDevices() {
-		if privileged {
-			break
-		}
-		for _, g := range devs {
-			if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == g.Node.Major && d.GetMinor() == g.Node.Minor {
-				idx = append(idx, g.Index)
-			}
+	for _, g := range devs {
+		if !privileged && hasGPUNode(c, g) {
+			idx = append(idx, g.Index)
 		}
 	}
 	for _, d := range c.GetCDIDevices() {
@@ -191,7 +194,7 @@ func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.H
 		}
 		g, ok := findGPU(devs, id)
 		if !ok {
-			warnings = append(warnings, h.String()+": CDI device "+d.GetName()+" names no GPU of the inventory (MIG devices are not counted)")
+			warnings = append(warnings, h.String()+": CDI device "+d.GetName()+" names no GPU or MIG device of the inventory")
 			continue
 		}
 		idx = append(idx, g.Index)
@@ -201,14 +204,14 @@ func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.H
 }
 
 // findGPU finds a GPU by index, UUID (case-insensitive) or the CDI name
-// of another vendor's device.
+// of another vendor's device, or a MIG device by UUID or <gpu>:<mig>.
 func findGPU(devs []inventory.GPU, id string) (inventory.GPU, bool) {
 	if id == "" {
 		return inventory.GPU{}, false
 	}
 	n, err := strconv.Atoi(id)
 	for _, g := range devs {
-		if err == nil && g.Index == n || strings.EqualFold(g.UUID, id) || g.Name == id {
+		if err == nil && g.Index == n && g.MIG == nil || strings.EqualFold(g.UUID, id) || g.Name == id || g.MIG != nil && g.MIG.Name() == id {
 			return g, true
 		}
 	}

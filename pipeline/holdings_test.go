@@ -84,7 +84,7 @@ func TestHoldings(t *testing.T) {
 	wantWarnings := []string{
 		`ns/two/g: annotation nri-gpu.dev/allocation: "0,1": invalid character ',' after top-level value`,
 		`ns/two/h: holds GPU GPU-gone, which the inventory does not have`,
-		`ns/two/i: CDI device nvidia.com/gpu=0:1 names no GPU of the inventory (MIG devices are not counted)`,
+		`ns/two/i: CDI device nvidia.com/gpu=0:1 names no GPU or MIG device of the inventory`,
 		`ns/two/k: annotation nri-gpu.dev/allocation names GPUs whose device nodes the container does not have (` + strings.Join([]string{uuid(0), uuid(1), uuid(2), uuid(3), uuid(4), uuid(5), uuid(6), uuid(7)}, ", ") + ` and 2 more): not counted`,
 		`ns/two/l: annotation nri-gpu.dev/allocation names GPUs whose device nodes the container does not have (` + uuid(3) + `): not counted`,
 		`ns/two/m: annotation nri-gpu.dev/allocation names GPUs whose device nodes the container does not have (` + uuid(3) + `): not counted`,

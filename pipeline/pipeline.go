@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -532,6 +531,11 @@ func (p *Path) build(c *call) error {
 		addNodes(&e, p.Source.Control())
 		e.VisibleDevices = "void"
 	}
+	mig, err := p.migManagement(c)
+	if err != nil {
+		return err
+	}
+	addNodes(&e, mig)
 	have, n := dropExisting(&e, p.Source.Devices(), c.ctr, c.privileged)
 	c.res.Edits = e
 	if have == "" {
@@ -600,7 +604,7 @@ func (p *Path) emitCDI(c *call) (*api.ContainerAdjustment, string) {
 func indices(idx []int) string {
 	s := make([]string, len(idx))
 	for i, g := range idx {
-		s[i] = strconv.Itoa(g)
+		s[i] = inventory.UnitLabel(g)
 	}
 	return strings.Join(s, ", ")
 }

@@ -140,7 +140,7 @@ func runtimeGPUs(devs []inventory.GPU, ctr *api.Container) ([]inventory.GPU, err
 	}
 	var out []inventory.GPU
 	for _, g := range devs {
-		if hasNode(have, g.Node) {
+		if hasNode(have, g.Node) && (g.MIG == nil || hasNode(have, g.MIG.CINode)) {
 			out = append(out, g)
 		}
 	}
@@ -193,7 +193,10 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, pri
 	isGPU := map[string]bool{}
 	for _, g := range devs {
 		isGPU[g.Node.Path] = true
-		if present(g.Node) && !privileged {
+		if g.MIG != nil {
+			isGPU[g.MIG.GINode.Path], isGPU[g.MIG.CINode.Path] = true, true
+		}
+		if present(g.Node) && (g.MIG == nil || present(g.MIG.CINode)) && !privileged {
 			uuids = append(uuids, g.UUID)
 		}
 	}

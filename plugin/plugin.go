@@ -19,6 +19,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/alloc"
 	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/node"
 	"github.com/nri-gpu/nri-gpu/pipeline"
 	"github.com/nri-gpu/nri-gpu/status"
@@ -75,10 +76,18 @@ func newPlugin(log *logrus.Logger, mk func(...node.Option) (*node.Node, error)) 
 func (p *Plugin) stateChanged(st *node.State) {
 	devs := st.Source.Devices()
 	idx := make([]int, len(devs))
+	var bad map[int]string
 	for i, g := range devs {
 		idx[i] = g.Index
+		if why := st.Unhealthy[g.UUID]; why != "" {
+			if bad == nil {
+				bad = map[int]string{}
+			}
+			bad[g.Index] = why
+		}
 	}
 	p.table.SetGPUs(idx)
+	p.table.SetUnhealthy(bad)
 }
 
 // Node returns the node the plugin serves: its state, reload and watch.
@@ -286,7 +295,7 @@ func (p *Plugin) Status() status.Status {
 		}
 	}
 	for _, row := range p.table.State() {
-		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index], Kubelet: status.KubeletHolders(row)})
+		s.GPUs = append(s.GPUs, status.GPUStatus{GPUState: row, UUID: ids[row.Index], Name: inventory.UnitLabel(row.Index), Kubelet: status.KubeletHolders(row)})
 	}
 	return s
 }

@@ -290,9 +290,9 @@ func TestSelectErrors(t *testing.T) {
 		{"unknown uuid", "device=GPU-deadbeef-1111-2222-3333-000000000001", nil, `unknown GPU "GPU-deadbeef-1111-2222-3333-000000000001" (no GPU of the node has this UUID`},
 		{"unknown bus id", "device=0000:99:00.0", nil, `unknown GPU "0000:99:00.0" (no GPU of the node is at this PCI bus id`},
 		{"malformed bus id", "device=0000:zz:00.0", nil, `unknown GPU "0000:zz:00.0"`},
-		{"MIG uuid", "device=MIG-3e953d37-558d-fb20-8eca-25de8b98f5a7", nil, `MIG device "MIG-3e953d37-558d-fb20-8eca-25de8b98f5a7" is not supported`},
-		{"MIG pair", "", []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: MIG device "0:1" is not supported`},
-		{"garbage id", "", []string{"NVIDIA_VISIBLE_DEVICES=/var/run/x"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown device "/var/run/x" (valid: an index 0-3, a GPU-<uuid>, or a PCI bus id)`},
+		{"MIG uuid", "device=MIG-3e953d37-558d-fb20-8eca-25de8b98f5a7", nil, `unknown MIG device "MIG-3e953d37-558d-fb20-8eca-25de8b98f5a7" (no MIG device of the node has this UUID, the node has no MIG device; see nri-gpu inventory)`},
+		{"MIG pair", "", []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown MIG device "0:1" (the node has no MIG device; see nri-gpu inventory)`},
+		{"garbage id", "", []string{"NVIDIA_VISIBLE_DEVICES=/var/run/x"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown device "/var/run/x" (valid: an index 0-3, a GPU-<uuid>, a PCI bus id, a MIG-<uuid> or <gpu>:<mig>)`},
 		{"env unknown index", "", []string{"NVIDIA_VISIBLE_DEVICES=0,9"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown GPU "9" (node has 0-3)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

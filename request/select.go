@@ -56,7 +56,12 @@ func Select(r Request, src adjust.Source) (Selection, error) {
 		}
 		sel.GPUs = devs
 	case Count:
-		if r.Count > len(devs) {
+		whole := wholeGPUs(devs)
+		if r.Count > len(whole) {
+			if mig := migEnabled(src.Snapshot()); len(mig) > 0 {
+				return Selection{}, errorf(r.Source, "count %d exceeds the node's %d whole GPUs (%s): GPUs %s have MIG enabled and are not handed out whole; name their MIG devices (%s, or MIG-<uuid>)",
+					r.Count, len(whole), inventory.IndexRange(whole), inventory.IndexRange(mig), inventory.IndexRange(devs[len(whole):]))
+			}
 			return Selection{}, errorf(r.Source, "count %d exceeds the node's %d GPUs (%s)", r.Count, len(devs), inventory.IndexRange(devs))
 		}
 		sel.Count = r.Count
@@ -74,6 +79,28 @@ func Select(r Request, src adjust.Source) (Selection, error) {
 		sel.GPUs = gpus
 	}
 	return sel, nil
+}
+
+// wholeGPUs returns the GPUs of devs that are not MIG devices (which
+// Devices lists last).
+func wholeGPUs(devs []inventory.GPU) []inventory.GPU {
+	for i, g := range devs {
+		if g.MIG != nil {
+			return devs[:i]
+		}
+	}
+	return devs
+}
+
+// migEnabled returns the snapshot's GPUs that have MIG enabled.
+func migEnabled(s *inventory.Snapshot) []inventory.GPU {
+	var out []inventory.GPU
+	for _, g := range s.GPUs {
+		if g.MIGEnabled {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 func containsGPU(gpus []inventory.GPU, index int) bool {

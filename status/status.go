@@ -45,6 +45,9 @@ type Status struct {
 type GPUStatus struct {
 	alloc.GPUState
 	UUID string `json:"uuid,omitempty"`
+	// Name is the unit as users name it: the GPU's index, or a MIG
+	// device's <gpu>:<mig> (whose index is its key, inventory.MIGKey).
+	Name string `json:"name,omitempty"`
 	// Kubelet are the containers the kubelet assigned the GPU (through
 	// nri-gpu's device plugin, checked against their device nodes):
 	// the holders marked kubelet; empty when none. Holders lists

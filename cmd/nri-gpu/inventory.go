@@ -17,6 +17,9 @@ type inventoryView struct {
 	DriverVersion string     `json:"driverVersion"`
 	KernelRelease string     `json:"kernelRelease"`
 	GPUs          []gpuView  `json:"gpus"`
+	MIG           []migView  `json:"mig"`
+	MIGControl    []nodeView `json:"migControlNodes"`
+	NVML          string     `json:"nvml,omitempty"`
 	ControlNodes  []nodeView `json:"controlNodes"`
 	IMEXChannels  []nodeView `json:"imexChannels"`
 	Files         []fileView `json:"files"`
@@ -32,6 +35,21 @@ type gpuView struct {
 	Node  nodeView `json:"node"`
 	// DRM are the GPU's /dev/dri card and render nodes, when it has.
 	DRM []nodeView `json:"drm,omitempty"`
+	MIG bool       `json:"mig,omitempty"`
+}
+
+// migView is one MIG device.
+type migView struct {
+	Name       string   `json:"name"`
+	UUID       string   `json:"uuid"`
+	Profile    string   `json:"profile"`
+	Parent     int      `json:"parent"`
+	ParentUUID string   `json:"parentUuid"`
+	GI         int      `json:"gi"`
+	CI         int      `json:"ci"`
+	MemoryMiB  uint64   `json:"memoryMiB"`
+	GINode     nodeView `json:"giNode"`
+	CINode     nodeView `json:"ciNode"`
 }
 
 type nodeView struct {
@@ -55,16 +73,26 @@ func nodeOf(n inventory.DeviceNode) nodeView {
 func viewOf(s *inventory.Snapshot) inventoryView {
 	v := inventoryView{
 		HostRoot: s.HostRoot, DriverRoot: s.DriverRoot, DriverVersion: s.DriverVersion, KernelRelease: s.KernelRelease,
-		GPUs: []gpuView{}, ControlNodes: []nodeView{}, IMEXChannels: []nodeView{}, Files: []fileView{}, Warnings: []string{},
+		GPUs: []gpuView{}, MIG: []migView{}, MIGControl: []nodeView{}, NVML: s.NVML,
+		ControlNodes: []nodeView{}, IMEXChannels: []nodeView{}, Files: []fileView{}, Warnings: []string{},
 	}
 	for _, g := range s.GPUs {
-		gv := gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node)}
+		gv := gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node), MIG: g.MIGEnabled}
 		for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
 			if n.Path != "" {
 				gv.DRM = append(gv.DRM, nodeOf(n))
 			}
 		}
 		v.GPUs = append(v.GPUs, gv)
+	}
+	for _, m := range s.MIG {
+		v.MIG = append(v.MIG, migView{Name: m.Name(), UUID: m.UUID, Profile: m.Profile, Parent: m.Parent, ParentUUID: m.ParentUUID,
+			GI: m.GI, CI: m.CI, MemoryMiB: m.MemoryMiB, GINode: nodeOf(m.GINode), CINode: nodeOf(m.CINode)})
+	}
+	for _, n := range []*inventory.DeviceNode{s.MIGControl.Config, s.MIGControl.Monitor} {
+		if n != nil {
+			v.MIGControl = append(v.MIGControl, nodeOf(*n))
+		}
 	}
 	for _, n := range []*inventory.DeviceNode{s.Control.Ctl, s.Control.UVM, s.Control.UVMTools, s.Control.Modeset} {
 		if n != nil {
@@ -117,7 +145,28 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 				}
 				drm += n.Path
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s %d:%d %s\t%s\n", g.Index, g.Minor, g.UUID, g.BusID, g.Model, g.Node.Path, g.Node.Major, g.Node.Minor, g.Node.Mode, drm)
+			model := g.Model
+			if g.MIG {
+				model += " (MIG)"
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s %d:%d %s\t%s\n", g.Index, g.Minor, g.UUID, g.BusID, model, g.Node.Path, g.Node.Major, g.Node.Minor, g.Node.Mode, drm)
+		}
+	}
+	if len(v.MIG) > 0 || v.NVML != "" {
+		fmt.Fprintf(tw, "\nMIG devices: %d", len(v.MIG))
+		if v.NVML != "ok" && v.NVML != "" {
+			fmt.Fprintf(tw, " (NVML %s)", v.NVML)
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(v.MIG) > 0 {
+		fmt.Fprintln(tw, "NAME\tUUID\tPROFILE\tGPU\tGI\tCI\tGI NODE\tCI NODE")
+		for _, m := range v.MIG {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s %d:%d\t%s %d:%d\n", m.Name, m.UUID, m.Profile, m.Parent, m.GI, m.CI,
+				m.GINode.Path, m.GINode.Major, m.GINode.Minor, m.CINode.Path, m.CINode.Major, m.CINode.Minor)
+		}
+		for _, n := range v.MIGControl {
+			fmt.Fprintf(tw, "MIG management: %s %d:%d\n", n.Path, n.Major, n.Minor)
 		}
 	}
 	fmt.Fprintf(tw, "\nControl nodes: %d\n", len(v.ControlNodes))

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/containerd/nri/pkg/api"
@@ -224,13 +225,21 @@ func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node,
 		close(done)
 		return done
 	}
-	dp := deviceplugin.New(n, deviceplugin.Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir, DevRoot: c.DevRoot}, log)
-	log.WithFields(logrus.Fields{"resource": c.ResourceName, "socket": dp.Socket()}).Info("device plugin: starting (devicePlugin.enabled)")
+	var wg sync.WaitGroup
+	for _, o := range deviceplugin.Resources(c, n.Snapshot()) {
+		dp := deviceplugin.New(n, o, log)
+		log.WithFields(logrus.Fields{"resource": o.ResourceName, "socket": dp.Socket(), "migStrategy": c.MIGStrategy}).Info("device plugin: starting (devicePlugin.enabled)")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := dp.Run(ctx); err != nil {
+				log.WithError(err).Errorf("device plugin stopped: the kubelet does not see this node's %s", o.ResourceName)
+			}
+		}()
+	}
 	go func() {
-		defer close(done)
-		if err := dp.Run(ctx); err != nil {
-			log.WithError(err).Error("device plugin stopped: the kubelet does not see this node's GPUs")
-		}
+		wg.Wait()
+		close(done)
 	}()
 	return done
 }

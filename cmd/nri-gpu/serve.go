@@ -55,5 +55,7 @@ func startWatcher(ctx context.Context, p *plugin.Plugin, cfgPath string, interva
 		return nil, err
 	}
 	go w.Run(ctx)
+	// XID health, where NVML is (or becomes) available.
+	go p.Node().RunHealth(ctx, 0)
 	return w, nil
 }

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/status"
 )
 
@@ -100,7 +101,11 @@ func writeStatus(w io.Writer, s status.Status) error {
 				holders = append(holders, h.String()+" ("+h.Mode+")")
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Mode, orDash(kubelet), orDash(holders))
+		name := g.Name
+		if name == "" {
+			name = inventory.UnitLabel(g.Index)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, g.UUID, g.Mode, orDash(kubelet), orDash(holders))
 	}
 	return tw.Flush()
 }

@@ -145,3 +145,26 @@ func FuzzParseDriverVersion(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseMIGMinors fuzzes /proc/driver/nvidia-caps/mig-minors: no
+// panic, and every minor and instance it returns within its bounds.
+func FuzzParseMIGMinors(f *testing.F) {
+	f.Add([]byte("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"))
+	f.Add([]byte("gpu255/gi63/ci63/access 1048576\ngpu0/gi0/x/y/access 3\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ParseMIGMinors(data)
+		if err != nil {
+			return
+		}
+		for k, v := range m.GI {
+			if k[0] < 0 || k[0] > maxMIGGPU || k[1] < 0 || k[1] > maxMIGInstance || v < 0 || v > maxCapsMinor {
+				t.Fatalf("GI %v: minor %d", k, v)
+			}
+		}
+		for k, v := range m.CI {
+			if k[2] < 0 || k[2] > maxMIGInstance || v < 0 || v > maxCapsMinor {
+				t.Fatalf("CI %v: minor %d", k, v)
+			}
+		}
+	})
+}

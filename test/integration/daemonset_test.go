@@ -89,12 +89,14 @@ func TestDaemonSetLayout(t *testing.T) {
 	r := startRuntime(t, dir)
 	defer r.stop()
 
-	// A static binary: the root holds nothing else.
-	bin := filepath.Join(dir, "nri-gpu-static")
+	// The image's binary (CGO_ENABLED=0, as deploy/Dockerfile builds
+	// it): the root holds nothing else but the C library that the image's
+	// base (distroless base-nossl) has and that it needs to load NVML.
+	bin := filepath.Join(dir, "nri-gpu-nocgo")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/nri-gpu")
 	build.Dir, build.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
+		t.Fatalf("CGO_ENABLED=0 build: %v\n%s", err, out)
 	}
 
 	root := filepath.Join(dir, "root")
@@ -150,6 +152,7 @@ func TestDaemonSetLayout(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "proc"), 0o755)
 	data, _ := os.ReadFile(bin)
 	os.WriteFile(filepath.Join(root, "usr/bin/nri-gpu"), data, 0o755)
+	copyCLibrary(t, bin, root)
 	script = append(script, fmt.Sprintf("mount -t proc proc %q", filepath.Join(root, "proc")))
 
 	args := []string{}
@@ -325,5 +328,32 @@ func TestDaemonSetLayout(t *testing.T) {
 	}
 	if data, err := os.ReadFile(profile); err != nil || !strings.Contains(string(data), "EGLVisibleDGPUDevices") {
 		t.Errorf("application profile %q: %q, %v", profile, data, err)
+	}
+}
+
+// copyCLibrary copies into root, at their host paths, the dynamic loader
+// and the C libraries bin needs (as ldd lists them): what the image's
+// distroless base provides.
+func copyCLibrary(t *testing.T, bin, root string) {
+	t.Helper()
+	out, err := exec.Command("ldd", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ldd %s: %v\n%s", bin, err, out)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(f, "/") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -44,10 +44,11 @@ func MemorySnapshot() *inventory.Snapshot {
 	return s
 }
 
-// TableFor returns an empty allocation table for the GPUs of s.
+// TableFor returns an empty allocation table for the GPUs (and MIG
+// devices) of s.
 func TableFor(s *inventory.Snapshot) *alloc.Table {
 	var idx []int
-	for _, g := range s.GPUs {
+	for _, g := range s.Units() {
 		idx = append(idx, g.Index)
 	}
 	return alloc.New(idx)

@@ -335,6 +335,11 @@ func Generate(root string, opts Options) (*Node, error) {
 	if err := writeKernel(n, c); err != nil {
 		return nil, err
 	}
+	// The simulated NVML's state: the GPUs, without MIG (SetMIG changes
+	// it), so that NVML and the kernel agree as on a real node.
+	if err := n.WriteNVMLState(NVMLState{}); err != nil {
+		return nil, err
+	}
 	if !c.noDriver {
 		files, err := writeDriver(root, c)
 		if err != nil {

@@ -30,6 +30,7 @@ func main() {
 		noDriver    = flag.Bool("no-driver", false, "lay out the kernel side only (no libraries, binaries, firmware)")
 		cache       = flag.String("cache", "", "directory for compiled ELF files (default: user cache dir)")
 		asJSON      = flag.Bool("json", false, "print the generated Node as JSON")
+		mig         = flag.Bool("mig", false, "MIG on GPUs 0 (7x 1g.10gb) and 1 (3x 2g.20gb + 1x 1g.10gb), with the simulated NVML and nvidia-caps")
 	)
 	flag.Parse()
 	if *out == "" || flag.NArg() != 0 {
@@ -56,6 +57,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if *mig {
+		if err := n.SetMIG(simnode.MixedMIG()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)

@@ -1,0 +1,146 @@
+// Package nvml is nri-gpu's binding of NVIDIA's management library
+// (libnvidia-ml.so.1), loaded at run time with dlopen and called without
+// cgo (github.com/ebitengine/purego). The library is the driver's own,
+// found by discovery under the driver root; a request never names it.
+//
+// The rest of nri-gpu sees the small Lib interface: the GPUs NVML
+// enumerates with their MIG devices, and the XID events of a set of
+// devices. Everything it returns is a plain value; handles never leave
+// this package. docs/design.md says why purego and not cgo.
+package nvml
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lib is what nri-gpu uses of NVML. Implementations are safe for use by
+// one goroutine for Devices and another for Wait.
+type Lib interface {
+	// Devices enumerates the GPUs in NVML index order with their MIG
+	// devices.
+	Devices() ([]GPU, error)
+	// Events starts listening for critical XID events of every GPU.
+	Events() (Events, error)
+	// Close shuts NVML down.
+	Close() error
+}
+
+// Events is a set of NVML events being listened for.
+type Events interface {
+	// Wait waits up to timeout for the next event; ok is false on a
+	// timeout.
+	Wait(timeout time.Duration) (ev Event, ok bool, err error)
+	// Close frees the event set.
+	Close() error
+}
+
+// GPU is one GPU as NVML reports it.
+type GPU struct {
+	// Index is NVML's index (PCI order).
+	Index int
+	UUID  string
+	// BusID is NVML's form, "00000000:1B:00.0".
+	BusID string
+	Name  string
+	// MemoryMiB is the GPU's total memory.
+	MemoryMiB uint64
+	// MIGEnabled is the current MIG mode.
+	MIGEnabled bool
+	// MIG are the GPU's MIG devices, by MIG index; empty without MIG.
+	MIG []MIG
+	// Err is set when NVML reported the GPU but could not query it
+	// (a lost GPU); the other fields may then be partial.
+	Err error
+}
+
+// MIG is one MIG device (a compute instance of a GPU instance).
+type MIG struct {
+	// Index is the MIG device's index under its GPU, as
+	// NVIDIA_VISIBLE_DEVICES=<gpu>:<mig> counts.
+	Index int
+	UUID  string
+	GI    int
+	CI    int
+	// Profile is the MIG profile name, "1g.10gb" (with a "<n>c." prefix
+	// when the compute instance uses part of its GPU instance:
+	// "1c.2g.20gb").
+	Profile   string
+	MemoryMiB uint64
+	GISlices  int
+	CISlices  int
+}
+
+// Event is an XID event.
+type Event struct {
+	// UUID is the GPU the event came from.
+	UUID string
+	// XID is the error's XID number.
+	XID uint64
+	// GI and CI are the GPU and compute instance the event is
+	// attributable to, or NoInstance.
+	GI, CI uint32
+}
+
+// NoInstance is Event.GI/CI where the event is not attributable to a MIG
+// instance (NVML's 0xFFFFFFFF).
+const NoInstance = 0xFFFFFFFF
+
+// Return is an nvmlReturn_t.
+type Return int32
+
+// NVML return codes (nvml.h).
+const (
+	Success           Return = 0
+	ErrUninitialized  Return = 1
+	ErrInvalidArg     Return = 2
+	ErrNotSupported   Return = 3
+	ErrNotFound       Return = 6
+	ErrInsufficient   Return = 7
+	ErrTimeout        Return = 10
+	ErrResetRequired  Return = 14
+	ErrGPUIsLost      Return = 15
+	ErrFunctionAbsent Return = 13
+)
+
+// Error is an NVML call that failed.
+type Error struct {
+	Func string
+	Code Return
+	Text string
+}
+
+func (e *Error) Error() string {
+	if e.Text != "" {
+		return fmt.Sprintf("%s: %s (%d)", e.Func, e.Text, e.Code)
+	}
+	return fmt.Sprintf("%s: NVML error %d", e.Func, e.Code)
+}
+
+// IsCode reports whether err is an NVML error with code c.
+func IsCode(err error, c Return) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == c
+}
+
+// ProfileName returns the MIG profile name of a MIG device from its
+// attributes and its parent's total memory, the way NVIDIA's device plugin
+// names it: the GPU instance's slices, its memory as a fraction of the
+// GPU's rounded up to eighths times the GPU's memory in GiB (rounded up),
+// and a "<n>c." prefix when the compute instance has fewer slices than its
+// GPU instance. An A100 40GB's 4864 MiB slice is "1g.5gb", an H100 80GB's
+// 9856 MiB one "1g.10gb".
+func ProfileName(giSlices, ciSlices int, memMiB, parentMiB uint64) string {
+	gb := uint64(0)
+	if parentMiB > 0 {
+		eighths := (memMiB*8 + parentMiB - 1) / parentMiB // ceil(mem/parent*8)
+		totalGB := (parentMiB + 1023) / 1024
+		gb = (eighths*totalGB + 4) / 8 // round(eighths/8 * totalGB)
+	}
+	name := fmt.Sprintf("%dg.%dgb", giSlices, gb)
+	if ciSlices > 0 && ciSlices < giSlices {
+		name = fmt.Sprintf("%dc.%s", ciSlices, name)
+	}
+	return name
+}
