@@ -90,7 +90,9 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 	if s := p.stub.Load(); s != nil {
 		nriVersion = (*s).RuntimeNRIVersion()
 	}
-	p.runtimeCDI.Store(semver.IsValid(nriVersion) && semver.Compare(nriVersion, minCDINRIVersion) >= 0)
+	cdi := semver.IsValid(nriVersion) && semver.Compare(nriVersion, minCDINRIVersion) >= 0
+	why, drops := runtimeDropsCDI(runtime, version)
+	p.runtimeCDI.Store(cdi && !drops)
 	p.log.Infof("connected to %s %s (NRI %s)", runtime, version, nriVersion)
 	if cfg != "" {
 		c, err := config.Parse([]byte(cfg))
@@ -100,6 +102,9 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 		if err := p.node.Reload(c); err != nil {
 			return 0, err
 		}
+	}
+	if drops && p.node.State().Config.Emit == config.EmitCDI {
+		p.log.Warnf("emit: cdi: %s: every container gets edits (device nodes, mounts and env) instead", why)
 	}
 	return api.MustParseEventMask(events...), nil
 }
