@@ -84,7 +84,6 @@ type Containerd struct {
 	conn            *grpc.ClientConn
 	cri             *CRI
 	stopped         bool
-	pods            map[string]*runtimeapi.PodSandboxConfig
 }
 
 // features are config differences between containerd releases.
@@ -386,7 +385,7 @@ func (c *Containerd) connect() error {
 		return err
 	}
 	c.conn = conn
-	c.cri = newCRI(c, conn)
+	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
 	return nil
 }
 
