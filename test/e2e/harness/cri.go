@@ -28,6 +28,8 @@ type CRI struct {
 	// runtime's log, for errors.
 	podLogDir string
 	logTail   func(n int64) string
+	// killFirst: StopPod kills the pod's running containers first.
+	killFirst bool
 	mu        sync.Mutex
 	pods      map[string]*runtimeapi.PodSandboxConfig
 }
@@ -269,6 +271,18 @@ func (r *CRI) RemoveContainer(ctx context.Context, id string) error {
 
 // StopPod stops a pod sandbox and its containers.
 func (r *CRI) StopPod(ctx context.Context, podID string) error {
+	if r.killFirst {
+		// CRI-O gives each container the caller's deadline (default 10 s)
+		// to exit after SIGTERM, which sleep as PID 1 ignores; the kubelet
+		// stops them before. Kill them (timeout 0), as containerd does.
+		if ctrs, err := r.ListContainers(ctx, podID); err == nil {
+			for _, c := range ctrs {
+				if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+					_ = r.StopContainer(ctx, c.Id, 0)
+				}
+			}
+		}
+	}
 	_, err := r.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID})
 	return r.wrap(err, "StopPodSandbox %s", podID)
 }

@@ -38,9 +38,11 @@ type CRIOOptions struct {
 	NRIRequestTimeout      time.Duration
 	// ExtraConfig is TOML merged over the generated crio.conf.
 	ExtraConfig string
-	// DropIns are files written into the config dir (crio.conf.d) by name,
-	// which CRI-O reads after crio.conf, in name order.
-	DropIns map[string]string
+	// Prepare, when set, runs once the private directories and crio.conf
+	// exist and before CRI-O starts: to write drop-ins into ConfigDir
+	// (crio.conf.d, read after crio.conf in name order) or pre-registered
+	// plugins into NRIPluginPath, which need the private paths.
+	Prepare func(c *CRIO) error
 	// Env is added to CRI-O's environment.
 	Env []string
 	// Debug sets CRI-O's log level to debug.
@@ -131,8 +133,8 @@ func StartCRIO(ctx context.Context, opts CRIOOptions) (*CRIO, error) {
 	if err := os.WriteFile(c.ConfigPath, cfg, 0o644); err != nil {
 		return fail(err)
 	}
-	for name, data := range opts.DropIns {
-		if err := os.WriteFile(filepath.Join(c.ConfigDir, name), []byte(data), 0o644); err != nil {
+	if opts.Prepare != nil {
+		if err := opts.Prepare(c); err != nil {
 			return fail(err)
 		}
 	}
@@ -361,6 +363,7 @@ func (c *CRIO) connect() error {
 	}
 	c.conn = conn
 	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
+	c.cri.killFirst = true
 	return nil
 }
 

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// TestCRIO runs a private CRI-O: a pod and a container, a restart with the
+// TestCRIO runs a private CRI-O: a pod (without an infra container) and two
+// containers, a restart with the
 // container running (it keeps running and answers exec), and a stop that
 // leaves no process, mount or directory behind.
 func TestCRIO(t *testing.T) {
@@ -50,6 +52,13 @@ func TestCRIO(t *testing.T) {
 	}
 	if out, _, code, err := cri.Exec(ctx, gl, "cat", "/proc/self/status"); err != nil || code != 0 || !strings.Contains(out, "Name:\tcat") {
 		t.Fatalf("exec in the glibc container: code %d err %v out %q", code, err, out)
+	}
+
+	// A pod with a per-container PID namespace (the harness's, and the
+	// kubelet's default) has no infra container on CRI-O: runc runs only
+	// the two containers.
+	if states, _ := filepath.Glob(filepath.Join(c.RuncRoot, "*", "state.json")); len(states) != 2 {
+		t.Errorf("runc runs %d containers, want the 2 of the pod and no infra container: %v", len(states), states)
 	}
 
 	oldPID := c.PID()
