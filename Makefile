@@ -60,7 +60,8 @@ unit:
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
-# simulated node, then the same against containerd 2.2.9 (older NRI API).
+# simulated node, then the same against containerd 2.2.9 (older NRI API) and
+# CRI-O 1.34.0 (built from source into the same cache).
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
 # under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
 e2e: e2e-tools build
@@ -68,13 +69,15 @@ e2e: e2e-tools build
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
+	cd test/e2e && NRI_GPU_E2E_RUNTIME=crio-1.34.0 $(GO) test -v -count=1 -timeout 30m ./suite/
 
 e2e-tools:
 	NRI_GPU_E2E_KUBELET=1 test/e2e/install-tools.sh
 
-# One command to a working demo on a machine without a GPU (root).
+# One command to a working demo on a machine without a GPU (root);
+# RUNTIME=crio-1.34.0 runs it on CRI-O instead of containerd 2.4.2.
 demo: build
-	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu
+	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu $(if $(RUNTIME),-runtime $(RUNTIME))
 
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s

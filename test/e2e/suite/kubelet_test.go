@@ -124,6 +124,7 @@ func TestKubelet(t *testing.T) {
 	if os.Getenv(kubeletOptIn) != "1" {
 		t.Skipf("runs only with %s=1, which make e2e sets for its containerd 2.4.2 run (it builds kubelet %s on first use, about 4 min)", kubeletOptIn, harness.KubeletVersion)
 	}
+	skipOnCRIO(t, "the kubelet phase runs on containerd 2.4.2")
 	c := harness.StartForTest(t, harness.ContainerdOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "devicePlugin:\n  enabled: true\n")
 	hostGPUNodes(t, n)

@@ -104,7 +104,7 @@ func TestPolicy(t *testing.T) {
 	})
 
 	t.Run("CDI devices already from the runtime", func(t *testing.T) {
-		spec := filepath.Join(w.c.CDISpecDir, "nri-gpu.yaml")
+		spec := filepath.Join(w.c.CDIDir(), "nri-gpu.yaml")
 		if out, err := exec.Command(nriGPU(t), "cdi", "generate", "--config", n.config, "-o", spec).CombinedOutput(); err != nil {
 			t.Fatalf("nri-gpu cdi generate: %v\n%s", err, out)
 		}

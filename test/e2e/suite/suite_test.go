@@ -106,10 +106,10 @@ func (l *lockedBuffer) String() string {
 
 // startPlugin starts nri-gpu against c's NRI socket, with extra flags, and
 // waits until containerd lists it as connected (a GPU pod is served).
-func startPlugin(t *testing.T, c *harness.Containerd, n *node, extra ...string) *plugin {
+func startPlugin(t *testing.T, c harness.Runtime, n *node, extra ...string) *plugin {
 	t.Helper()
 	p := &plugin{log: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(nriGPU(t), append([]string{"run", "--config", n.config, "--socket", c.NRISocket}, extra...)...)
+	p.cmd = exec.Command(nriGPU(t), append([]string{"run", "--config", n.config, "--socket", c.NRISocketPath()}, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func startPlugin(t *testing.T, c *harness.Containerd, n *node, extra ...string) 
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(p.log.String(), "synchronized with the runtime") {
 		if time.Now().After(deadline) {
-			t.Fatalf("nri-gpu did not synchronize with containerd:\n%s", p.log.String())
+			t.Fatalf("nri-gpu did not synchronize with the runtime:\n%s", p.log.String())
 		}
 		select {
 		case <-p.done:
@@ -144,7 +144,7 @@ func (p *plugin) stop() {
 // world is a containerd with nri-gpu on a simulated node.
 type world struct {
 	t      *testing.T
-	c      *harness.Containerd
+	c      harness.Runtime
 	cri    *harness.CRI
 	node   *node
 	plugin *plugin
@@ -153,7 +153,7 @@ type world struct {
 
 func newWorld(t *testing.T, layout simnode.Layout, extraConfig string) *world {
 	t.Helper()
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.ContainerdOptions{})
 	n := newNode(t, layout, extraConfig)
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	w.plugin = startPlugin(t, c, n)

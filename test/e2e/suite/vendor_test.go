@@ -15,7 +15,7 @@ import (
 // checks the container's view: the spec's nodes (allowed by the cgroup),
 // mount and env, and nothing of NVIDIA's.
 func TestCDIImport(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.ContainerdOptions{})
 	dir, err := os.MkdirTemp("", "nri-gpu-e2e-amd-")
 	if err != nil {
 		t.Fatal(err)
