@@ -6,7 +6,7 @@
 //	bench-e2e [-nri-gpu bin/nri-gpu] [-rounds 80] [-scaling-rounds 30]
 //	          [-paths floor,nri-gpu,cdi,toolkit,nvidia-runtime]
 //	          [-phases main,files,scaling,emit-cdi] [-gpus 1,4,8]
-//	          [-caps 'utility;compute,utility;all']
+//	          [-caps 'utility;compute,utility;all'] [-runtime crio-1.34.0]
 package main
 
 import (
@@ -38,8 +38,9 @@ func main() {
 	gpus := flag.String("gpus", "1,4,8", "GPU counts of the scaling table (at most 8)")
 	caps := flag.String("caps", "utility;compute,utility;all", "capability sets of the scaling table, ';'-separated")
 	nice := flag.Int("nice", -10, "nice value of the benchmark, containerd and the plugins (and so of shims, runc and hooks), to cut noise from other work on the machine; 0 leaves it alone")
+	runtime := flag.String("runtime", "", "the runtime: empty for containerd "+harness.DefaultContainerdVersion+", or crio-"+strings.TrimPrefix(harness.CRIOVersion, "v")+" (without the nvidia-runtime path)")
 	flag.Parse()
-	if err := run(*bin, *rounds, *scalingRounds, split(*paths, ","), split(*phases, ","), *gpus, split(*caps, ";"), *nice); err != nil {
+	if err := run(*bin, *rounds, *scalingRounds, split(*paths, ","), split(*phases, ","), *gpus, split(*caps, ";"), *nice, *runtime); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-e2e:", err)
 		os.Exit(1)
 	}
@@ -55,7 +56,7 @@ func split(s, sep string) []string {
 	return out
 }
 
-func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList string, caps []string, nice int) error {
+func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList string, caps []string, nice int, runtime string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (it runs containerd and runc)")
 	}
@@ -102,7 +103,7 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 		}
 	}
 
-	env, err := bench.Setup(ctx, bench.Options{NRIGPU: bin, Nice: nice, NVIDIARuntime: want("main") && slices.Contains(paths, bench.NVIDIARuntime)})
+	env, err := bench.Setup(ctx, bench.Options{NRIGPU: bin, Nice: nice, Runtime: runtime, NVIDIARuntime: want("main") && slices.Contains(paths, bench.NVIDIARuntime)})
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func run(bin string, rounds, scalingRounds int, paths, phases []string, gpuList 
 
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("<!-- bench-e2e on %s, %d CPUs, load %s, nice %d, %s, containerd %s, runc %s, toolkit %s -->\n\n", host, numCPU(), strings.Join(strings.Fields(string(load))[:3], " "), nice, time.Now().UTC().Format(time.RFC3339), env.Tools.ContainerdVersion, env.Tools.RuncVersion, bench.ToolkitVersion)
+	fmt.Printf("<!-- bench-e2e on %s, %d CPUs, load %s, nice %d, %s, runtime %s, runc %s, toolkit %s -->\n\n", host, numCPU(), strings.Join(strings.Fields(string(load))[:3], " "), nice, time.Now().UTC().Format(time.RFC3339), env.C.Name(), env.Tools.RuncVersion, bench.ToolkitVersion)
 	if want("main") {
 		fmt.Fprintf(os.Stderr, "bench-e2e: main table, %d rounds\n", rounds)
 		r, err := env.Run(ctx, mainCases, rounds)

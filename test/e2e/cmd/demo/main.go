@@ -23,8 +23,10 @@ import (
 
 func main() {
 	bin := flag.String("nri-gpu", "bin/nri-gpu", "the nri-gpu binary to run")
+	rt := flag.String("runtime", "", "the runtime: containerd-"+strings.TrimPrefix(harness.DefaultContainerdVersion, "v")+
+		" (default) or crio-"+strings.TrimPrefix(harness.CRIOVersion, "v"))
 	flag.Parse()
-	if err := run(*bin); err != nil {
+	if err := run(*bin, *rt); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -32,9 +34,15 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(bin string) (err error) {
+func run(bin, runtime string) (err error) {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (it runs containerd and runc)")
+	}
+	crio := "crio-" + strings.TrimPrefix(harness.CRIOVersion, "v")
+	switch runtime {
+	case "", "containerd-" + strings.TrimPrefix(harness.DefaultContainerdVersion, "v"), crio:
+	default:
+		return fmt.Errorf("-runtime %q: valid are containerd-%s and %s", runtime, strings.TrimPrefix(harness.DefaultContainerdVersion, "v"), crio)
 	}
 	bin, err = filepath.Abs(bin)
 	if err != nil {
@@ -71,10 +79,22 @@ func run(bin string) (err error) {
 	out, _ := exec.Command(bin, "inventory", "--config", cfg).CombinedOutput()
 	fmt.Printf("%s\n", indent(string(out)))
 
-	step("starting containerd with NRI")
-	c, err := harness.StartContainerd(ctx, harness.ContainerdOptions{Tools: tools, Images: imgs})
-	if err != nil {
-		return err
+	var c harness.Runtime
+	if runtime == crio {
+		step("installing CRI-O %s (built from source on the first run, a few minutes), conmon and skopeo", harness.CRIOVersion)
+		ct, err := harness.InstallCRIO(ctx, "")
+		if err != nil {
+			return err
+		}
+		step("starting CRI-O with NRI")
+		if c, err = harness.StartCRIO(ctx, harness.CRIOOptions{Tools: tools, CRIO: ct, Images: imgs}); err != nil {
+			return err
+		}
+	} else {
+		step("starting containerd with NRI")
+		if c, err = harness.StartContainerd(ctx, harness.ContainerdOptions{Tools: tools, Images: imgs}); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		step("cleaning up")
@@ -85,7 +105,7 @@ func run(bin string) (err error) {
 
 	step("starting nri-gpu")
 	var log bytes.Buffer
-	plugin := exec.Command(bin, "run", "--config", cfg, "--socket", c.NRISocket)
+	plugin := exec.Command(bin, "run", "--config", cfg, "--socket", c.NRISocketPath())
 	plugin.Stdout, plugin.Stderr = &log, &log
 	if err := plugin.Start(); err != nil {
 		return err
