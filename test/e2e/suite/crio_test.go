@@ -93,3 +93,28 @@ func TestCRIODropIn(t *testing.T) {
 		t.Errorf("doctor disagrees with CRI-O, want %q:\n%s", want, out)
 	}
 }
+
+// TestCRIOContainerName: CRI-O names a container to NRI only from the CRI
+// label io.kubernetes.container.name. With it, the per-container
+// annotation applies; without it, a pod with per-container annotations is
+// refused with an error naming the annotation and the label, not served
+// the pod's request; a pod with only the pod annotation still gets it.
+func TestCRIOContainerName(t *testing.T) {
+	if !onCRIO(t) {
+		t.Skipf("runs in the CRI-O run of the suite (%s=%s); containerd always names containers", runtimeEnv, crioName)
+	}
+	w := newWorld(t, simnode.LayoutRHEL, "")
+	ann := map[string]string{"gpus.nri-gpu.dev/container.train": "1", "gpus.nri-gpu.dev/pod": "2"}
+	named := w.mustRun("train", ann, harness.ContainerSpec{})
+	if got := gpuNodes(named); len(got) != 1 {
+		t.Errorf("labelled container: GPU nodes %q, want the container annotation's 1", got)
+	}
+	_, err := w.run("train", ann, harness.ContainerSpec{NoNameLabel: true})
+	if err == nil || !strings.Contains(err.Error(), "gpus.nri-gpu.dev/container.train") || !strings.Contains(err.Error(), harness.ContainerNameLabel) {
+		t.Errorf("unlabelled container in a pod with per-container annotations: %v; want a refusal naming the annotation and the label", err)
+	}
+	pod := w.mustRun("train", map[string]string{"gpus.nri-gpu.dev/pod": "2"}, harness.ContainerSpec{NoNameLabel: true})
+	if got := gpuNodes(pod); len(got) != 2 {
+		t.Errorf("unlabelled container with the pod annotation: GPU nodes %q, want 2", got)
+	}
+}
