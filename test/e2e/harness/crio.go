@@ -285,7 +285,8 @@ func (c *CRIO) start(ctx context.Context) error {
 			env = append(env, e)
 		}
 	}
-	cmd.Env = append(env, c.Opts.Env...)
+	env = append(env, c.Opts.Env...)
+	cmd.Env = env
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start crio: %w", err)
