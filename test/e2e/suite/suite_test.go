@@ -3,7 +3,8 @@
 // (test/simnode), and checks made from inside real containers.
 //
 // It needs root (CI is root). NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9 runs it
-// against the older containerd (older NRI API).
+// against the older containerd (older NRI API), NRI_GPU_E2E_RUNTIME=crio-1.34.0
+// on CRI-O.
 package suite
 
 import (
