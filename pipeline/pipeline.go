@@ -303,7 +303,7 @@ func (p *Path) find(c *call) error {
 	}
 	c.found, err = request.Find(request.Input{
 		Annotations: c.pod.GetAnnotations(),
-		Name:        c.ctr.GetName(),
+		Name:        containerName(c.ctr),
 		Env:         c.ctr.GetEnv(),
 		Mounts:      mounts(c.ctr),
 	})

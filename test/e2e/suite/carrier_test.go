@@ -47,7 +47,7 @@ func holdersOf(rows []statusGPU, index int) []alloc.HolderState {
 // It asserts on what nri-gpu did (the container's device nodes and env,
 // nri-gpu's status), so it holds for any CRI runtime the suite drives.
 func TestKubeletCarrier(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "")
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	socket := filepath.Join(t.TempDir(), "status.sock")

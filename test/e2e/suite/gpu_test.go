@@ -192,6 +192,9 @@ func TestE2E(t *testing.T) {
 		out, _ := c.sh("grep -E 'nvidia|firmware' /proc/self/mountinfo")
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 			f := strings.Fields(l)
+			if len(f) >= 5 && f[4] == "/sys/firmware" {
+				continue // CRI-O masks /sys/firmware with a read-only tmpfs: the runtime's, not nri-gpu's
+			}
 			if len(f) < 6 || !strings.Contains(","+f[5]+",", ",ro,") || !strings.Contains(f[5], "nosuid") || !strings.Contains(f[5], "nodev") {
 				t.Errorf("mount not ro,nosuid,nodev: %s", l)
 			}

@@ -22,7 +22,7 @@ import (
 // driver from nri-gpu and sees exactly its GPU; volume-mounts without
 // device specs (what a hostPath volume can forge) is refused.
 func TestNVIDIADevicePluginOnContainerd(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "policy:\n  default: deny\n")
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
 	socket := filepath.Join(t.TempDir(), "status.sock")
@@ -75,7 +75,7 @@ func TestNVIDIADevicePluginOnContainerd(t *testing.T) {
 // make it inject the driver a second time), and books the GPU as the
 // runtime's, so that a count request cannot have it.
 func TestNVIDIADevicePluginCDIOnContainerd(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutDebian, "sharing: exclusive\n")
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
 	socket := filepath.Join(t.TempDir(), "status.sock")
@@ -89,7 +89,7 @@ func TestNVIDIADevicePluginCDIOnContainerd(t *testing.T) {
 	if spec == string(out) {
 		t.Fatalf("no kind line in the spec:\n%s", out)
 	}
-	if err := os.WriteFile(filepath.Join(c.CDISpecDir, "k8s.device-plugin.nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(c.CDIDir(), "k8s.device-plugin.nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	g := n.GPUs[1]
