@@ -266,7 +266,13 @@ func TestLibrariesByLayout(t *testing.T) {
 				if out, code := g.sh("nvidia-smi"); code != 0 || !strings.Contains(out, "NVIDIA-SMI "+n.DriverVersion) {
 					t.Errorf("nvidia-smi: %d %q", code, out)
 				}
-				if out, _ := g.sh("ls /usr/local/nvidia/bin/ | grep -c nvidia-cuda-mps"); strings.TrimSpace(out) != "2" {
+				// CRI-O 1.34 keeps the image's PATH: the binaries are at
+				// /usr/bin there (TestDefaultLayout).
+				bin := "/usr/local/nvidia/bin/"
+				if onCRIO() {
+					bin = "/usr/bin/"
+				}
+				if out, _ := g.sh("ls " + bin + " | grep -c nvidia-cuda-mps"); strings.TrimSpace(out) != "2" {
 					t.Errorf("compute binaries missing: %q", out)
 				}
 				fw := "/lib/firmware/nvidia/" + n.DriverVersion
@@ -282,7 +288,7 @@ func TestLibrariesByLayout(t *testing.T) {
 				if out, code := cc.sh("gpucheck cuda"); code != 0 {
 					t.Errorf("compute-only gpucheck cuda:\n%s", out)
 				}
-				if out, code := cc.sh("ls /usr/local/nvidia/bin/nvidia-smi /usr/local/nvidia/lib64/libnvidia-ml.so.1"); code == 0 {
+				if out, code := cc.sh("ls " + bin + "nvidia-smi /usr/local/nvidia/lib64/libnvidia-ml.so.1"); code == 0 {
 					t.Errorf("compute-only request got utility files:\n%s", out)
 				}
 			})
