@@ -154,7 +154,10 @@ type ContainerSpec struct {
 	RunAsGroup     *int64
 	ReadOnlyRootfs bool
 	DropAllCaps    bool
-	Privileged     bool
+	// AddCaps are capabilities added to the runtime's default set (e.g.
+	// "MKNOD", which CRI-O's default set leaves out).
+	AddCaps    []string
+	Privileged bool
 }
 
 // ContainerNameLabel is the CRI label with the container's name that the
@@ -189,6 +192,12 @@ func (r *CRI) CreateContainer(ctx context.Context, podID string, spec ContainerS
 	}
 	if spec.DropAllCaps {
 		sc.Capabilities = &runtimeapi.Capability{DropCapabilities: []string{"ALL"}}
+	}
+	if len(spec.AddCaps) > 0 {
+		if sc.Capabilities == nil {
+			sc.Capabilities = &runtimeapi.Capability{}
+		}
+		sc.Capabilities.AddCapabilities = spec.AddCaps
 	}
 	labels := spec.Labels
 	if _, set := labels[ContainerNameLabel]; !set && !spec.NoNameLabel {
