@@ -61,21 +61,23 @@ unit:
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API) and
-# containerd 1.7.36 (NRI v0.8.0, config version 2).
+# containerd 1.7.36 (NRI v0.8.0, config version 2), then CRI-O 1.34.0 (built from
+# source into the same cache). One line per runtime.
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
 # under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
 e2e: e2e-tools build
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
-	cd test/e2e && NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
+	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.4.2 NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-1.7.36 $(GO) test -v -count=1 -timeout 30m ./suite/
+	cd test/e2e && NRI_GPU_E2E_RUNTIME=crio-1.34.0 $(GO) test -v -count=1 -timeout 30m ./suite/
 
 e2e-tools:
 	NRI_GPU_E2E_KUBELET=1 test/e2e/install-tools.sh
 
 # One command to a working demo on a machine without a GPU (root).
-# RUNTIME=containerd-2.2.9 or containerd-1.7.36 runs it on another runtime.
+# RUNTIME=containerd-2.2.9, containerd-1.7.36 or crio-1.34.0 runs it on another runtime.
 RUNTIME ?= containerd-2.4.2
 demo: build
 	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu -runtime $(RUNTIME)

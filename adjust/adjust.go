@@ -140,7 +140,11 @@ type plan struct {
 	mounts  []inventory.Mount
 	libDirs []string
 	binDirs []string
-	files   int
+	// usrBin are the binaries one by one at /usr/bin, for a container
+	// whose PATH cannot be extended (see PathRepeated); set only with
+	// binDirs.
+	usrBin []inventory.Mount
+	files  int
 	// api are mounts as NRI messages, shared by every adjustment of the
 	// set: adjustments are only marshalled, never modified, so the
 	// messages are built once per snapshot instead of once per request.
@@ -242,6 +246,9 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 			}
 		case inventory.Binary:
 			bin = true
+			if p.layout.BinaryDir != "" {
+				pl.usrBin = append(pl.usrBin, inventory.Mount{Source: f.mount.Source, Destination: path.Join("/usr/bin", path.Base(f.mount.Destination))})
+			}
 			if wholeBin {
 				continue
 			}
@@ -265,6 +272,8 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 			pl.mounts = append(pl.mounts, inventory.Mount{Source: dirBin, Destination: p.layout.BinaryDir})
 		}
 		pl.binDirs = []string{p.layout.BinaryDir}
+	} else {
+		pl.usrBin = nil
 	}
 	// Full slice expressions: an append by a user of the edits copies
 	// instead of writing into the shared plan.
@@ -416,9 +425,21 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		}
 		adj.Linux.Devices[i] = d
 	}
-	if pl := e.plan; pl != nil && len(pl.mounts) == len(e.Mounts) && (len(e.Mounts) == 0 || &pl.mounts[0] == &e.Mounts[0]) {
+	path, setPath := appendDirs(env, EnvPath, e.BinaryDirs, DefaultPath)
+	switch pl := e.plan; {
+	case setPath && e.BinariesAtUsrBin(env):
+		// The runtime would keep its own PATH: the binaries go where
+		// every PATH looks, and PATH is left alone.
+		ms := make([]inventory.Mount, 0, len(e.Mounts)+len(pl.usrBin))
+		for _, m := range e.Mounts {
+			if !underAny(m.Destination, e.BinaryDirs) {
+				ms = append(ms, m)
+			}
+		}
+		adj.Mounts, setPath = apiMounts(append(ms, pl.usrBin...)), false
+	case pl != nil && len(pl.mounts) == len(e.Mounts) && (len(e.Mounts) == 0 || &pl.mounts[0] == &e.Mounts[0]):
 		adj.Mounts = pl.api // the plan's mounts, unchanged: share its messages
-	} else {
+	default:
 		adj.Mounts = apiMounts(e.Mounts)
 	}
 	if e.VisibleDevices != "" {
@@ -429,9 +450,9 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		kvs = append(kvs, api.KeyValue{})
 		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvLibraryPath, v
 	}
-	if v, ok := appendDirs(env, EnvPath, e.BinaryDirs, DefaultPath); ok {
+	if setPath {
 		kvs = append(kvs, api.KeyValue{})
-		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvPath, v
+		kvs[len(kvs)-1].Key, kvs[len(kvs)-1].Value = EnvPath, path
 	}
 	for i := range kvs {
 		adj.Env = append(adj.Env, &kvs[i])
@@ -463,6 +484,63 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 	return adj
 }
 
+// BinariesAtUsrBin reports whether a container with environment env gets
+// its binaries one by one at /usr/bin instead of in BinaryDirs: when PATH
+// would have to be extended but env sets it more than once (PathRepeated).
+// CRI-O 1.34 shows a plugin the PATH of its spec template and then the
+// image's (or the pod spec's), and applies an adjusted PATH to the first
+// only, so that the second, unchanged, is what the container gets.
+func (e *Edits) BinariesAtUsrBin(env []string) bool {
+	if e.plan == nil || len(e.plan.usrBin) == 0 || !PathRepeated(env) {
+		return false
+	}
+	_, setPath := appendDirs(env, EnvPath, e.BinaryDirs, DefaultPath)
+	return setPath
+}
+
+// UsrBin are the binaries of the edits as mounts at /usr/bin, where the
+// layout: toolkit (and a CDI spec nri-gpu generates) puts them; nil when
+// the edits' binaries are at /usr/bin already or there are none.
+func (e *Edits) UsrBin() []inventory.Mount {
+	if e.plan == nil || len(e.BinaryDirs) == 0 {
+		return nil
+	}
+	return e.plan.usrBin
+}
+
+// DropBinaryDirs takes the binary directories and their mounts out of the
+// edits: for a container that has every binary at /usr/bin already.
+func (e *Edits) DropBinaryDirs() {
+	ms := e.Mounts[:0:0]
+	for _, m := range e.Mounts {
+		if !underAny(m.Destination, e.BinaryDirs) {
+			ms = append(ms, m)
+		}
+	}
+	e.Mounts, e.BinaryDirs = ms, nil
+}
+
+// PathRepeated reports whether env sets PATH more than once.
+func PathRepeated(env []string) bool {
+	n := 0
+	for _, kv := range env {
+		if strings.HasPrefix(kv, EnvPath+"=") {
+			n++
+		}
+	}
+	return n > 1
+}
+
+// underAny reports whether p is one of dirs or below one.
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // LibraryPath returns the LD_LIBRARY_PATH a container with environment env
 // needs for dirs to be searched: its own value with the missing dirs
 // appended. ok is false when nothing needs to change.
@@ -477,11 +555,12 @@ func appendDirs(env []string, key string, dirs []string, unset string) (string, 
 	if len(dirs) == 0 {
 		return "", false
 	}
+	// The last setting: the one a runtime that dedups the environment
+	// (CRI-O) keeps; containerd shows each variable once.
 	cur, found := unset, false
 	for _, kv := range env {
 		if len(kv) > len(key) && kv[len(key)] == '=' && strings.HasPrefix(kv, key) {
 			cur, found = kv[len(key)+1:], true
-			break
 		}
 	}
 	val := cur

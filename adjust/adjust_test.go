@@ -350,3 +350,79 @@ func TestEditsByCapability(t *testing.T) {
 		t.Errorf("utility (-want +got):\n%s", diff)
 	}
 }
+
+// TestBinariesAtUsrBinWhenPathRepeated: a runtime that shows PATH twice
+// (CRI-O 1.34: its spec template's, then the image's) keeps the second over
+// an adjusted PATH, so a binary directory appended to PATH would not be
+// searched. Then the binaries go one by one to /usr/bin, without the
+// directory mount and without a PATH adjustment; when the last PATH lists
+// the directory already (nvidia/cuda images), nothing changes. Fails
+// before the fallback: PATH was adjusted and the directory mounted.
+func TestBinariesAtUsrBinWhenPathRepeated(t *testing.T) {
+	s := snapshot()
+	l := layout
+	l.BinaryDir = "/usr/local/nvidia/bin"
+	utility := inventory.Capabilities(0).With(inventory.Utility)
+	l.HostBinaryDirs = map[inventory.Capabilities]string{utility.With(inventory.Compute): "/cache/bin-compute+utility"}
+	for _, perFile := range []bool{false, true} {
+		ll := l
+		if perFile {
+			ll.HostBinaryDirs = nil
+		}
+		e := Prepare(s, ll).Edits(s.GPUs[:1], inventory.DefaultCapabilities)
+		bins := func(adj *api.ContainerAdjustment) (usrBin, dir []string, path string) {
+			for _, m := range adj.Mounts {
+				switch {
+				case strings.HasPrefix(m.Destination, "/usr/bin/"):
+					usrBin = append(usrBin, m.Source+"->"+m.Destination)
+				case m.Destination == l.BinaryDir || strings.HasPrefix(m.Destination, l.BinaryDir+"/"):
+					dir = append(dir, m.Destination)
+				}
+			}
+			for _, kv := range adj.Env {
+				if kv.Key == EnvPath {
+					path = kv.Value
+				}
+			}
+			return
+		}
+		crio := []string{"PATH=" + DefaultPath, "TERM=xterm", "HOSTNAME=vm", "PATH=/opt/app/bin:/usr/bin:/bin"}
+		if !e.BinariesAtUsrBin(crio) {
+			t.Errorf("perFile=%v: PATH set twice: BinariesAtUsrBin false", perFile)
+		}
+		usrBin, dir, path := bins(e.Adjustment(crio))
+		want := []string{"/usr/bin/nvidia-smi->/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control->/usr/bin/nvidia-cuda-mps-control"}
+		if diff := cmp.Diff(want, usrBin); diff != "" || len(dir) != 0 || path != "" {
+			t.Errorf("perFile=%v, PATH set twice: /usr/bin mounts (-want +got):\n%s\ndirectory mounts %q, PATH %q (want none)", perFile, diff, dir, path)
+		}
+		// The other mounts (libraries) are the plan's.
+		other := 0
+		for _, m := range e.Mounts {
+			if !strings.HasPrefix(m.Destination, l.BinaryDir) {
+				other++
+			}
+		}
+		if got := len(e.Adjustment(crio).Mounts); got != other+len(want) {
+			t.Errorf("perFile=%v: %d mounts, want %d other and %d binaries", perFile, got, other, len(want))
+		}
+		// The last PATH lists the directory: the directory is used as is.
+		cuda := []string{"PATH=" + DefaultPath, "PATH=/usr/local/nvidia/bin:/usr/bin"}
+		if e.BinariesAtUsrBin(cuda) {
+			t.Errorf("perFile=%v: the last PATH lists the directory: BinariesAtUsrBin true", perFile)
+		}
+		if usrBin, dir, path := bins(e.Adjustment(cuda)); len(usrBin) != 0 || len(dir) == 0 || path != "" {
+			t.Errorf("perFile=%v, PATH listing the directory: /usr/bin %q, directory %q, PATH %q", perFile, usrBin, dir, path)
+		}
+		// Once, or not at all: PATH is extended as always.
+		for _, env := range [][]string{nil, {"PATH=/opt/app/bin"}} {
+			if usrBin, dir, path := bins(e.Adjustment(env)); len(usrBin) != 0 || len(dir) == 0 || !strings.HasSuffix(path, ":"+l.BinaryDir) {
+				t.Errorf("perFile=%v, env %q: /usr/bin %q, directory %q, PATH %q", perFile, env, usrBin, dir, path)
+			}
+		}
+	}
+	// Binaries at /usr/bin already (layout: toolkit): nothing to fall back from.
+	plain := Prepare(s, layout).Edits(s.GPUs[:1], inventory.DefaultCapabilities)
+	if plain.BinariesAtUsrBin([]string{"PATH=/a", "PATH=/b"}) {
+		t.Error("layout without BinaryDir: BinariesAtUsrBin true")
+	}
+}

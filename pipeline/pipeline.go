@@ -81,6 +81,10 @@ type Result struct {
 	// or "edits (<why not cdi>)" when CDI names were wanted; empty
 	// without emit: cdi.
 	Emit string
+	// BinariesAtUsrBin: the container's PATH could not be extended (the
+	// runtime shows it twice, see adjust.Edits.BinariesAtUsrBin), so its
+	// binaries went to /usr/bin instead of the layout's binary directory.
+	BinariesAtUsrBin bool
 	// IMEX are the IMEX channels the container gets (their nodes are
 	// among Edits.Devices unless the runtime gives them already).
 	IMEX []inventory.IMEXChannel
@@ -302,7 +306,7 @@ func (p *Path) find(c *call) error {
 	}
 	c.found, err = request.Find(request.Input{
 		Annotations: c.pod.GetAnnotations(),
-		Name:        c.ctr.GetName(),
+		Name:        containerName(c.ctr),
 		Env:         c.ctr.GetEnv(),
 		Mounts:      mounts(c.ctr),
 	})
@@ -567,6 +571,7 @@ func (p *Path) build(c *call) error {
 // define go as CDI device names instead, when the runtime resolves them.
 func (p *Path) encode(c *call) error {
 	c.adj = c.res.Edits.Adjustment(c.ctr.GetEnv())
+	c.res.BinariesAtUsrBin = c.res.Edits.BinariesAtUsrBin(c.ctr.GetEnv())
 	if p.EmitCDI && !c.res.Request.Management && c.res.Selection.Note == "" {
 		// Management containers get control nodes that no GPU's CDI
 		// device carries, and a container that has some of its devices

@@ -216,10 +216,24 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, pri
 	for _, m := range e.Mounts {
 		dst[m.Destination] = false
 	}
+	// Binaries the runtime put at /usr/bin (a CDI spec of layout:
+	// toolkit, as nri-gpu cdi generate writes) need no binary directory.
+	usrBin := e.UsrBin()
+	for _, m := range usrBin {
+		dst[m.Destination] = false
+	}
 	for _, cm := range ctr.GetMounts() {
 		if _, ok := dst[cm.GetDestination()]; ok {
 			dst[cm.GetDestination()] = true
 		}
+	}
+	haveBin := len(usrBin) > 0
+	for _, m := range usrBin {
+		haveBin = haveBin && dst[m.Destination]
+	}
+	n := len(e.Mounts)
+	if haveBin {
+		e.DropBinaryDirs()
 	}
 	ms := e.Mounts[:0:0]
 	for _, m := range e.Mounts {
@@ -229,7 +243,7 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, pri
 	}
 	// Files counts for logging; a dropped mount is one file or one
 	// directory of them, so the count is a lower bound then.
-	e.Files = max(0, e.Files-(len(e.Mounts)-len(ms)))
+	e.Files = max(0, e.Files-(n-len(ms)))
 	e.Mounts = ms
 	return strings.Join(nv, ", "), len(uuids)
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,9 @@ type Plugin struct {
 	// runtimeCDI is set when the connected runtime's NRI resolves CDI
 	// device references in adjustments.
 	runtimeCDI atomic.Bool
+	// pathWarned is set once this connection's log has said that a
+	// container's binaries went to /usr/bin (Result.BinariesAtUsrBin).
+	pathWarned atomic.Bool
 	// obs is told what the plugin does (metrics); set before Run.
 	obs Observer
 }
@@ -103,6 +107,7 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 	}
 	cdi, why := runtimeInjectsCDI(runtime, version, nriVersion)
 	p.runtimeCDI.Store(cdi)
+	p.pathWarned.Store(false)
 	p.log.Infof("connected to %s %s (NRI %s)", runtime, version, nriVersion)
 	if cfg != "" {
 		c, err := config.Parse([]byte(cfg))
@@ -169,6 +174,11 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 			fields["mode"] = res.Holding.Mode.String()
 		}
 		p.log.WithFields(fields).Info("injected")
+		if res.BinariesAtUsrBin && p.pathWarned.CompareAndSwap(false, true) {
+			// Once per connection: the runtime does it for every image
+			// that sets PATH.
+			p.log.WithFields(fields).Warnf("the runtime shows the container's PATH twice and keeps its own over a plugin's (CRI-O 1.34 does for every image or pod spec that sets PATH): driver binaries are mounted at /usr/bin instead of %s for such containers, so that they run by name", strings.Join(res.Edits.BinaryDirs, ":"))
+		}
 		if res.Holding != nil {
 			p.logTable("allocated to " + res.Holding.Holder.String())
 		}

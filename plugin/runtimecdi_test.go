@@ -116,6 +116,10 @@ func TestRuntimeInjectsCDI(t *testing.T) {
 		{"containerd", "v2.4.2", "v0.12.3", true},
 		{"containerd", "v2.2.9", "unknown", false},
 		{"cri-o", "1.31.0", "v0.6.1", false},
+		{"cri-o", "1.34.0", "v0.10.0", false}, // CRI-O 1.34 drops them whatever its NRI version
+		{"cri-o", "v1.34.0", "v0.10.0", false},
+		{"cri-o", "v1.33.2", "v0.10.0", false},
+		{"cri-o", "v1.35.0", "v0.10.0", true},
 		{"test-runtime", "0.0.1", "", false},
 	} {
 		if got, why := runtimeInjectsCDI(tc.runtime, tc.version, tc.nri); got != tc.want || (got == (why != "")) {

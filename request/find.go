@@ -86,6 +86,11 @@ func Find(in Input) (Found, error) {
 		return f, err
 	}
 	f.caps = caps
+	if in.Name == "" {
+		if err := unnamed(in.Annotations); err != nil {
+			return f, err
+		}
+	}
 	if key, val, ok := effectiveAnnotation(in.Annotations, AnnotationDomain, in.Name); ok {
 		kind := PodAnnotation
 		if key != AnnotationPod {
@@ -227,3 +232,31 @@ func deviceListID(m *inventory.Mount) (string, bool, error) {
 	}
 	return id, true, nil
 }
+
+// unnamed refuses a container without a name (the runtime gave none: CRI-O
+// names a container to NRI only from the CRI label
+// io.kubernetes.container.name, which the kubelet sets and other CRI
+// clients may not) in a pod that has per-container annotations: they cannot
+// be matched to it, and applying the pod's annotation or the next carrier
+// instead would give it what was meant for none of its containers, or for
+// another. A pod without per-container annotations is not affected: its
+// pod-level annotation applies to every container, named or not. One pass
+// over the pod's annotations, only for unnamed containers.
+func unnamed(ann map[string]string) error {
+	for k := range ann {
+		kind := ContainerAnnotation
+		if strings.HasPrefix(k, AnnotationCDIContainerPrefix) {
+			kind = CDIAnnotation
+		} else if !strings.HasPrefix(k, AnnotationContainerPrefix) {
+			continue
+		}
+		return errorf(Source{kind, k}, "the runtime gave the container no name, so no per-container annotation can be matched to it "+
+			"(CRI-O takes the name from the CRI label %s, which the kubelet sets); refused rather than falling back to the pod's request: "+
+			"set that label, or use %s or %s for every container of the pod", ContainerNameLabel, AnnotationPod, AnnotationCDIPod)
+	}
+	return nil
+}
+
+// ContainerNameLabel is the CRI label with the container's name that the
+// kubelet sets on every container; CRI-O's NRI takes the name from it.
+const ContainerNameLabel = "io.kubernetes.container.name"

@@ -18,6 +18,8 @@
 #         <cache>/runc-v1.5.3-noseccomp/runc    (built without)
 #         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime}
 #         <cache>/kubelet-v1.34.4/kubelet       (only with NRI_GPU_E2E_KUBELET=1)
+#         <cache>/crio-v1.34.0/{crio,pinns}     (NRI_GPU_E2E_CRIO=0 skips it; conmon and
+#                                               skopeo come from apt when missing)
 set -euo pipefail
 
 cache="${1:-${NRI_GPU_E2E_CACHE:-$HOME/.cache/nri-gpu-e2e}}"
@@ -145,5 +147,47 @@ if [ "${NRI_GPU_E2E_KUBELET:-0}" = 1 ]; then
     mv "$d/.kubelet.tmp" "$d/kubelet"
     rm -rf "$src"
     echo "done    $d/kubelet in $((SECONDS - t0))s"
+  fi
+fi
+
+# CRI-O (v1.34.0), for the CRI-O run of the suite (NRI_GPU_E2E_RUNTIME=crio-1.34.0;
+# keep in sync with harness.CRIOVersion). `go install` stops on it (the proxy's
+# version list answers 403) but the module download works: build cmd/crio and
+# its small C helper pinns from the module source (about 2-4 min on 2 cores).
+# conmon and skopeo (image import into CRI-O's storage) come from Debian.
+crio_version="v1.34.0"
+if [ "${NRI_GPU_E2E_CRIO:-1}" != 0 ]; then
+  missing=()
+  command -v conmon >/dev/null || missing+=(conmon)
+  command -v skopeo >/dev/null || missing+=(skopeo)
+  pkg-config --exists libseccomp 2>/dev/null || missing+=(libseccomp-dev)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "apt-get install ${missing[*]} (CRI-O's monitor, image copy, seccomp headers)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
+      { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+  fi
+  d="$cache/crio-$crio_version"
+  if [ -x "$d/crio" ] && [ -x "$d/pinns" ]; then
+    echo "cached  $d/crio"
+  else
+    t0=$SECONDS
+    mkdir -p "$d"
+    src="$(mktemp -d "$d/.src-XXXXXX")"
+    echo "build   github.com/cri-o/cri-o@$crio_version cmd/crio + pinns -> $d"
+    moddir="$(cd /tmp && go mod download -json "github.com/cri-o/cri-o@$crio_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    cp -r "$moddir/." "$src/"
+    chmod -R u+w "$src"
+    (
+      cd "$src"
+      CGO_ENABLED=1 go build -trimpath -o "$d/.crio.tmp" \
+        -tags "containers_image_ostree_stub exclude_graphdriver_btrfs containers_image_openpgp seccomp" \
+        -ldflags "-s -w" ./cmd/crio
+      make -C pinns >/dev/null
+      cp bin/pinns "$d/.pinns.tmp" # pinns/Makefile writes ../bin/pinns
+    )
+    mv "$d/.pinns.tmp" "$d/pinns"
+    mv "$d/.crio.tmp" "$d/crio"
+    rm -rf "$src"
+    echo "done    $d/crio in $((SECONDS - t0))s"
   fi
 fi

@@ -138,6 +138,13 @@ func startRuntime(t *testing.T, dir string) *runtimeSide {
 // of kept (those of a runtime that restarted, say), with options.
 func startRuntimeWith(t *testing.T, dir string, kept *store, opts ...nri.Option) *runtimeSide {
 	t.Helper()
+	return startRuntimeAs(t, dir, "test-runtime", "0.0.1", kept, opts...)
+}
+
+// startRuntimeAs is startRuntimeWith for a runtime that names itself name
+// and version in Configure, as containerd and CRI-O do.
+func startRuntimeAs(t *testing.T, dir, name, version string, kept *store, opts ...nri.Option) *runtimeSide {
+	t.Helper()
 	r := &runtimeSide{t: t, dir: dir, socket: filepath.Join(dir, "nri.sock"), synced: make(chan string, 16), kept: kept}
 	for _, d := range []string{"plugins", "conf.d"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -151,7 +158,7 @@ func startRuntimeWith(t *testing.T, dir string, kept *store, opts ...nri.Option)
 		return err
 	}
 	updateFn := func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil }
-	a, err := nri.New("test-runtime", "0.0.1", syncFn, updateFn, append([]nri.Option{
+	a, err := nri.New(name, version, syncFn, updateFn, append([]nri.Option{
 		nri.WithPluginPath(filepath.Join(dir, "plugins")),
 		nri.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
 		nri.WithSocketPath(filepath.Join(dir, "runtime.sock")),

@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -186,9 +187,9 @@ type Options struct {
 	// Nice, when not 0, is the nice value given to containerd and the
 	// plugins (and so to shims, runc and hooks), see Renice.
 	Nice int
-	// ContainerdVersion is the containerd measured (default
-	// harness.DefaultContainerdVersion), e.g. harness.LegacyContainerdVersion.
-	ContainerdVersion string
+	// Runtime is the runtime measured, one of harness.Runtimes (default
+	// harness.RuntimeContainerd24); NVIDIARuntime needs a containerd.
+	Runtime string
 }
 
 // Env is a running benchmark setup: containerd, the simulated node and both
@@ -197,7 +198,7 @@ type Env struct {
 	Opts       Options
 	Dir        string
 	Node       *simnode.Node
-	C          *harness.Containerd
+	C          harness.Runtime
 	Tools      *harness.Tools
 	Hook       string // nvidia-cdi-hook
 	NVRuntime  string // nvidia-container-runtime ("" when not installed)
@@ -258,11 +259,18 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 			e.Close()
 		}
 	}()
-	if o.ContainerdVersion == "" {
-		o.ContainerdVersion = harness.DefaultContainerdVersion
-		e.Opts.ContainerdVersion = o.ContainerdVersion
+	if o.Runtime == "" {
+		o.Runtime = harness.RuntimeContainerd24
+		e.Opts.Runtime = o.Runtime
 	}
-	if e.Tools, err = harness.InstallTools(ctx, o.CacheDir, o.ContainerdVersion); err != nil {
+	if !slices.Contains(harness.Runtimes, o.Runtime) {
+		return nil, fmt.Errorf("bench: unknown runtime %q (valid: %s)", o.Runtime, strings.Join(harness.Runtimes, ", "))
+	}
+	if o.NVIDIARuntime && o.Runtime == harness.RuntimeCRIO {
+		return nil, errors.New("bench: the nvidia-runtime path runs on containerd only")
+	}
+	// ContainerdVersionOf is "" for CRI-O: the default tools (runc).
+	if e.Tools, err = harness.InstallTools(ctx, o.CacheDir, harness.ContainerdVersionOf(o.Runtime)); err != nil {
 		return nil, err
 	}
 	imgs, err := harness.BuildImages(ctx, "")
@@ -332,22 +340,38 @@ func Setup(ctx context.Context, o Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	e.logf("starting containerd %s", e.Tools.ContainerdVersion)
-	if e.C, err = harness.StartContainerd(ctx, copts); err != nil {
-		return nil, err
+	var pid int
+	if o.Runtime == harness.RuntimeCRIO {
+		ct, err := harness.InstallCRIO(ctx, o.CacheDir)
+		if err != nil {
+			return nil, err
+		}
+		e.logf("starting CRI-O %s", ct.Version)
+		c, err := harness.StartCRIO(ctx, harness.CRIOOptions{Tools: e.Tools, CRIO: ct, Images: imgs})
+		if err != nil {
+			return nil, err
+		}
+		e.C, pid = c, c.PID()
+	} else {
+		e.logf("starting containerd %s", e.Tools.ContainerdVersion)
+		c, err := harness.StartContainerd(ctx, copts)
+		if err != nil {
+			return nil, err
+		}
+		e.C, pid = c, c.PID()
 	}
 	if o.Nice != 0 {
-		if err := Renice(e.C.PID(), o.Nice); err != nil {
-			return nil, fmt.Errorf("renice containerd: %w", err)
+		if err := Renice(pid, o.Nice); err != nil {
+			return nil, fmt.Errorf("renice the runtime: %w", err)
 		}
 	}
-	if err := writeSpec(e.C.CDISpecDir, "nvidia.json", e.toolkit); err != nil {
+	if err := writeSpec(e.C.CDIDir(), "nvidia.json", e.toolkit); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(e.Node.Root, "var/run"), 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.Symlink(e.C.CDISpecDir, filepath.Join(e.Node.Root, "var/run/cdi")); err != nil {
+	if err := os.Symlink(e.C.CDIDir(), filepath.Join(e.Node.Root, "var/run/cdi")); err != nil {
 		return nil, err
 	}
 	if err := e.StartNRIGPU("auto"); err != nil {
@@ -377,8 +401,8 @@ const benchBinDir = "/usr/local/nvidia/bin"
 // the same devices would make them unresolvable); on false it restores the
 // toolkit's.
 func (e *Env) useEmitCDISpec(on bool) error {
-	toolkit := filepath.Join(e.C.CDISpecDir, "nvidia.json")
-	ours := filepath.Join(e.C.CDISpecDir, "nri-gpu.yaml")
+	toolkit := filepath.Join(e.C.CDIDir(), "nvidia.json")
+	ours := filepath.Join(e.C.CDIDir(), "nri-gpu.yaml")
 	if !on {
 		os.Remove(ours)
 		if _, err := os.Stat(toolkit + ".off"); err == nil {
@@ -494,7 +518,7 @@ func (e *Env) StartNRIGPU(mode string) error {
 	if err := e.useEmitCDISpec(mode == EmitCDIMode); err != nil {
 		return err
 	}
-	p, err := startProc(exec.Command(e.Opts.NRIGPU, "run", "--config", e.configs[mode], "--socket", e.C.NRISocket), "synchronized with the runtime")
+	p, err := startProc(exec.Command(e.Opts.NRIGPU, "run", "--config", e.configs[mode], "--socket", e.C.NRISocketPath()), "synchronized with the runtime")
 	if err != nil {
 		return fmt.Errorf("nri-gpu (libraryMode %s): %w", mode, err)
 	}
@@ -534,11 +558,11 @@ func (e *Env) Prepare(cases []*Case) error {
 	for _, f := range fixed {
 		spec.Devices = append(spec.Devices, adjustmentDevice(f.Key, adj[f.Key]))
 	}
-	if err := writeSpec(e.C.CDISpecDir, "nri-gpu-adjustment.json", spec); err != nil {
+	if err := writeSpec(e.C.CDIDir(), "nri-gpu-adjustment.json", spec); err != nil {
 		return err
 	}
 	e.fixedFile = filepath.Join(e.Dir, "fixed.json")
-	b, _ := json.Marshal(fixedFile{Socket: e.C.NRISocket, Cases: fixed})
+	b, _ := json.Marshal(fixedFile{Socket: e.C.NRISocketPath(), Cases: fixed})
 	if err := os.WriteFile(e.fixedFile, b, 0o644); err != nil {
 		return err
 	}

@@ -168,11 +168,13 @@ func CleanupDir(dir, runc string) error {
 	dir = filepath.Clean(dir)
 	var errs []error
 
-	// 1. containerd itself first, so that nothing restarts or reacts.
-	if b, err := os.ReadFile(filepath.Join(dir, "containerd.pid")); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			if p, ok := readProcess(pid); ok && len(p.Cmdline) > 0 && strings.Contains(strings.Join(p.Cmdline, " "), dir+"/") {
-				killAndWait([]int{pid}, 5*time.Second)
+	// 1. containerd (or CRI-O) itself first, so that nothing restarts or reacts.
+	for _, pidFile := range []string{"containerd.pid", "crio.pid"} {
+		if b, err := os.ReadFile(filepath.Join(dir, pidFile)); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				if p, ok := readProcess(pid); ok && len(p.Cmdline) > 0 && strings.Contains(strings.Join(p.Cmdline, " "), dir+"/") {
+					killAndWait([]int{pid}, 5*time.Second)
+				}
 			}
 		}
 	}
@@ -230,7 +232,8 @@ func CleanupDir(dir, runc string) error {
 }
 
 // ownedProcesses are the processes of ProcessesUnder(dir) that the harness's
-// containerd started: containerd and its shims (containerd*), runc, and
+// containerd started: containerd and its shims (containerd*), CRI-O and its
+// container monitors (crio, conmon), runc, and
 // executables under dir (NRI plugins pre-registered in dir/nri/plugins).
 // Processes a test started itself, such as a plugin given --socket dir/nri.sock,
 // are left to the test.
@@ -242,7 +245,7 @@ func ownedProcesses(dir, runc string) []Process {
 		}
 		arg0 := p.Cmdline[0]
 		base := filepath.Base(arg0)
-		if strings.HasPrefix(arg0, dir+"/") || strings.HasPrefix(base, "containerd") || base == "runc" || (runc != "" && arg0 == runc) {
+		if strings.HasPrefix(arg0, dir+"/") || strings.HasPrefix(base, "containerd") || base == "crio" || base == "conmon" || base == "runc" || (runc != "" && arg0 == runc) {
 			out = append(out, p)
 		}
 	}

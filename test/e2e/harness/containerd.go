@@ -85,7 +85,6 @@ type Containerd struct {
 	conn            *grpc.ClientConn
 	cri             *CRI
 	stopped         bool
-	pods            map[string]*runtimeapi.PodSandboxConfig
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -423,7 +422,7 @@ func (c *Containerd) connect() error {
 		return err
 	}
 	c.conn = conn
-	c.cri = newCRI(c, conn)
+	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
@@ -17,32 +18,41 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// CRI wraps the CRI runtime and image clients of one containerd with helpers for
-// tests. The raw clients are exported for anything the helpers do not cover.
+// CRI wraps the CRI runtime and image clients of one runtime (containerd or
+// CRI-O) with helpers for tests. The raw clients are exported for anything the
+// helpers do not cover.
 type CRI struct {
 	Runtime runtimeapi.RuntimeServiceClient
 	Image   runtimeapi.ImageServiceClient
-	c       *Containerd
+	// podLogDir is the parent of the pods' log directories; logTail the
+	// runtime's log, for errors.
+	podLogDir string
+	logTail   func(n int64) string
+	// killFirst: StopPod kills the pod's running containers first.
+	killFirst bool
+	mu        sync.Mutex
+	pods      map[string]*runtimeapi.PodSandboxConfig
 }
 
-func newCRI(c *Containerd, conn *grpc.ClientConn) *CRI {
+func newCRI(conn *grpc.ClientConn, podLogDir string, logTail func(int64) string) *CRI {
 	return &CRI{
-		Runtime: runtimeapi.NewRuntimeServiceClient(conn),
-		Image:   runtimeapi.NewImageServiceClient(conn),
-		c:       c,
+		Runtime:   runtimeapi.NewRuntimeServiceClient(conn),
+		Image:     runtimeapi.NewImageServiceClient(conn),
+		podLogDir: podLogDir,
+		logTail:   logTail,
 	}
 }
 
-// wrap adds the tail of containerd's log to an error.
+// wrap adds the tail of the runtime's log to an error.
 func (r *CRI) wrap(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
 	msg := fmt.Sprintf(format, args...)
-	return &CRIError{Op: msg, Err: err, LogTail: r.c.LogTail(2500)}
+	return &CRIError{Op: msg, Err: err, LogTail: r.logTail(2500)}
 }
 
-// CRIError is a failed CRI call with the tail of containerd's log at that time.
+// CRIError is a failed CRI call with the tail of the runtime's log at that time.
 type CRIError struct {
 	Op      string
 	Err     error
@@ -50,7 +60,7 @@ type CRIError struct {
 }
 
 func (e *CRIError) Error() string {
-	return fmt.Sprintf("%s: %v\n--- tail of containerd log ---\n%s", e.Op, e.Err, e.LogTail)
+	return fmt.Sprintf("%s: %v\n--- tail of the runtime's log ---\n%s", e.Op, e.Err, e.LogTail)
 }
 
 func (e *CRIError) Unwrap() error { return e.Err }
@@ -91,7 +101,7 @@ func (r *CRI) RunPodWith(ctx context.Context, name string, annotations map[strin
 	if err != nil {
 		return "", r.wrap(err, "RunPodSandbox %s", name)
 	}
-	r.c.rememberPod(resp.PodSandboxId, cfg)
+	r.rememberPod(resp.PodSandboxId, cfg)
 	return resp.PodSandboxId, nil
 }
 
@@ -105,7 +115,7 @@ func (r *CRI) podConfig(name string, annotations map[string]string, o PodOptions
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Uid: uid, Namespace: ns},
 		// No Hostname: a host-network pod shares the host's UTS namespace, and runc
 		// refuses to set a hostname there.
-		LogDirectory: filepath.Join(r.c.PodLogDir, ns+"_"+name+"_"+uid),
+		LogDirectory: filepath.Join(r.podLogDir, ns+"_"+name+"_"+uid),
 		Labels:       o.Labels,
 		Annotations:  annotations,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
@@ -130,7 +140,12 @@ type ContainerSpec struct {
 	Args        []string // arguments; empty: the image's Cmd (if Command is empty too)
 	Env         map[string]string
 	Annotations map[string]string
+	// Labels are the container's CRI labels. The kubelet's
+	// io.kubernetes.container.name (ContainerNameLabel = Name) is added
+	// unless Labels sets it or NoNameLabel is set: CRI-O gives NRI the
+	// container's name only from that label.
 	Labels      map[string]string
+	NoNameLabel bool
 	Mounts      []*runtimeapi.Mount
 	Devices     []*runtimeapi.Device
 	CDIDevices  []string // CDI device names (e.g. nvidia.com/gpu=0)
@@ -139,12 +154,19 @@ type ContainerSpec struct {
 	RunAsGroup     *int64
 	ReadOnlyRootfs bool
 	DropAllCaps    bool
-	Privileged     bool
+	// AddCaps are capabilities added to the runtime's default set (e.g.
+	// "MKNOD", which CRI-O's default set leaves out).
+	AddCaps    []string
+	Privileged bool
 }
+
+// ContainerNameLabel is the CRI label with the container's name that the
+// kubelet sets on every container.
+const ContainerNameLabel = "io.kubernetes.container.name"
 
 // CreateContainer creates a container in a pod made by RunPod and returns its id.
 func (r *CRI) CreateContainer(ctx context.Context, podID string, spec ContainerSpec) (string, error) {
-	podCfg := r.c.podConfigOf(podID)
+	podCfg := r.podConfigOf(podID)
 	if podCfg == nil {
 		return "", fmt.Errorf("unknown pod %s (not created by this harness)", podID)
 	}
@@ -171,17 +193,33 @@ func (r *CRI) CreateContainer(ctx context.Context, podID string, spec ContainerS
 	if spec.DropAllCaps {
 		sc.Capabilities = &runtimeapi.Capability{DropCapabilities: []string{"ALL"}}
 	}
+	if len(spec.AddCaps) > 0 {
+		if sc.Capabilities == nil {
+			sc.Capabilities = &runtimeapi.Capability{}
+		}
+		sc.Capabilities.AddCapabilities = spec.AddCaps
+	}
+	labels := spec.Labels
+	if _, set := labels[ContainerNameLabel]; !set && !spec.NoNameLabel {
+		labels = make(map[string]string, len(spec.Labels)+1)
+		for k, v := range spec.Labels {
+			labels[k] = v
+		}
+		labels[ContainerNameLabel] = spec.Name
+	}
 	var cdi []*runtimeapi.CDIDevice
 	for _, n := range spec.CDIDevices {
 		cdi = append(cdi, &runtimeapi.CDIDevice{Name: n})
 	}
 	cfg := &runtimeapi.ContainerConfig{
-		Metadata:    &runtimeapi.ContainerMetadata{Name: spec.Name},
-		Image:       &runtimeapi.ImageSpec{Image: spec.Image},
+		Metadata: &runtimeapi.ContainerMetadata{Name: spec.Name},
+		// UserSpecifiedImage as the kubelet sets it: CRI-O 1.34 refuses a
+		// container without it (it checks the image's signature policy).
+		Image:       &runtimeapi.ImageSpec{Image: spec.Image, UserSpecifiedImage: spec.Image},
 		Command:     spec.Command,
 		Args:        spec.Args,
 		Envs:        envs,
-		Labels:      spec.Labels,
+		Labels:      labels,
 		Annotations: spec.Annotations,
 		Mounts:      spec.Mounts,
 		Devices:     spec.Devices,
@@ -242,6 +280,18 @@ func (r *CRI) RemoveContainer(ctx context.Context, id string) error {
 
 // StopPod stops a pod sandbox and its containers.
 func (r *CRI) StopPod(ctx context.Context, podID string) error {
+	if r.killFirst {
+		// CRI-O gives each container the caller's deadline (default 10 s)
+		// to exit after SIGTERM, which sleep as PID 1 ignores; the kubelet
+		// stops them before. Kill them (timeout 0), as containerd does.
+		if ctrs, err := r.ListContainers(ctx, podID); err == nil {
+			for _, c := range ctrs {
+				if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+					_ = r.StopContainer(ctx, c.Id, 0)
+				}
+			}
+		}
+	}
 	_, err := r.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID})
 	return r.wrap(err, "StopPodSandbox %s", podID)
 }
@@ -250,7 +300,7 @@ func (r *CRI) StopPod(ctx context.Context, podID string) error {
 func (r *CRI) RemovePod(ctx context.Context, podID string) error {
 	_, err := r.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podID})
 	if err == nil {
-		r.c.forgetPod(podID)
+		r.forgetPod(podID)
 	}
 	return r.wrap(err, "RemovePodSandbox %s", podID)
 }
@@ -397,23 +447,23 @@ func (r *CRI) CleanupAll(ctx context.Context) error {
 }
 
 // Pod configs by id: CreateContainer must send the sandbox config again.
-func (c *Containerd) rememberPod(id string, cfg *runtimeapi.PodSandboxConfig) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pods == nil {
-		c.pods = map[string]*runtimeapi.PodSandboxConfig{}
+func (r *CRI) rememberPod(id string, cfg *runtimeapi.PodSandboxConfig) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods == nil {
+		r.pods = map[string]*runtimeapi.PodSandboxConfig{}
 	}
-	c.pods[id] = cfg
+	r.pods[id] = cfg
 }
 
-func (c *Containerd) forgetPod(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.pods, id)
+func (r *CRI) forgetPod(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pods, id)
 }
 
-func (c *Containerd) podConfigOf(id string) *runtimeapi.PodSandboxConfig {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pods[id]
+func (r *CRI) podConfigOf(id string) *runtimeapi.PodSandboxConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pods[id]
 }

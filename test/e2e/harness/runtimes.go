@@ -14,7 +14,11 @@ const (
 	RuntimeContainerd24 = "containerd-2.4.2"
 	RuntimeContainerd22 = "containerd-2.2.9"
 	RuntimeContainerd17 = "containerd-1.7.36"
+	RuntimeCRIO         = "crio-1.34.0" // "crio-" + CRIOVersion without its v
 )
+
+// Runtimes are the runtime names StartRuntimeForTest and StartRuntime know.
+var Runtimes = []string{RuntimeContainerd24, RuntimeContainerd22, RuntimeContainerd17, RuntimeCRIO}
 
 // CRIEndpointer is a runtime whose CRI endpoint other clients (a kubelet) can
 // use, e.g. "unix:///tmp/nrie2e-1/c.sock".
@@ -22,7 +26,10 @@ type CRIEndpointer interface {
 	CRIEndpoint() string
 }
 
-var _ CRIEndpointer = (*Containerd)(nil)
+var (
+	_ CRIEndpointer = (*Containerd)(nil)
+	_ CRIEndpointer = (*CRIO)(nil)
+)
 
 // RuntimeOptions are the settings every runtime of StartRuntimeForTest takes.
 type RuntimeOptions struct {
@@ -87,8 +94,13 @@ func StartRuntimeForTest(t testing.TB, name string, opts RuntimeOptions) Runtime
 			NRIRequestTimeout:      opts.NRIRequestTimeout,
 			Debug:                  opts.Debug,
 		})
+	case RuntimeCRIO:
+		if opts.DefaultValidator {
+			t.Skipf("%s has no NRI default validator (its NRI is a v0.9 pre-release; validators and required-plugins came with NRI v0.10): nothing can refuse a container whose required plugin is absent", name)
+		}
+		return StartCRIOForTest(t, crioOptions(opts))
 	default:
-		t.Fatalf("unknown runtime %q (NRI_GPU_E2E_RUNTIME): want %s, %s or %s", name, RuntimeContainerd24, RuntimeContainerd22, RuntimeContainerd17)
+		t.Fatalf("unknown runtime %q (NRI_GPU_E2E_RUNTIME): want one of %s", name, strings.Join(Runtimes, ", "))
 		return nil
 	}
 }
@@ -113,7 +125,33 @@ func StartRuntime(ctx context.Context, name string, opts RuntimeOptions) (Runtim
 			NRIRequestTimeout:      opts.NRIRequestTimeout,
 			Debug:                  opts.Debug,
 		})
+	case RuntimeCRIO:
+		tools, err := InstallTools(ctx, "", "")
+		if err != nil {
+			return nil, err
+		}
+		crio, err := InstallCRIO(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		imgs, err := BuildImages(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		o := crioOptions(opts)
+		o.Tools, o.CRIO, o.Images = tools, crio, imgs
+		return StartCRIO(ctx, o)
 	default:
-		return nil, fmt.Errorf("unknown runtime %q: want %s, %s or %s", name, RuntimeContainerd24, RuntimeContainerd22, RuntimeContainerd17)
+		return nil, fmt.Errorf("unknown runtime %q: want one of %s", name, strings.Join(Runtimes, ", "))
+	}
+}
+
+// crioOptions are the CRIOOptions of opts (CRI-O has no default validator).
+func crioOptions(opts RuntimeOptions) CRIOOptions {
+	return CRIOOptions{
+		ExtraImages:            opts.ExtraImages,
+		NRIRegistrationTimeout: opts.NRIRegistrationTimeout,
+		NRIRequestTimeout:      opts.NRIRequestTimeout,
+		Debug:                  opts.Debug,
 	}
 }

@@ -45,13 +45,18 @@ func holdersOf(rows []statusGPU, index int) []alloc.HolderState {
 // annotations into the CRI ContainerConfig's annotations and its
 // DeviceSpecs into ContainerConfig.devices, and this test does the same.
 // It asserts on what nri-gpu did (the container's device nodes and env,
-// nri-gpu's status), so it holds for any CRI runtime the suite drives.
+// nri-gpu's status) and on what each runtime the suite drives does with a
+// pod annotation of the same key (CRI-O copies it to the container).
 func TestKubeletCarrier(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "")
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	socket := filepath.Join(t.TempDir(), "status.sock")
 	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
+	// What each runtime does with a pod's annotations: CRI-O copies them
+	// into every container's annotations, which NRI shows; containerd
+	// (1.7, 2.2, 2.4, without a pod_annotations passthrough) does not.
+	copiesPodAnnotations := onCRIO()
 
 	// device is the DeviceSpec of GPU g as a device plugin answers it. The
 	// host path is the simulated node's node (char 195:<minor>, as on a
@@ -112,8 +117,9 @@ func TestKubeletCarrier(t *testing.T) {
 		// annotations unless its pod_annotations passthrough names it;
 		// CRI-O copies the pod's annotations in. Either way nri-gpu must
 		// not take it for the kubelet's: the container has no GPU node.
-		passed := reached("podann")
-		t.Logf("the runtime passed the pod annotation on to the container's (NRI) annotations: %v", passed)
+		if passed := reached("podann"); passed != copiesPodAnnotations {
+			t.Errorf("%s passed the pod annotation on to the container's (NRI) annotations: %v, want %v", runtimeName(), passed, copiesPodAnnotations)
+		}
 		if got := gpuNodes(c); len(got) != 0 {
 			t.Errorf("a pod annotation %s gave GPU nodes %q\n%s", alloc.KubeletAnnotation, got, c.view())
 		}
@@ -125,13 +131,14 @@ func TestKubeletCarrier(t *testing.T) {
 		}
 	})
 
-	t.Run("pod annotation with a device node: booked, not the kubelet's", func(t *testing.T) {
+	t.Run("pod annotation with a device node: booked, the kubelet's only where the runtime copies it", func(t *testing.T) {
 		g := n.GPUs[3]
 		c := w.mustRun("podanndev", map[string]string{alloc.KubeletAnnotation: g.UUID}, harness.ContainerSpec{
 			Devices: []*runtimeapi.Device{device(g)},
 		})
-		passed := reached("podanndev")
-		t.Logf("the runtime passed the pod annotation on to the container's (NRI) annotations: %v", passed)
+		if passed := reached("podanndev"); passed != copiesPodAnnotations {
+			t.Errorf("%s passed the pod annotation on to the container's (NRI) annotations: %v, want %v", runtimeName(), passed, copiesPodAnnotations)
+		}
 		want := []string{fmt.Sprintf("/dev/nvidia%d", g.Minor)}
 		if got := gpuNodes(c); !equal(got, want) {
 			t.Errorf("GPU nodes %q, want exactly the runtime's %q\n%s", got, want, c.view())
@@ -142,10 +149,10 @@ func TestKubeletCarrier(t *testing.T) {
 		}
 		// A runtime that copies pod annotations in (CRI-O) makes the pair
 		// indistinguishable from the kubelet's (docs/allocation.md: the
-		// device node is the proof); one that does not must not book it
-		// as the kubelet's.
-		if !passed && hs[0].Kubelet {
-			t.Errorf("a pod annotation made GPU %d the kubelet's: %+v", g.Index, hs[0])
+		// device node is the proof), so it is booked as the kubelet's;
+		// one that does not must not book it as the kubelet's.
+		if hs[0].Kubelet != copiesPodAnnotations {
+			t.Errorf("on %s GPU %d booked as the kubelet's: %v, want %v: %+v", runtimeName(), g.Index, hs[0].Kubelet, copiesPodAnnotations, hs[0])
 		}
 	})
 

@@ -40,7 +40,8 @@ func TestCDIExportMatchesInjection(t *testing.T) {
 
 // TestEmitCDI runs nri-gpu with emit: cdi: GPUs go to the runtime as CDI
 // device references that containerd resolves from the spec in its spec
-// directory, and the container sees the same as with edits.
+// directory, and the container sees the same as with edits. On CRI-O 1.34
+// the GPUs go as edits.
 func TestEmitCDI(t *testing.T) {
 	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "emit: cdi\ncdiSpecDirs: [/var/run/cdi]\n")
@@ -61,13 +62,16 @@ func TestEmitCDI(t *testing.T) {
 	g := w.mustRun("emitcdi", map[string]string{"gpus.nri-gpu.dev/pod": "device=2"}, harness.ContainerSpec{Image: harness.GlibcImage})
 	// containerd 2.4 reports its NRI version (v0.12) in Configure; 2.2
 	// does not, and a version nri-gpu cannot tell gets edits. containerd
-	// 1.7 (NRI v0.8.0) drops CDI devices returned through NRI: edits, and
-	// one warning per connection naming the runtime.
+	// 1.7 (NRI v0.8.0) and CRI-O 1.34 drop CDI devices returned through
+	// NRI: edits, and one warning per connection naming the runtime.
 	want := "emit=cdi"
 	switch {
-	case isContainerd1():
+	case isContainerd1() || onCRIO():
 		want = `emit="edits (the runtime's NRI does not inject CDI devices)"`
 		warn := "emit: cdi: containerd " + harness.VersionFromEnv() + " drops CDI devices returned through NRI"
+		if onCRIO() {
+			warn = "emit: cdi: CRI-O " + strings.TrimPrefix(harness.CRIOVersion, "v") + " drops CDI devices returned through NRI"
+		}
 		w.mustRun("emitcdi2", map[string]string{"gpus.nri-gpu.dev/pod": "device=1"}, harness.ContainerSpec{})
 		if got := strings.Count(w.plugin.log.String(), warn); got != 1 {
 			t.Errorf("%d warnings %q, want 1:\n%s", got, warn, w.plugin.log.String())

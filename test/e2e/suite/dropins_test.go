@@ -16,6 +16,7 @@ import (
 // off, and checks that the result has NRI on and the default validator
 // enabled, and that nri-gpu doctor reads the same from the same files.
 func TestContainerdDropIns(t *testing.T) {
+	skipOnCRIO(t, "containerd's drop-ins (TestCRIODropIn is CRI-O's)")
 	tools, _ := harness.SetupForTest(t, "")
 	_, file, _, _ := runtime.Caller(0)
 	deploy := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "containerd")

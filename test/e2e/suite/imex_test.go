@@ -16,7 +16,7 @@ import (
 // channels 0-2, as a GB200 NVL72 node does, under extraConfig.
 func imexWorld(t *testing.T, extraConfig string) *world {
 	t.Helper()
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	dir, err := os.MkdirTemp("", "nri-gpu-e2e-node-")
 	if err != nil {
 		t.Fatal(err)

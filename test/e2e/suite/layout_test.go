@@ -25,27 +25,38 @@ const (
 // LD_LIBRARY_PATH still loads libcuda.so.1; an nvidia/cuda-like image
 // keeps its PATH and LD_LIBRARY_PATH as they are; a compute-only request
 // gets the MPS binaries but not nvidia-smi.
+//
+// On CRI-O 1.34 an image that sets PATH (as this one does) cannot have it
+// extended: CRI-O shows a plugin PATH twice (its spec template's, then the
+// image's) and keeps the image's over the plugin's. There the binaries go
+// one by one to /usr/bin instead, still run by name, PATH stays the image's,
+// and nri-gpu says so once per connection (docs/compatibility.md); the
+// nvidia/cuda-like image, whose PATH lists the directory, gets the directory.
 func TestDefaultLayout(t *testing.T) {
 	const dir = "/usr/local/nvidia/bin"
 	w := newWorld(t, simnode.LayoutDebian, "")
 	c := w.mustRun("default", map[string]string{"gpus.nri-gpu.dev/pod": "1"}, harness.ContainerSpec{Image: harness.GlibcImage})
-	if out, code := c.sh("command -v nvidia-smi && nvidia-smi"); code != 0 || !strings.HasPrefix(out, dir+"/nvidia-smi\n") || !strings.Contains(out, "NVIDIA-SMI "+w.node.DriverVersion) {
-		t.Errorf("nvidia-smi by name: exit %d\n%s\n%s", code, out, c.view())
+	binDir, binMounts, wantPath := dir, "1", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:"+dir
+	if onCRIO() {
+		binDir, binMounts, wantPath = "/usr/bin", "0", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
-	if path := envOf(c, "PATH"); path != "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:"+dir {
-		t.Errorf("PATH=%q: want the image's own value with %s appended", path, dir)
+	if out, code := c.sh("command -v nvidia-smi && nvidia-smi"); code != 0 || !strings.HasPrefix(out, binDir+"/nvidia-smi\n") || !strings.Contains(out, "NVIDIA-SMI "+w.node.DriverVersion) {
+		t.Errorf("nvidia-smi by name: exit %d, want it from %s\n%s\n%s", code, binDir, out, c.view())
 	}
-	if out, code := c.sh("ls /usr/bin | grep nvidia"); code == 0 {
+	if path := envOf(c, "PATH"); path != wantPath {
+		t.Errorf("PATH=%q on %s: want %q", path, runtimeName(), wantPath)
+	}
+	if out, code := c.sh("ls /usr/bin | grep nvidia"); code == 0 && !onCRIO() {
 		t.Errorf("binaries at /usr/bin in the default layout:\n%s", out)
 	}
 	// One mount for each directory, read-only, and the libraries load.
-	for _, d := range []string{dir, "/usr/local/nvidia/lib64"} {
-		if out, _ := c.sh("grep -c ' " + d + " ' /proc/self/mountinfo"); strings.TrimSpace(out) != "1" {
-			t.Errorf("mounts at %s: %q, want 1\n%s", d, out, c.view())
+	for d, want := range map[string]string{dir: binMounts, "/usr/local/nvidia/lib64": "1"} {
+		if out, _ := c.sh("grep -c ' " + d + " ' /proc/self/mountinfo"); strings.TrimSpace(out) != want {
+			t.Errorf("mounts at %s: %q, want %s\n%s", d, out, want, c.view())
 		}
 	}
-	if out, code := c.sh("echo x > " + dir + "/nvidia-smi"); code == 0 {
-		t.Errorf("wrote to %s/nvidia-smi: %q", dir, out)
+	if out, code := c.sh("echo x > " + binDir + "/nvidia-smi"); code == 0 {
+		t.Errorf("wrote to %s/nvidia-smi: %q", binDir, out)
 	}
 	// libcuda.so: a link to libcuda.so.1 in the directory, found by the
 	// loader's search of LD_LIBRARY_PATH by that name.
@@ -75,13 +86,23 @@ func TestDefaultLayout(t *testing.T) {
 			t.Errorf("nvidia/cuda-like image: %s=%q, want it untouched (%q)", k, got, want)
 		}
 	}
-	if out, code := cuda.sh("nvidia-smi >/dev/null && gpucheck cuda-dev cuda nvml"); code != 0 {
-		t.Errorf("nvidia/cuda-like image:\n%s\n%s", out, cuda.view())
+	if out, code := cuda.sh("command -v nvidia-smi && nvidia-smi >/dev/null && gpucheck cuda-dev cuda nvml"); code != 0 || !strings.HasPrefix(out, dir+"/nvidia-smi\n") {
+		t.Errorf("nvidia/cuda-like image: want nvidia-smi from %s\n%s\n%s", dir, out, cuda.view())
 	}
 
 	cc := w.mustRun("computeonly", map[string]string{"gpus.nri-gpu.dev/pod": "1,capabilities=compute"}, harness.ContainerSpec{Image: harness.GlibcImage})
-	if out, _ := cc.sh("ls " + dir); !strings.Contains(out, "nvidia-cuda-mps-control") || strings.Contains(out, "nvidia-smi") {
-		t.Errorf("compute-only request: %s holds %q, want the MPS binaries and no nvidia-smi", dir, out)
+	if out, _ := cc.sh("ls " + binDir + " | grep nvidia"); !strings.Contains(out, "nvidia-cuda-mps-control") || strings.Contains(out, "nvidia-smi") {
+		t.Errorf("compute-only request: %s holds %q, want the MPS binaries and no nvidia-smi", binDir, out)
+	}
+
+	// The fallback is said once per connection, on CRI-O only.
+	warn := "driver binaries are mounted at /usr/bin instead of " + dir
+	want := 0
+	if onCRIO() {
+		want = 1
+	}
+	if got := strings.Count(w.plugin.log.String(), warn); got != want {
+		t.Errorf("%d warnings %q on %s, want %d:\n%s", got, warn, runtimeName(), want, w.plugin.log.String())
 	}
 }
 
@@ -110,11 +131,17 @@ func TestToolkitLayout(t *testing.T) {
 // device nodes in a container for GPUs it was not given: a root container
 // given GPU 0 can make a node with GPU 1's numbers, but the cgroup's device
 // rules deny opening it (EPERM), while its own GPU's numbers open as far
-// as the simulated node allows (ENXIO: no real device behind them).
+// as the simulated node allows (ENXIO: no real device behind them). CRI-O's
+// default capabilities leave out CAP_MKNOD (containerd's include it): there
+// the container asks for it, as a pod's securityContext can.
 func TestCreatedDeviceNodeDenied(t *testing.T) {
 	w := newWorld(t, simnode.LayoutRHEL, "")
 	g0, g1 := w.node.GPUs[0], w.node.GPUs[1]
-	c := w.mustRun("mknod", map[string]string{"gpus.nri-gpu.dev/pod": "device=0"}, harness.ContainerSpec{})
+	var spec harness.ContainerSpec
+	if onCRIO() {
+		spec.AddCaps = []string{"MKNOD"}
+	}
+	c := w.mustRun("mknod", map[string]string{"gpus.nri-gpu.dev/pod": "device=0"}, spec)
 	if out, code := c.sh(fmt.Sprintf("mknod /tmp/other c 195 %d && echo made", g1.Minor)); code != 0 || !strings.Contains(out, "made") {
 		t.Fatalf("mknod of GPU 1's node (195:%d) as root failed, so the check below proves nothing: %q", g1.Minor, out)
 	}

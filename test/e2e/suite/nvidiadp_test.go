@@ -196,7 +196,7 @@ func TestKubeletNVIDIAPluginShapes(t *testing.T) {
 	if os.Getenv(kubeletOptIn) != "1" {
 		t.Skipf("runs only with %s=1", kubeletOptIn)
 	}
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	// exclusive: a GPU held by one container is nobody else's, so a
 	// second holder of a kubelet-given GPU would fail, not go unnoticed.
 	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")

@@ -22,7 +22,7 @@ import (
 // driver from nri-gpu and sees exactly its GPU; volume-mounts without
 // device specs (what a hostPath volume can forge) is refused.
 func TestNVIDIADevicePluginOnContainerd(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutRHEL, "policy:\n  default: deny\n")
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
 	socket := filepath.Join(t.TempDir(), "status.sock")
@@ -75,7 +75,7 @@ func TestNVIDIADevicePluginOnContainerd(t *testing.T) {
 // make it inject the driver a second time), and books the GPU as the
 // runtime's, so that a count request cannot have it.
 func TestNVIDIADevicePluginCDIOnContainerd(t *testing.T) {
-	c := harness.StartForTest(t, harness.ContainerdOptions{})
+	c := startRuntime(t, harness.RuntimeOptions{})
 	n := newNode(t, simnode.LayoutDebian, "sharing: exclusive\n")
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: t.Context()}
 	socket := filepath.Join(t.TempDir(), "status.sock")
@@ -89,7 +89,7 @@ func TestNVIDIADevicePluginCDIOnContainerd(t *testing.T) {
 	if spec == string(out) {
 		t.Fatalf("no kind line in the spec:\n%s", out)
 	}
-	if err := os.WriteFile(filepath.Join(c.CDISpecDir, "k8s.device-plugin.nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(c.CDIDir(), "k8s.device-plugin.nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	g := n.GPUs[1]
@@ -98,8 +98,15 @@ func TestNVIDIADevicePluginCDIOnContainerd(t *testing.T) {
 	if out, code := e.sh("gpucheck cuda nvml"); code != 0 || !strings.Contains(out, "devices=1") {
 		t.Errorf("gpucheck:\n%s\n%s", out, e.view())
 	}
-	if log := w.plugin.log.String(); !strings.Contains(log, "the runtime already gives the container the CDI devices k8s.device-plugin.nvidia.com/gpu="+g.UUID+": nothing injected") {
-		t.Errorf("nri-gpu did not leave the runtime's CDI device alone:\n%s", log)
+	// containerd 2.4 lists the CDI device in NRI; containerd 2.2 and 1.7
+	// and CRI-O have resolved it into device nodes and mounts before NRI
+	// sees the container: either way nri-gpu injects nothing.
+	want := "the runtime already gives the container the CDI devices k8s.device-plugin.nvidia.com/gpu=" + g.UUID + ": nothing injected"
+	if runtimeName() != harness.RuntimeContainerd24 {
+		want = fmt.Sprintf("the runtime already gives the container /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia%d and every driver file: nothing injected", g.Minor)
+	}
+	if log := w.plugin.log.String(); !strings.Contains(log, want) {
+		t.Errorf("nri-gpu did not leave the runtime's CDI device alone on %s, want %q:\n%s", runtimeName(), want, log)
 	}
 	if got, want := allocTable(t, socket), "0=free 1=exclusive[default/cdicri/cdicri] 2=free 3=free"; got != want {
 		t.Errorf("table %s\nwant %s", got, want)

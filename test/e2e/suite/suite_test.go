@@ -4,7 +4,8 @@
 //
 // It needs root (CI is root). NRI_GPU_E2E_RUNTIME picks the runtime
 // (harness.StartRuntimeForTest: containerd-2.4.2 by default,
-// containerd-2.2.9, containerd-1.7.36); NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9
+// containerd-2.2.9, containerd-1.7.36, crio-1.34.0);
+// NRI_GPU_E2E_CONTAINERD_VERSION=v2.2.9
 // is the older spelling of NRI_GPU_E2E_RUNTIME=containerd-2.2.9.
 package suite
 

@@ -6,7 +6,7 @@
 //	bench-e2e [-nri-gpu bin/nri-gpu] [-rounds 80] [-scaling-rounds 30]
 //	          [-paths floor,nri-gpu,nri-gpu-toolkit-layout,cdi,cdi-toolkit-layout,toolkit,nvidia-runtime]
 //	          [-phases main,files,scaling,emit-cdi] [-gpus 1,4,8]
-//	          [-caps 'utility;compute,utility;all'] [-runtime containerd-1.7.36]
+//	          [-caps 'utility;compute,utility;all'] [-runtime containerd-1.7.36|crio-1.34.0]
 package main
 
 import (
@@ -37,7 +37,7 @@ func main() {
 	phases := flag.String("phases", "main,files,scaling,emit-cdi", "what to measure: main (paths 1-6, 1 GPU), files (libraryMode files), scaling (GPUs x capabilities), emit-cdi (emit: cdi)")
 	gpus := flag.String("gpus", "1,4,8", "GPU counts of the scaling table (at most 8)")
 	caps := flag.String("caps", "utility;compute,utility;all", "capability sets of the scaling table, ';'-separated")
-	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime measured: "+harness.RuntimeContainerd24+", "+harness.RuntimeContainerd22+" or "+harness.RuntimeContainerd17)
+	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime measured: "+strings.Join(harness.Runtimes, ", ")+" (the nvidia-runtime path: containerd only)")
 	nice := flag.Int("nice", -10, "nice value of the benchmark, containerd and the plugins (and so of shims, runc and hooks), to cut noise from other work on the machine; 0 leaves it alone")
 	flag.Parse()
 	if err := run(*bin, *rt, *rounds, *scalingRounds, split(*paths, ","), split(*phases, ","), *gpus, split(*caps, ";"), *nice); err != nil {
@@ -65,9 +65,8 @@ func run(bin, runtime string, rounds, scalingRounds int, paths, phases []string,
 			return fmt.Errorf("-nice: %w", err)
 		}
 	}
-	containerd := harness.ContainerdVersionOf(runtime)
-	if containerd == "" {
-		return fmt.Errorf("-runtime: unknown runtime %q", runtime)
+	if !slices.Contains(harness.Runtimes, runtime) {
+		return fmt.Errorf("-runtime: unknown runtime %q (valid: %s)", runtime, strings.Join(harness.Runtimes, ", "))
 	}
 	valid := append(append([]string(nil), bench.MainPaths[1:]...), bench.DiagnosticPaths...)
 	for _, p := range paths {
@@ -107,7 +106,7 @@ func run(bin, runtime string, rounds, scalingRounds int, paths, phases []string,
 		}
 	}
 
-	env, err := bench.Setup(ctx, bench.Options{NRIGPU: bin, Nice: nice, ContainerdVersion: containerd, NVIDIARuntime: want("main") && slices.Contains(paths, bench.NVIDIARuntime)})
+	env, err := bench.Setup(ctx, bench.Options{NRIGPU: bin, Nice: nice, Runtime: runtime, NVIDIARuntime: want("main") && slices.Contains(paths, bench.NVIDIARuntime)})
 	if err != nil {
 		return err
 	}
@@ -118,7 +117,7 @@ func run(bin, runtime string, rounds, scalingRounds int, paths, phases []string,
 
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("<!-- bench-e2e on %s, %d CPUs, load %s, nice %d, %s, containerd %s, runc %s, toolkit %s -->\n\n", host, numCPU(), strings.Join(strings.Fields(string(load))[:3], " "), nice, time.Now().UTC().Format(time.RFC3339), env.Tools.ContainerdVersion, env.Tools.RuncVersion, bench.ToolkitVersion)
+	fmt.Printf("<!-- bench-e2e on %s, %d CPUs, load %s, nice %d, %s, runtime %s, runc %s, toolkit %s -->\n\n", host, numCPU(), strings.Join(strings.Fields(string(load))[:3], " "), nice, time.Now().UTC().Format(time.RFC3339), env.C.Name(), env.Tools.RuncVersion, bench.ToolkitVersion)
 	if want("main") {
 		fmt.Fprintf(os.Stderr, "bench-e2e: main table, %d rounds\n", rounds)
 		r, err := env.Run(ctx, mainCases, rounds)

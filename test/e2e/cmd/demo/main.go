@@ -23,7 +23,7 @@ import (
 
 func main() {
 	bin := flag.String("nri-gpu", "bin/nri-gpu", "the nri-gpu binary to run")
-	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime: "+harness.RuntimeContainerd24+", "+harness.RuntimeContainerd22+" or "+harness.RuntimeContainerd17)
+	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime: "+strings.Join(harness.Runtimes, ", "))
 	flag.Parse()
 	if err := run(*bin, *rt); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
