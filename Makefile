@@ -22,7 +22,7 @@ CONFIG_DIR     ?= /etc/nri-gpu
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nri-gpu ./cmd/nri-gpu
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nri-gpu ./cmd/nri-gpu
 
 # Every test: formatting, vet, unit and protocol tests under the race
 # detector, a short fuzzing round, and the end-to-end suite against a real
