@@ -237,6 +237,11 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 		if !f.devLink && !f.extra {
 			pl.files++
 		}
+		if f.kind == inventory.Socket && f.cap == inventory.Compute && f.mount.Destination != inventory.DefaultMPSPipeDir {
+			// The MPS pipe directory where CUDA_MPS_PIPE_DIRECTORY put
+			// it on the host: libcuda looks at the default unless told.
+			pl.env = append(pl.env, inventory.EnvMPSPipeDir+"="+f.mount.Destination)
+		}
 		if f.extra && path.Base(path.Dir(f.mount.Destination)) == "gbm" {
 			// GBM searches its backends in the distribution's library
 			// directory unless told otherwise.

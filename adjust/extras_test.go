@@ -1,8 +1,11 @@
 package adjust_test
 
 import (
+	"cmp"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
@@ -124,4 +127,45 @@ func envOf(e adjust.Edits, env []string) []string {
 		out = append(out, kv.Key+"="+kv.Value)
 	}
 	return out
+}
+
+// TestMPSPipeDirEnv checks that an MPS pipe directory found elsewhere than
+// the default (the host's CUDA_MPS_PIPE_DIRECTORY) is mounted at its path
+// and named to compute containers whose environment lacks the variable,
+// and that the default directory sets nothing.
+func TestMPSPipeDirEnv(t *testing.T) {
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 1, IPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dir, env string }{
+		{"", ""},
+		{"/run/mps", "CUDA_MPS_PIPE_DIRECTORY=/run/mps"},
+	} {
+		if tc.dir != "" {
+			if err := os.MkdirAll(n.HostPath(tc.dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap, err := discover.Discover(discover.Options{HostRoot: n.Root, DriverRoot: n.Root, MPSPipeDir: tc.dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := adjust.Prepare(snap, adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"})
+		e := p.Edits(nil, inventory.Capabilities(inventory.Compute))
+		want := cmp.Or(tc.dir, simnode.MPSPipeDir)
+		if !slices.ContainsFunc(e.Mounts, func(m inventory.Mount) bool { return m.Destination == want && m.Source == n.HostPath(want) }) {
+			t.Errorf("%q: no mount of the MPS directory at %s: %+v", tc.dir, want, e.Mounts)
+		}
+		got := slices.DeleteFunc(envOf(e, nil), func(kv string) bool { return !strings.HasPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY=") })
+		if tc.env == "" && len(got) != 0 || tc.env != "" && !slices.Equal(got, []string{tc.env}) {
+			t.Errorf("%q: environment %q, want %q", tc.dir, got, tc.env)
+		}
+		if got := envOf(e, []string{"CUDA_MPS_PIPE_DIRECTORY=/mine"}); slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY=") }) {
+			t.Errorf("%q: the image's own CUDA_MPS_PIPE_DIRECTORY overridden: %q", tc.dir, got)
+		}
+		if got := envOf(p.Edits(nil, inventory.Capabilities(inventory.Utility)), nil); slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY=") }) {
+			t.Errorf("%q: utility gets %q", tc.dir, got)
+		}
+	}
 }

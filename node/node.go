@@ -14,6 +14,7 @@ package node
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -172,6 +173,9 @@ func discoverFor(cfg config.Config) (discovered, error) {
 		HostRoot:        cfg.HostRoot,
 		DriverRoot:      cfg.DriverRoot,
 		DriverRootMount: cfg.DriverRootMount,
+		// As libnvidia-container: the host's setting, in nri-gpu's own
+		// environment, never a container's.
+		MPSPipeDir: os.Getenv(inventory.EnvMPSPipeDir),
 	})
 	return discovered{snap: snap}, err
 }
