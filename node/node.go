@@ -85,7 +85,7 @@ type Node struct {
 	// by mu.
 	lastSetsNote string
 	obs          Observer
-	onChange    func(*State)
+	onChange     func(*State)
 	// subs are the functions Subscribe registered, by id; guarded by
 	// subMu (not mu, so that a subscriber may read the node).
 	subMu  sync.Mutex
