@@ -111,6 +111,9 @@ type Edits struct {
 	Files int
 	// Env are further KEY=VALUE settings (from CDI specs), set as given.
 	Env []string
+	// DefaultEnv are KEY=VALUE settings made only where the container's
+	// environment lacks KEY (GBM_BACKENDS_PATH with graphics).
+	DefaultEnv []string
 	// Hooks are OCI hooks from CDI specs, with their explicit env.
 	Hooks []inventory.Hook
 	// plan is where Mounts came from, if they did.
@@ -144,6 +147,7 @@ type plan struct {
 	// whose PATH cannot be extended (see PathRepeated); set only with
 	// binDirs.
 	usrBin []inventory.Mount
+	env    []string
 	files  int
 	// api are mounts as NRI messages, shared by every adjustment of the
 	// set: adjustments are only marshalled, never modified, so the
@@ -158,6 +162,9 @@ type preparedFile struct {
 	// devLink marks the second mount of a library under its development
 	// name (libcuda.so), which a prepared directory holds as a link.
 	devLink bool
+	// extra marks a file below the library directory under a name of its
+	// own (inventory.LibraryExtras), which a prepared directory holds.
+	extra bool
 }
 
 // Prepare computes where each driver file of the snapshot goes in a
@@ -207,6 +214,10 @@ func Prepare(snap *inventory.Snapshot, l Layout) *Prepared {
 				mount: inventory.Mount{Source: f.HostPath, Destination: path.Join(path.Dir(dst), dev)}})
 		}
 	}
+	for _, x := range inventory.LibraryExtras(snap.Files) {
+		p.files = append(p.files, preparedFile{kind: inventory.Library, cap: x.Capability, extra: true,
+			mount: inventory.Mount{Source: x.File.HostPath, Destination: path.Join(l.LibraryDir, x.Name)}})
+	}
 	for caps := range p.plans {
 		p.plans[caps] = p.plan(inventory.Capabilities(caps))
 	}
@@ -230,8 +241,18 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 			f.cap != 0 && !caps.Has(f.cap) {
 			continue
 		}
-		if !f.devLink {
+		if !f.devLink && !f.extra {
 			pl.files++
+		}
+		if f.kind == inventory.Socket && f.cap == inventory.Compute && f.mount.Destination != inventory.DefaultMPSPipeDir {
+			// The MPS pipe directory where CUDA_MPS_PIPE_DIRECTORY put
+			// it on the host: libcuda looks at the default unless told.
+			pl.env = append(pl.env, inventory.EnvMPSPipeDir+"="+f.mount.Destination)
+		}
+		if f.extra && path.Base(path.Dir(f.mount.Destination)) == "gbm" {
+			// GBM searches its backends in the distribution's library
+			// directory unless told otherwise.
+			pl.env = append(pl.env, inventory.EnvGBMBackendsPath+"="+path.Dir(f.mount.Destination))
 		}
 		switch f.kind {
 		case inventory.Library:
@@ -279,6 +300,7 @@ func (p *Prepared) plan(caps inventory.Capabilities) plan {
 	// instead of writing into the shared plan.
 	pl.mounts = pl.mounts[:len(pl.mounts):len(pl.mounts)]
 	pl.libDirs = pl.libDirs[:len(pl.libDirs):len(pl.libDirs)]
+	pl.env = pl.env[:len(pl.env):len(pl.env)]
 	pl.api = apiMounts(pl.mounts)
 	return pl
 }
@@ -339,6 +361,7 @@ func (p *Prepared) Edits(gpus []inventory.GPU, caps inventory.Capabilities) Edit
 	}
 	pl := &p.plans[caps&inventory.AllCapabilities]
 	e.Mounts, e.LibraryDirs, e.BinaryDirs, e.Files, e.plan = pl.mounts, pl.libDirs, pl.binDirs, pl.files, pl
+	e.DefaultEnv = pl.env
 
 	if caps.Has(inventory.Graphics) || caps.Has(inventory.Display) {
 		p.graphicsEdits(&e, gpus)
@@ -461,6 +484,12 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		k, v, _ := strings.Cut(kv, "=")
 		adj.AddEnv(k, v)
 	}
+	for _, kv := range e.DefaultEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		if !hasEnv(env, k) {
+			adj.AddEnv(k, v)
+		}
+	}
 	if len(e.Hooks) > 0 {
 		hooks := &api.Hooks{}
 		stages := map[string]*[]*api.Hook{
@@ -579,6 +608,16 @@ func appendDirs(env []string, key string, dirs []string, unset string) (string, 
 		changed = true
 	}
 	return val, changed
+}
+
+// hasEnv reports whether env sets key (to any value, empty included).
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if len(kv) > len(key) && kv[len(key)] == '=' && strings.HasPrefix(kv, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasPathEntry reports whether the colon-separated list holds dir.

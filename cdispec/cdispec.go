@@ -52,6 +52,9 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 	if len(common.LibraryDirs) > 0 {
 		spec.ContainerEdits.Env = []string{adjust.EnvLibraryPath + "=" + strings.Join(common.LibraryDirs, ":")}
 	}
+	// What nri-gpu sets only where the image does not (GBM_BACKENDS_PATH,
+	// CUDA_MPS_PIPE_DIRECTORY): a CDI spec can only set it.
+	spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, common.DefaultEnv...)
 
 	var all []inventory.DeviceNode
 	var uuids []string
@@ -61,8 +64,10 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 		if graphics {
 			// The GPU's DRM nodes, as a request with graphics or
 			// display gets them. The application profile and by-path
-			// links, prepared per set of GPUs, have no place in a
-			// per-device spec.
+			// links are prepared per set of GPUs: a runtime appends
+			// the mounts of every device a container names, and two
+			// devices' mounts at one path would shadow each other,
+			// so only the device "all" carries them (below).
 			for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
 				if n.Path != "" {
 					nodes = append(nodes, n)
@@ -77,10 +82,54 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 		uuids = append(uuids, g.UUID)
 	}
 	if len(all) > 0 {
-		spec.Devices = append(spec.Devices, specs.Device{Name: "all", ContainerEdits: specs.ContainerEdits{
+		edits := specs.ContainerEdits{
 			DeviceNodes: deviceNodes(all),
 			Env:         []string{adjust.EnvVisibleDevices + "=" + strings.Join(uuids, ",")},
-		}})
+		}
+		if graphics {
+			// The application profile and by-path links of the set of
+			// every GPU, files nri-gpu prepared in its library cache
+			// (none with libraryMode: files).
+			var set []inventory.Mount
+			for _, m := range src.Edits(snap.GPUs, caps).Mounts {
+				if m.Destination == adjust.ProfileDestination || m.Destination == adjust.ByPathDestination {
+					set = append(set, m)
+				}
+			}
+			edits.Mounts = mounts(set)
+		}
+		spec.Devices = append(spec.Devices, specs.Device{Name: "all", ContainerEdits: edits})
+	}
+	version, err := specs.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = version
+	return spec, nil
+}
+
+// IMEXKind is the CDI kind of the exported IMEX channels, the NVIDIA
+// Container Toolkit's.
+const IMEXKind = "nvidia.com/imex-channel"
+
+// GenerateIMEX returns a CDI spec of kind IMEXKind with one device per IMEX
+// channel of the node, named by its number (nvidia.com/imex-channel=0), as
+// the NVIDIA Container Toolkit names them; each holds the channel's node.
+// A node without channels is an error: there is nothing to export.
+func GenerateIMEX(src adjust.Source) (*specs.Spec, error) {
+	if src.Kind() != Kind {
+		return nil, fmt.Errorf("the node serves %s devices (cdiImport), which come from CDI specs already; a spec is generated for %s only", src.Kind(), Kind)
+	}
+	chans := src.Snapshot().IMEXChannels
+	if len(chans) == 0 {
+		return nil, fmt.Errorf("the node has no IMEX channels (%s; see nri-gpu inventory)", inventory.IMEXChannelDir)
+	}
+	spec := &specs.Spec{Kind: IMEXKind}
+	for _, ch := range chans {
+		spec.Devices = append(spec.Devices, specs.Device{
+			Name:           strconv.Itoa(ch.Number),
+			ContainerEdits: specs.ContainerEdits{DeviceNodes: deviceNodes([]inventory.DeviceNode{ch.Node})},
+		})
 	}
 	version, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {

@@ -95,7 +95,8 @@ func LinkFor(n inventory.DeviceNode) (Link, bool) {
 }
 
 // Nodes returns the device nodes of s that nri-gpu injects: every GPU, the
-// control nodes, the IMEX channels, duplicates dropped, in that order.
+// GPUs' DRM nodes (graphics and display), the control nodes, the IMEX
+// channels, duplicates dropped, in that order.
 func Nodes(s *inventory.Snapshot) []inventory.DeviceNode {
 	var out []inventory.DeviceNode
 	add := func(n inventory.DeviceNode) {
@@ -105,6 +106,13 @@ func Nodes(s *inventory.Snapshot) []inventory.DeviceNode {
 	}
 	for _, g := range s.GPUs {
 		add(g.Node)
+	}
+	for _, g := range s.GPUs {
+		for _, n := range [...]inventory.DeviceNode{g.Card(), g.Render()} {
+			if n.Path != "" {
+				add(n)
+			}
+		}
 	}
 	c := s.Control
 	for _, n := range [...]*inventory.DeviceNode{c.Ctl, c.UVM, c.UVMTools, c.Modeset} {

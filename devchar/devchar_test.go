@@ -49,8 +49,9 @@ func TestEnsureAndRemove(t *testing.T) {
 	n, s := simulated(t)
 	o := devchar.Options{HostRoot: n.Root, StateDir: filepath.Join(t.TempDir(), "state")}
 	nodes := devchar.Nodes(s)
-	// 2 GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset, 2 channels.
-	if len(nodes) != 8 {
+	// 2 GPUs, their 2 DRM nodes each, nvidiactl, nvidia-uvm,
+	// nvidia-uvm-tools, nvidia-modeset, 2 channels.
+	if len(nodes) != 12 {
 		t.Fatalf("nodes %+v", nodes)
 	}
 	charDir := filepath.Join(n.Root, "dev", "char")
@@ -78,7 +79,7 @@ func TestEnsureAndRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Created) != 5 || res.Present != 1 || len(res.Foreign) != 2 {
+	if len(res.Created) != 9 || res.Present != 1 || len(res.Foreign) != 2 {
 		t.Errorf("Ensure: %+v", res)
 	}
 	for _, nd := range nodes {
@@ -100,6 +101,15 @@ func TestEnsureAndRemove(t *testing.T) {
 	if got := readlink(t, n.Root, "195:255"); got != "../somewhere" {
 		t.Errorf("foreign link replaced: %s", got)
 	}
+	// The DRM nodes, under their own major (226).
+	for _, g := range s.GPUs {
+		for _, nd := range []inventory.DeviceNode{g.Card(), g.Render()} {
+			l, _ := devchar.LinkFor(nd)
+			if nd.Path == "" || nd.Major != 226 || readlink(t, n.Root, l.Name) != "../dri/"+filepath.Base(nd.Path) {
+				t.Errorf("GPU %d's DRM node %q: /dev/char/%s -> %s", g.Index, nd.Path, l.Name, readlink(t, n.Root, l.Name))
+			}
+		}
+	}
 	imex, _ := devchar.LinkFor(s.IMEXChannels[1].Node)
 	if got := readlink(t, n.Root, imex.Name); got != "../nvidia-caps-imex-channels/channel1" {
 		t.Errorf("IMEX channel 1's link: %s", got)
@@ -107,11 +117,11 @@ func TestEnsureAndRemove(t *testing.T) {
 
 	// A second Ensure (a rediscovery) makes nothing and keeps the record.
 	res, err = devchar.Ensure(o, nodes)
-	if err != nil || len(res.Created) != 0 || res.Present != 6 {
+	if err != nil || len(res.Created) != 0 || res.Present != 10 {
 		t.Errorf("second Ensure: %+v, %v", res, err)
 	}
 	rec, err := devchar.Recorded(o)
-	if err != nil || len(rec) != 5 {
+	if err != nil || len(rec) != 9 {
 		t.Errorf("record %v, %v", rec, err)
 	}
 	if problems, err := devchar.Check(n.Root, nodes); err != nil || len(problems) != 2 {
@@ -138,7 +148,7 @@ func TestEnsureAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	removed, err := devchar.Remove(o)
-	if err != nil || len(removed) != 4 {
+	if err != nil || len(removed) != 8 {
 		t.Errorf("Remove: %v, %v", removed, err)
 	}
 	left, _ := os.ReadDir(charDir)

@@ -22,11 +22,11 @@ func TestDevCharLinks(t *testing.T) {
 
 	f.write(t, "/etc/containerd/conf.d/30-systemd.toml", "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\nSystemdCgroup = true\n")
 	results = Run(f.o)
-	// 2 GPUs, nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools, channel0.
-	expect(t, results, "dev/char links", Warn, "7 of 7 nodes lack a /dev/char link: /dev/char/195:")
+	// 2 GPUs, their 4 DRM nodes, nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools, channel0.
+	expect(t, results, "dev/char links", Warn, "11 of 11 nodes lack a /dev/char link: /dev/char/195:")
 	expect(t, results, "dev/char links", Warn, "containerd runtime runc (SystemdCgroup = true) uses the systemd cgroup driver")
 	fix := fixOf(results, "dev/char links")
-	if !strings.Contains(fix, "nri-gpu run creates them at start") || !strings.Contains(fix, "ln -s ../nvidia") || !strings.Contains(fix, "(and 4 more)") {
+	if !strings.Contains(fix, "nri-gpu run creates them at start") || !strings.Contains(fix, "ln -s ../nvidia") || !strings.Contains(fix, "(and 8 more)") {
 		t.Errorf("fix %q", fix)
 	}
 	if !OK(results) {
@@ -45,7 +45,7 @@ func TestDevCharLinks(t *testing.T) {
 	if _, err := devchar.Ensure(devchar.Options{HostRoot: f.n.Root, StateDir: t.TempDir()}, devchar.Nodes(snap)); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, Run(f.o), "dev/char links", Pass, "all 7 nodes nri-gpu injects have their /dev/char link")
+	expect(t, Run(f.o), "dev/char links", Pass, "all 11 nodes nri-gpu injects have their /dev/char link")
 
 	// CRI-O without cgroup_manager: systemd, its default.
 	f.remove(t, "/dev/char")

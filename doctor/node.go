@@ -16,7 +16,7 @@ import (
 // whether the layer passed.
 func checkKernel(o *Options, out *[]Result) (*inventory.Snapshot, bool) {
 	cfg := o.Config
-	snap, err := discover.Discover(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount})
+	snap, err := discover.Discover(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount, MPSPipeDir: os.Getenv(inventory.EnvMPSPipeDir)})
 	skipRest := func() {
 		add(out, Kernel, "majors", Skip, "no kernel driver", "fix the driver first")
 		add(out, Kernel, "device nodes", Skip, "no kernel driver", "fix the driver first")

@@ -299,6 +299,22 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 			libs = append(libs, l)
 			present |= inventory.Capabilities(f.Capability)
 		}
+		// The files the 64-bit directories hold under names of their
+		// own (the GBM backend, the NGX Wine DLLs).
+		var extras []extra
+		if kind == inventory.Library {
+			for _, x := range inventory.LibraryExtras(snap.Files) {
+				rel, ok := relTo(o.DriverRoot, x.File.HostPath)
+				if !ok {
+					return nil, fmt.Errorf("%s is not under the driver root %s", x.File.HostPath, o.DriverRoot)
+				}
+				l, err := p.open(root, rel, x.File)
+				if err != nil {
+					return nil, err
+				}
+				extras = append(extras, extra{name: x.Name, cap: x.Capability, l: l})
+			}
+		}
 		dirs := map[inventory.FileKind]map[inventory.Capabilities]string{
 			inventory.Library: c.Dirs, inventory.Library32: c.Dirs32, inventory.Binary: c.DirsBin,
 		}[kind]
@@ -309,7 +325,13 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 					members = append(members, l)
 				}
 			}
-			rel, err := p.makeDir(kind, set, members)
+			var xs []extra
+			for _, x := range extras {
+				if set.Has(x.cap) {
+					xs = append(xs, x)
+				}
+			}
+			rel, err := p.makeDir(kind, set, members, xs)
 			if err != nil {
 				return nil, err
 			}
@@ -334,6 +356,14 @@ type lib struct {
 	id   string // identity of the file: name, device, inode, size, mtime
 	size int64
 	mode fs.FileMode
+}
+
+// extra is a file a 64-bit library directory holds below it under a name
+// of its own (inventory.LibraryExtras).
+type extra struct {
+	name string // relative to the directory
+	cap  inventory.Capability
+	l    *lib
 }
 
 // placer puts driver files into the cache's directories.
@@ -385,7 +415,7 @@ func subsets(caps inventory.Capabilities) []inventory.Capabilities {
 
 // makeDir returns the directory (relative to the cache) holding members,
 // making it when it does not exist yet.
-func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, members []*lib) (string, error) {
+func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, members []*lib, extras []extra) (string, error) {
 	h := sha256.New()
 	// dirFormat changes the name when what a directory holds besides its
 	// members changes (the development links), so that a cache made by an
@@ -393,6 +423,11 @@ func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, me
 	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n", dirFormat, p.version, kind, set)
 	for _, l := range members {
 		fmt.Fprintln(h, l.id)
+	}
+	// Only directories with extras hash them: the others keep their
+	// names (and a cache made before extras existed is reused).
+	for _, x := range extras {
+		fmt.Fprintf(h, "x %s %s\n", x.name, x.l.id)
 	}
 	name := strings.ReplaceAll(set.String(), ",", "+") + "-" + kind.String() + "-" + hex.EncodeToString(h.Sum(nil))[:16]
 	verDir := p.version
@@ -418,8 +453,16 @@ func (p *placer) makeDir(kind inventory.FileKind, set inventory.Capabilities, me
 	}
 	defer dir.Close()
 	for _, l := range members {
-		if err := p.place(l, dir, path.Join(tmp, l.name)); err != nil {
+		if err := p.place(l, dir, l.name, path.Join(tmp, l.name)); err != nil {
 			return fail(fmt.Errorf("linking %s: %w", l.rel, err))
+		}
+	}
+	for _, x := range extras {
+		if err := p.cache.MkdirAll(path.Join(tmp, path.Dir(x.name)), 0o755); err != nil {
+			return fail(err)
+		}
+		if err := p.place(x.l, dir, x.name, path.Join(tmp, x.name)); err != nil {
+			return fail(fmt.Errorf("linking %s as %s: %w", x.l.rel, x.name, err))
 		}
 	}
 	if kind != inventory.Binary {
@@ -460,11 +503,11 @@ func (p *placer) makeVersionDir() error {
 // place puts l at rel (in dir, a temporary directory): a hard link to the
 // driver's file when the cache is in its mount, else a hard link to the
 // cache's own copy of it.
-func (p *placer) place(l *lib, dir *os.File, rel string) error {
+func (p *placer) place(l *lib, dir *os.File, name, rel string) error {
 	if !p.noLink {
 		// The opened file itself, through /proc: the inode discovery
 		// checked, and no capability needed (unlike AT_EMPTY_PATH).
-		err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", l.file.Fd()), int(dir.Fd()), l.name, unix.AT_SYMLINK_FOLLOW)
+		err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", l.file.Fd()), int(dir.Fd()), name, unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
 			return nil
 		}

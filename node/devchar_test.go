@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-gpu/nri-gpu/config"
 	"github.com/nri-gpu/nri-gpu/devchar"
@@ -70,8 +72,23 @@ func TestDevCharLinks(t *testing.T) {
 			t.Errorf("/dev/char/%s -> %q (%v), want %s", name, got, err, target)
 		}
 	}
-	// 2 GPUs, modeset, uvm, uvm-tools, 1 channel; nvidiactl's is foreign.
-	if got := links(); len(got) != 7 {
+	// The DRM nodes of both GPUs.
+	for _, gg := range sn.GPUs {
+		for _, p := range []string{simnode.CardPath(gg.Index), simnode.RenderPath(gg.Index)} {
+			fi, err := os.Stat(filepath.Join(sn.Root, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			name := itoa(int(unix.Major(st.Rdev))) + ":" + itoa(int(unix.Minor(st.Rdev)))
+			if got, err := os.Readlink(filepath.Join(charDir, name)); err != nil || got != "../dri/"+filepath.Base(p) {
+				t.Errorf("/dev/char/%s -> %q (%v), want ../dri/%s", name, got, err, filepath.Base(p))
+			}
+		}
+	}
+	// 2 GPUs, their 4 DRM nodes, modeset, uvm, uvm-tools, 1 channel;
+	// nvidiactl's is foreign.
+	if got := links(); len(got) != 11 {
 		t.Errorf("links %q", got)
 	}
 	rec := filepath.Join(sn.Root, "run", "nri-gpu", devchar.RecordName)
@@ -89,7 +106,7 @@ func TestDevCharLinks(t *testing.T) {
 	if err := n.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := links(); len(got) != 7 {
+	if got := links(); len(got) != 11 {
 		t.Errorf("after reload: %q", got)
 	}
 	off := cfg

@@ -15,6 +15,7 @@ package node
 import (
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -85,8 +86,11 @@ type Node struct {
 	// lastProblem is the last reason an Update was refused, logged once;
 	// guarded by mu.
 	lastProblem string
-	obs         Observer
-	onChange    func(*State)
+	// lastSetsNote is the last gpuSetsNote logged, logged once; guarded
+	// by mu.
+	lastSetsNote string
+	obs          Observer
+	onChange     func(*State)
 	// subs are the functions Subscribe registered, by id; guarded by
 	// subMu (not mu, so that a subscriber may read the node).
 	subMu  sync.Mutex
@@ -198,6 +202,9 @@ func discoverFor(cfg config.Config) (discovered, error) {
 		HostRoot:        cfg.HostRoot,
 		DriverRoot:      cfg.DriverRoot,
 		DriverRootMount: cfg.DriverRootMount,
+		// As libnvidia-container: the host's setting, in nri-gpu's own
+		// environment, never a container's.
+		MPSPipeDir: os.Getenv(inventory.EnvMPSPipeDir),
 	})
 	return discovered{snap: snap}, err
 }
@@ -319,10 +326,20 @@ func (n *Node) prepare(cfg config.Config, snap *inventory.Snapshot) (*adjust.Pre
 			n.log.Infof("GSP firmware: mounted into containers: %s", why)
 		}
 	}
+	built := false
+	defer func() {
+		if note := gpuSetsNote(cfg, snap, built); note != n.lastSetsNote {
+			n.lastSetsNote = note
+			if note != "" {
+				n.log.Info(note)
+			}
+		}
+	}()
 	if cfg.LibraryMode != config.LibraryFiles && snap.DriverVersion != "" && len(snap.Files) > 0 {
 		cache, err := libcache.Build(snap, cacheOptions(cfg))
 		switch {
 		case err == nil:
+			built = true
 			layout.HostLibraryDirs, layout.HostLibrary32Dirs, layout.HostBinaryDirs = cache.Dirs, cache.Dirs32, cache.DirsBin
 			layout.HostGPUSets = gpuSetFiles(cache.GPUSets)
 			n.log.WithFields(logrus.Fields{"dirs": len(cache.Dirs) + len(cache.Dirs32), "links": cache.Links}).
@@ -341,6 +358,34 @@ func (n *Node) prepare(cfg config.Config, snap *inventory.Snapshot) (*adjust.Pre
 		}
 	}
 	return adjust.Prepare(snap, layout), nil
+}
+
+// gpuSetsNote says which graphics and display containers go without the
+// application profile and /dev/dri/by-path links, prepared per set of
+// GPUs in the library cache (built: whether it was): empty when every set
+// has them, or the node has nothing that needs them.
+func gpuSetsNote(cfg config.Config, snap *inventory.Snapshot, built bool) string {
+	drm, graphics := false, false
+	gpus := 0
+	for _, g := range snap.GPUs {
+		drm = drm || g.DRM != nil
+		if g.Minor >= 0 && g.Minor <= 63 {
+			gpus++
+		}
+	}
+	for _, f := range snap.Files {
+		graphics = graphics || f.Kind == inventory.Library && f.Capability == inventory.Graphics
+	}
+	const without = "graphics and display containers go without the EGL application profile (EGL lists every GPU of the node, of which they open only their own) and /dev/dri/by-path"
+	switch {
+	case gpus == 0 || !drm && !graphics:
+		return ""
+	case !built:
+		return "GPU sets: no library cache (libraryMode " + string(cfg.LibraryMode) + ", key libraryMode): " + without + "; use libraryMode: auto or directory to have them"
+	case gpus > libcache.MaxAllSetsGPUs:
+		return fmt.Sprintf("GPU sets: the node has %d GPUs, more than %d: the application profile and /dev/dri/by-path links are prepared for each GPU alone and for all %d together; with another set of GPUs, %s", gpus, libcache.MaxAllSetsGPUs, gpus, without)
+	}
+	return ""
 }
 
 // gpuSetFiles converts the library cache's GPU-set files for adjust.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sirupsen/logrus"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nri-gpu/nri-gpu/cdispec"
 	"github.com/nri-gpu/nri-gpu/config"
@@ -19,15 +20,19 @@ import (
 // cdiCmd runs `nri-gpu cdi generate`.
 func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "generate" {
-		return usageError{fmt.Errorf("usage: nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]")}
+		return usageError{fmt.Errorf("usage: nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS] [--kind nvidia.com/gpu|nvidia.com/imex-channel]")}
 	}
 	fs := flag.NewFlagSet("cdi generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
 	out := fs.String("o", "-", "output file, or - for standard output")
 	capsFlag := fs.String("capabilities", inventory.DefaultCapabilities.String(), "driver capabilities whose files the spec mounts (as NVIDIA_DRIVER_CAPABILITIES)")
+	kind := fs.String("kind", cdispec.Kind, "the CDI kind of the spec: "+cdispec.Kind+" (the GPUs) or "+cdispec.IMEXKind+" (the IMEX channels, one device per channel number)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	if *kind != cdispec.Kind && *kind != cdispec.IMEXKind {
+		return usageError{fmt.Errorf("--kind: %q is not a kind nri-gpu exports (valid: %s, %s)", *kind, cdispec.Kind, cdispec.IMEXKind)}
 	}
 	caps, err := request.ParseCapabilities(*capsFlag)
 	if err != nil {
@@ -48,7 +53,11 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	spec, err := cdispec.Generate(n.State().Source, caps)
+	generate := func() (*specs.Spec, error) { return cdispec.Generate(n.State().Source, caps) }
+	if *kind == cdispec.IMEXKind {
+		generate = func() (*specs.Spec, error) { return cdispec.GenerateIMEX(n.State().Source) }
+	}
+	spec, err := generate()
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,9 @@ func (d *discovery) configs() {
 // next discovery (a reload).
 func (d *discovery) ipcs() {
 	for _, e := range ipcEndpoints {
+		if e.dir {
+			e.paths = []string{strings.TrimPrefix(d.mps, "/")}
+		}
 		for _, p := range e.paths {
 			resolved, err := resolveInRoot(d.drv, p)
 			if err != nil {

@@ -36,6 +36,11 @@ type Options struct {
 	// DriverRootMount is where this process reads DriverRoot, when that
 	// differs from the runtime's view; empty means DriverRoot.
 	DriverRootMount string
+	// MPSPipeDir is the MPS control daemon's pipe directory, as
+	// nri-gpu's own environment names it (CUDA_MPS_PIPE_DIRECTORY, as
+	// libnvidia-container reads it from its own environment): an absolute
+	// path under the driver root; empty means inventory.DefaultMPSPipeDir.
+	MPSPipeDir string
 }
 
 // maxSmallFile bounds what is read of a procfs or sysfs file.
@@ -75,10 +80,17 @@ func Discover(opts Options) (*inventory.Snapshot, error) {
 	}
 	defer drv.Close()
 
-	d := &discovery{host: host, drv: drv, snap: &inventory.Snapshot{
+	d := &discovery{host: host, drv: drv, mps: inventory.DefaultMPSPipeDir, snap: &inventory.Snapshot{
 		HostRoot:   opts.HostRoot,
 		DriverRoot: opts.DriverRoot,
 	}}
+	if opts.MPSPipeDir != "" {
+		if p := path.Clean(opts.MPSPipeDir); p != opts.MPSPipeDir || !path.IsAbs(p) || p == "/" || len(p) > 1024 {
+			d.warnf("%s=%q is not a clean absolute directory (such as %s): looking for the MPS pipe directory at %s", inventory.EnvMPSPipeDir, opts.MPSPipeDir, inventory.DefaultMPSPipeDir, inventory.DefaultMPSPipeDir)
+		} else {
+			d.mps = p
+		}
+	}
 	d.kernel()
 	if d.snap.DriverVersion != "" {
 		d.driverFiles()
@@ -89,6 +101,7 @@ func Discover(opts Options) (*inventory.Snapshot, error) {
 // discovery holds the state of one Discover call.
 type discovery struct {
 	host, drv *os.Root
+	mps       string // the MPS pipe directory (Options.MPSPipeDir)
 	snap      *inventory.Snapshot
 	dirCache  map[string][]string
 }

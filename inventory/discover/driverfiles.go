@@ -157,7 +157,7 @@ type ipcEndpoint struct {
 // ipcEndpoints are those libnvidia-container mounts: the persistenced and
 // fabric manager sockets with utility (libnvidia-ml talks to them), the
 // MPS pipe directory with compute (libcuda connects to an MPS server
-// there).
+// there; its path is the discovery's, Options.MPSPipeDir).
 var ipcEndpoints = []ipcEndpoint{
 	{inventory.Utility, []string{"run/nvidia-persistenced/socket", "var/run/nvidia-persistenced/socket"}, false},
 	{inventory.Utility, []string{"run/nvidia-fabricmanager/socket", "var/run/nvidia-fabricmanager/socket"}, false},

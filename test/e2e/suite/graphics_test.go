@@ -2,7 +2,9 @@ package suite
 
 import (
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,6 +49,25 @@ func TestGraphicsCapabilities(t *testing.T) {
 		if out, code := g.sh("test -r /usr/local/nvidia/lib64/" + lib); code != 0 {
 			t.Errorf("graphics container: library %s missing: %s", lib, out)
 		}
+	}
+	// GBM finds the NVIDIA backend, the node's libnvidia-allocator.so.1,
+	// through GBM_BACKENDS_PATH.
+	allocator := false
+	for _, f := range w.node.Files {
+		if f.SONAME != "libnvidia-allocator.so.1" {
+			continue
+		}
+		allocator = true
+		fi, err := os.Stat(filepath.Join(w.node.Root, f.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, code := g.sh(`echo "$GBM_BACKENDS_PATH"; wc -c < "$GBM_BACKENDS_PATH/nvidia-drm_gbm.so"`); code != 0 || strings.Join(strings.Fields(out), " ") != fmt.Sprintf("/usr/local/nvidia/lib64/gbm %d", fi.Size()) {
+			t.Errorf("GBM backend: %q (%d), want /usr/local/nvidia/lib64/gbm and the allocator's %d bytes", out, code, fi.Size())
+		}
+	}
+	if !allocator {
+		t.Fatal("the simulated node has no libnvidia-allocator.so.1")
 	}
 
 	// Its GPU's DRM nodes open (no device behind them: ENXIO, so the
