@@ -56,8 +56,10 @@ func BenchmarkCreateContainerCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// layout: toolkit, the layout nri-gpu cdi generate writes (a CDI spec
+	// cannot append to PATH), so that both ways hand over the same edits.
 	cfg := filepath.Join(dir, "nri-gpu.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\n", n.Root, n.Root)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("hostRoot: %s\ndriverRoot: %s\nlayout: toolkit\n", n.Root, n.Root)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 
