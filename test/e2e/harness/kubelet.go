@@ -525,10 +525,7 @@ func (k *Kubelet) Stop() error {
 		k.logFile.Close()
 	}
 	var errs []error
-	if err := UnmountAll(k.Dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(k.Dir); err != nil {
+	if err := k.removeDir(); err != nil {
 		errs = append(errs, err)
 	}
 	for i := len(k.created) - 1; i >= 0; i-- {
@@ -540,6 +537,29 @@ func (k *Kubelet) Stop() error {
 		k.unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// removeDir unmounts and removes the kubelet's directory. The kubelet
+// makes its root directory a shared bind mount of itself, and a mount
+// namespace made meanwhile by another process (a runtime's container, a
+// test's unshare) holds a peer of it that can propagate back: the root is
+// then seen as a mount point again just after it was unmounted ("unlinkat
+// .../root: device or resource busy", seen with two runtimes' suites running
+// side by side). So unmount and remove again, a few times, before giving up.
+func (k *Kubelet) removeDir() error {
+	var err error
+	for try := 0; try < 10; try++ {
+		if try > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err = UnmountAll(k.Dir); err != nil {
+			continue
+		}
+		if err = os.RemoveAll(k.Dir); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // Restart stops the kubelet (SIGTERM, then SIGKILL after 10 s) and starts it
