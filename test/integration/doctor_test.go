@@ -55,7 +55,7 @@ func TestDoctorCommand(t *testing.T) {
 	}
 	out, code := doctor()
 	t.Logf("nri-gpu doctor, exit %d:\n%s", code, out)
-	if code != 0 || !strings.Contains(out, "all checks passed") || strings.Count(out, "PASS") != 11 { // 11 with the dev/char links check
+	if code != 0 || !strings.Contains(out, "all checks passed") || strings.Count(out, "PASS") != 12 { // 12 with the dev/char links and NVML/MIG checks
 		t.Fatalf("doctor on a good node: exit %d\n%s", code, out)
 	}
 	for _, want := range []string{
