@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,9 @@ import (
 const Kind = inventory.KindNVIDIA
 
 // Generate returns a CDI spec with one device per GPU, named both by index
-// and by UUID, and a device "all". Each GPU device holds its device node;
+// and by UUID, one per MIG device, named as the toolkit names them
+// (<gpu>:<mig> and MIG-<uuid>), and a device "all". A GPU with MIG enabled
+// has no device of its own: nri-gpu never hands it out whole. Each GPU device holds its device node;
 // the spec's own edits hold what every request gets with caps: control
 // nodes, driver file mounts (the same sources and options as nri-gpu's
 // adjustments, including a prepared library directory) and LD_LIBRARY_PATH.
@@ -59,7 +62,21 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 	var all []inventory.DeviceNode
 	var uuids []string
 	graphics := caps.Has(inventory.Graphics) || caps.Has(inventory.Display)
-	for _, g := range snap.GPUs {
+	for _, g := range snap.Units() {
+		if g.MIG != nil {
+			// A MIG device as the toolkit names it (<gpu>:<mig> and
+			// MIG-<uuid>) with its edits: its parent's node and its
+			// GPU and compute instances' capability nodes. MIG has
+			// no graphics.
+			nodes := []inventory.DeviceNode{g.Node, g.MIG.GINode, g.MIG.CINode}
+			edits := specs.ContainerEdits{DeviceNodes: deviceNodes(nodes)}
+			spec.Devices = append(spec.Devices,
+				specs.Device{Name: g.MIG.Name(), ContainerEdits: edits},
+				specs.Device{Name: g.UUID, ContainerEdits: edits})
+			all = appendNew(all, nodes...)
+			uuids = append(uuids, g.UUID)
+			continue
+		}
 		nodes := []inventory.DeviceNode{g.Node}
 		if graphics {
 			// The GPU's DRM nodes, as a request with graphics or
@@ -78,7 +95,7 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 		spec.Devices = append(spec.Devices,
 			specs.Device{Name: strconv.Itoa(g.Index), ContainerEdits: edits},
 			specs.Device{Name: g.UUID, ContainerEdits: edits})
-		all = append(all, nodes...)
+		all = appendNew(all, nodes...)
 		uuids = append(uuids, g.UUID)
 	}
 	if len(all) > 0 {
@@ -137,6 +154,17 @@ func GenerateIMEX(src adjust.Source) (*specs.Spec, error) {
 	}
 	spec.Version = version
 	return spec, nil
+}
+
+// appendNew appends the nodes of add that list lacks (a MIG device's
+// parent node is shared with its siblings).
+func appendNew(list []inventory.DeviceNode, add ...inventory.DeviceNode) []inventory.DeviceNode {
+	for _, n := range add {
+		if !slices.Contains(list, n) {
+			list = append(list, n)
+		}
+	}
+	return list
 }
 
 func deviceNodes(nodes []inventory.DeviceNode) []*specs.DeviceNode {

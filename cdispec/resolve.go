@@ -10,8 +10,10 @@ import (
 )
 
 // Resolvable reads the CDI specs in dirs (the runtime's spec directories,
-// as this process sees them) and returns, for each GPU of the snapshot that
-// a spec defines as nvidia.com/gpu=<UUID>, that qualified device name;
+// as this process sees them) and returns, for each GPU and MIG device of
+// the snapshot that a spec defines as nvidia.com/gpu=<UUID> (MIG-<uuid>
+// for a MIG device, as the toolkit's specs name it too), that qualified
+// device name;
 // warnings name the specs the CDI library refused.
 func Resolvable(snap *inventory.Snapshot, dirs []string) (map[string]string, []string) {
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
@@ -29,10 +31,17 @@ func Resolvable(snap *inventory.Snapshot, dirs []string) (map[string]string, []s
 	}
 	sort.Strings(warnings)
 	names := map[string]string{}
+	uuids := make([]string, 0, len(snap.GPUs)+len(snap.MIG))
 	for _, g := range snap.GPUs {
-		name := Kind + "=" + g.UUID
+		uuids = append(uuids, g.UUID)
+	}
+	for _, m := range snap.MIG {
+		uuids = append(uuids, m.UUID)
+	}
+	for _, u := range uuids {
+		name := Kind + "=" + u
 		if cache.GetDevice(name) != nil {
-			names[g.UUID] = name
+			names[u] = name
 		}
 	}
 	return names, warnings

@@ -22,6 +22,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -96,7 +99,9 @@ func LinkFor(n inventory.DeviceNode) (Link, bool) {
 
 // Nodes returns the device nodes of s that nri-gpu injects: every GPU, the
 // GPUs' DRM nodes (graphics and display), the control nodes, the IMEX
-// channels, duplicates dropped, in that order.
+// channels, then the MIG capability nodes (each MIG device's GPU and
+// compute instance access, mig config and monitor) that the host has,
+// duplicates dropped, in that order.
 func Nodes(s *inventory.Snapshot) []inventory.DeviceNode {
 	var out []inventory.DeviceNode
 	add := func(n inventory.DeviceNode) {
@@ -123,7 +128,43 @@ func Nodes(s *inventory.Snapshot) []inventory.DeviceNode {
 	for _, ch := range s.IMEXChannels {
 		add(ch.Node)
 	}
+	// MIG capability nodes: a container's device rules name them like
+	// the GPU's, but the driver makes them only once something (nvidia-smi,
+	// nvidia-modprobe, the toolkit) asked for them; a link to a node that
+	// is not there would not help runc (it stats the link), so only those
+	// the host has are linked.
+	var migNodes []inventory.DeviceNode
+	for _, m := range s.MIG {
+		migNodes = append(migNodes, m.GINode, m.CINode)
+	}
+	for _, n := range [...]*inventory.DeviceNode{s.MIGControl.Config, s.MIGControl.Monitor} {
+		if n != nil {
+			migNodes = append(migNodes, *n)
+		}
+	}
+	for _, n := range migNodes {
+		if hostHasNode(s.HostRoot, n) {
+			add(n)
+		}
+	}
 	return out
+}
+
+// hostHasNode reports whether hostRoot has a character device at n's
+// path with n's numbers.
+func hostHasNode(hostRoot string, n inventory.DeviceNode) bool {
+	if hostRoot == "" {
+		hostRoot = "/"
+	}
+	fi, err := os.Lstat(filepath.Join(hostRoot, filepath.FromSlash(path.Clean("/"+n.Path))))
+	if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	return int64(unix.Major(uint64(st.Rdev))) == n.Major && int64(unix.Minor(uint64(st.Rdev))) == n.Minor
 }
 
 // Ensure makes the missing /dev/char links of nodes and adds them to the

@@ -1,6 +1,7 @@
 package devchar_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,5 +193,67 @@ func TestRecordOfAnotherBoot(t *testing.T) {
 	}
 	if problems, _ := devchar.Check(n.Root, devchar.Nodes(s)); len(problems) != 0 {
 		t.Errorf("links gone: %+v", problems)
+	}
+}
+
+// TestNodesMIG: the MIG capability nodes of the snapshot that the host
+// has (GPU instance and compute instance access, mig config and monitor)
+// are linked like the GPUs; one the host lacks is not (a link to nothing
+// would not help runc).
+func TestNodesMIG(t *testing.T) {
+	n, s := simulated(t)
+	st := simnode.MixedMIG()
+	if err := n.SetMIG(st); err != nil {
+		t.Fatal(err)
+	}
+	major, err := n.CapsMajor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(minor int) inventory.DeviceNode {
+		return inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Major: int64(major), Minor: int64(minor), Mode: 0o444}
+	}
+	cfg, mon := node(1), node(2)
+	s.MIGControl = inventory.MIGControl{Config: &cfg, Monitor: &mon}
+	for i, g := range n.GPUs {
+		for j, m := range st.GPUs[i].MIG {
+			s.MIG = append(s.MIG, inventory.MIGDevice{
+				UUID: simnode.MIGUUIDFor(g.UUID, m.GI, m.CI), Index: j, Parent: i, ParentUUID: g.UUID, GI: m.GI, CI: m.CI,
+				GINode: node(simnode.GIMinor(g.Minor, m.GI)), CINode: node(simnode.CIMinor(g.Minor, m.GI, m.CI)),
+			})
+		}
+	}
+	// The host lacks GPU 1's last compute instance node.
+	last := s.MIG[len(s.MIG)-1].CINode
+	if err := os.Remove(filepath.Join(n.Root, last.Path)); err != nil {
+		t.Fatal(err)
+	}
+	nodes := devchar.Nodes(s)
+	// 12 as in TestEnsureAndRemove (GPUs, their DRM nodes, control nodes,
+	// IMEX channels), 11 GPU instances, 11 compute instances less the one
+	// removed, config, monitor.
+	if len(nodes) != 12+11+10+2 {
+		t.Fatalf("%d nodes: %+v", len(nodes), nodes)
+	}
+	if slices.Contains(nodes, last) {
+		t.Errorf("linked a node the host lacks: %+v", last)
+	}
+	for _, want := range []inventory.DeviceNode{cfg, mon, s.MIG[0].GINode, s.MIG[0].CINode} {
+		if !slices.Contains(nodes, want) {
+			t.Errorf("missing %+v", want)
+		}
+	}
+	o := devchar.Options{HostRoot: n.Root, StateDir: t.TempDir()}
+	if _, err := devchar.Ensure(o, nodes); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := devchar.LinkFor(s.MIG[0].CINode)
+	fi, err := os.Stat(filepath.Join(n.Root, "dev", "char", l.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.Stat(filepath.Join(n.Root, s.MIG[0].CINode.Path))
+	if !os.SameFile(fi, want) || l.Target != fmt.Sprintf("../nvidia-caps/nvidia-cap%d", s.MIG[0].CINode.Minor) {
+		t.Errorf("%s -> %s does not resolve to %s", l.Path(), l.Target, s.MIG[0].CINode.Path)
 	}
 }

@@ -21,8 +21,9 @@ const MIGResourcePrefix = "nvidia.com/mig-"
 //     NVIDIA's single strategy);
 //   - mixed: resourceName advertises the GPUs without MIG, and each MIG
 //     profile of the node is a resource of its own,
-//     nvidia.com/mig-<profile>. The profiles are those of snap: one that
-//     appears later (a layout change) takes a restart.
+//     nvidia.com/mig-<profile>. The profiles are those of snap; Supervise
+//     follows the node's, starting and stopping the resources of profiles
+//     that a layout change made appear or go.
 func Resources(c config.DevicePlugin, snap *inventory.Snapshot) []Options {
 	whole := func(g inventory.GPU) bool { return g.MIG == nil }
 	base := Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir, DevRoot: c.DevRoot, Select: whole}

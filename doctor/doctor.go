@@ -123,6 +123,7 @@ func Run(o Options) []Result {
 		snap, _ = checkKernel(&o, &out)
 		checkDeviceFiles(&o, snap, &out)
 		checkUserSpace(&o, snap, &out)
+		checkNVML(&o, snap, &out)
 	}
 	checkInjection(&o, &out)
 	if o.Config.CDIImport == nil {

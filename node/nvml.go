@@ -157,3 +157,8 @@ func (h *nvmlHandle) Lib() nvml.Lib {
 	defer h.mu.Unlock()
 	return h.lib
 }
+
+// NVMLPath returns where this process reads the libnvidia-ml.so.1 that
+// discovery found in snap (under driverRootMount), or "" when it found
+// none: the library nri-gpu loads NVML from.
+func NVMLPath(cfg config.Config, snap *inventory.Snapshot) string { return libraryPath(cfg, snap) }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -71,4 +72,23 @@ func quoteToken(s string) string {
 		s = s[:64] + "..."
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// migManagementNodes says which MIG management capability nodes devs holds
+// ("mig/config, mig/monitor"), for emit: cdi: no CDI device of a MIG
+// device or GPU carries them, so such a container gets edits.
+func migManagementNodes(mc inventory.MIGControl, devs []inventory.DeviceNode) string {
+	var what []string
+	for _, v := range []struct {
+		node *inventory.DeviceNode
+		name string
+	}{{mc.Config, "mig/config"}, {mc.Monitor, "mig/monitor"}} {
+		if v.node != nil && slices.ContainsFunc(devs, func(d inventory.DeviceNode) bool { return d.Major == v.node.Major && d.Minor == v.node.Minor }) {
+			what = append(what, v.name)
+		}
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return "MIG management capabilities " + strings.Join(what, ", ") + ": no CDI device carries them"
 }

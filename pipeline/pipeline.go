@@ -594,6 +594,9 @@ func (p *Path) emitCDI(c *call) (*api.ContainerAdjustment, string) {
 	if len(c.res.GPUs) == 0 {
 		return c.adj, "edits (no GPU to name)"
 	}
+	if why := migManagementNodes(p.Source.Snapshot().MIGControl, c.res.Edits.Devices); why != "" {
+		return c.adj, "edits (" + why + ")"
+	}
 	names := make([]string, 0, len(c.res.GPUs))
 	for _, g := range c.res.GPUs {
 		n, ok := p.CDINames[g.UUID]

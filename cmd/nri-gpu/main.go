@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 
 	"github.com/containerd/nri/pkg/api"
@@ -218,28 +217,17 @@ func runCmd(args []string, stderr io.Writer) error {
 // configuration's devicePlugin.enabled says so; the channel is closed when
 // it has stopped (at once when it is off). A device plugin that cannot run
 // is logged, and NRI injection goes on without it. Its keys are read at
-// start: changing them takes a restart.
+// start: changing them takes a restart; the resources of MIG profiles
+// (migStrategy mixed) follow the node's layout.
 func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node, log *logrus.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if !c.Enabled {
 		close(done)
 		return done
 	}
-	var wg sync.WaitGroup
-	for _, o := range deviceplugin.Resources(c, n.Snapshot()) {
-		dp := deviceplugin.New(n, o, log)
-		log.WithFields(logrus.Fields{"resource": o.ResourceName, "socket": dp.Socket(), "migStrategy": c.MIGStrategy}).Info("device plugin: starting (devicePlugin.enabled)")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := dp.Run(ctx); err != nil {
-				log.WithError(err).Errorf("device plugin stopped: the kubelet does not see this node's %s", o.ResourceName)
-			}
-		}()
-	}
 	go func() {
-		wg.Wait()
-		close(done)
+		defer close(done)
+		deviceplugin.Supervise(ctx, n, c, log)
 	}()
 	return done
 }

@@ -95,6 +95,8 @@ type dl struct {
 	eventSetWait            func(uintptr, *eventData, uint32) Return
 	eventSetFree            func(uintptr) Return
 	getSupportedEventTypes  func(uintptr, *uint64) Return
+	getNVMLVersion          func(*byte, uint32) Return
+	getDriverVersion        func(*byte, uint32) Return
 	hasSupportedEventTypes  bool
 	hasMemoryInfo           bool
 	hasMIG                  bool
@@ -170,6 +172,8 @@ func (l *dl) bind() error {
 		{&l.eventSetWait, "nvmlEventSetWait_v2", false},
 		{&l.eventSetFree, "nvmlEventSetFree", false},
 		{&l.getSupportedEventTypes, "nvmlDeviceGetSupportedEventTypes", false},
+		{&l.getNVMLVersion, "nvmlSystemGetNVMLVersion", false},
+		{&l.getDriverVersion, "nvmlSystemGetDriverVersion", false},
 	}
 	for _, f := range fns {
 		if err := l.sym(f.ptr, f.name, f.required); err != nil {
@@ -443,3 +447,31 @@ var (
 	sizeMemory     = unsafe.Sizeof(memory{})
 	sizeEventData  = unsafe.Sizeof(eventData{})
 )
+
+// Versioner is implemented by the Lib that Open returns: NVML's own
+// version and the driver version it reports ("" where the library lacks
+// the function or it fails).
+type Versioner interface {
+	Version() (nvmlVersion, driverVersion string)
+}
+
+// Version returns nvmlSystemGetNVMLVersion's and
+// nvmlSystemGetDriverVersion's answers.
+func (l *dl) Version() (nvmlVersion, driverVersion string) {
+	get := func(f func(*byte, uint32) Return) string {
+		if f == nil {
+			return ""
+		}
+		var buf [96]byte
+		if f(&buf[0], uint32(len(buf))) != Success {
+			return ""
+		}
+		return cstring(buf[:])
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return "", ""
+	}
+	return get(l.getNVMLVersion), get(l.getDriverVersion)
+}

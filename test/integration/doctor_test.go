@@ -55,13 +55,13 @@ func TestDoctorCommand(t *testing.T) {
 	}
 	out, code := doctor()
 	t.Logf("nri-gpu doctor, exit %d:\n%s", code, out)
-	if code != 0 || !strings.Contains(out, "all checks passed") || strings.Count(out, "PASS") != 11 { // 11 with the dev/char links check
+	if code != 0 || !strings.Contains(out, "all checks passed") || strings.Count(out, "PASS") != 12 { // 12 with the dev/char links and NVML/MIG checks
 		t.Fatalf("doctor on a good node: exit %d\n%s", code, out)
 	}
 	for _, want := range []string{
 		"PASS  kernel      driver            NVIDIA kernel module 580.126.09 loaded",
 		"PASS  injection   registration      nri-gpu reports itself connected and synchronized (status socket " + status + ")",
-		"PASS  injection   dev/char links    all 8 nodes nri-gpu injects have their /dev/char link",
+		"PASS  injection   dev/char links    all 16 nodes nri-gpu injects have their /dev/char link", // 4 GPUs, their 8 DRM nodes, 4 control nodes
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

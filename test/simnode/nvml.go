@@ -257,6 +257,18 @@ int nvmlShutdown(void)
 	return NVML_SUCCESS;
 }
 
+int nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+	const char *v = nri_gpu_sim_driver_version();
+	if (version == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (length < strlen(v) + 4)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	strcpy(version, "12.");
+	strcat(version, v);
+	return NVML_SUCCESS;
+}
+
 int nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
 	const char *v = nri_gpu_sim_driver_version();

@@ -47,9 +47,9 @@ func TestOperations(t *testing.T) {
 		}
 		out, err := exec.Command(nriGPU(t), args...).CombinedOutput()
 		t.Logf("nri-gpu doctor:\n%s", out)
-		want := 11
+		want := 12
 		if !validator {
-			want = 10 // "required plugins" is not a PASS without a validator
+			want = 11 // "required plugins" is not a PASS without a validator
 		}
 		if err != nil || strings.Count(string(out), "PASS") != want {
 			t.Errorf("doctor against %s: %v (want %d PASS)", c.Name(), err, want)
