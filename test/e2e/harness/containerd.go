@@ -16,8 +16,6 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -372,81 +370,31 @@ func (c *Containerd) start(ctx context.Context) error {
 }
 
 func (c *Containerd) waitReady(ctx context.Context, exited chan struct{}) error {
-	var last error
-	for {
-		select {
-		case <-exited:
-			c.mu.Lock()
-			err := c.exitErr
-			c.mu.Unlock()
-			return fmt.Errorf("containerd exited: %v", err)
-		default:
-		}
-		if _, err := os.Stat(c.Address); err == nil {
-			if err := c.connect(); err != nil {
-				return err
-			}
-			err := c.criReady(ctx)
-			if err == nil {
-				return nil
-			}
-			last = err
-		} else {
-			last = fmt.Errorf("no socket %s yet", c.Address)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
-		case <-exited:
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return waitCRI(ctx, "containerd", c.Address, exited, c.exitError, c.connect, func(ctx context.Context) error { return criReady(ctx, c.cri) })
 }
 
+// exitError is the error containerd's process exited with.
+func (c *Containerd) exitError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exitErr
+}
+
+// connect makes the one connection for the life of this Containerd (see
+// dialCRI), so CRI() stays valid across Restart.
 func (c *Containerd) connect() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil {
 		return nil
 	}
-	// One connection for the life of this Containerd: gRPC reconnects by itself
-	// after Restart (with a short backoff), so CRI() stays valid.
-	conn, err := grpc.NewClient("unix://"+c.Address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
-			MinConnectTimeout: 2 * time.Second,
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	conn, err := dialCRI(c.Address)
 	if err != nil {
 		return err
 	}
 	c.conn = conn
 	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
 	return nil
-}
-
-// criReady asks CRI for its version and for RuntimeReady.
-func (c *Containerd) criReady(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	rt := c.cri.Runtime
-	if _, err := rt.Version(cctx, &runtimeapi.VersionRequest{}); err != nil {
-		return fmt.Errorf("CRI Version: %w", err)
-	}
-	st, err := rt.Status(cctx, &runtimeapi.StatusRequest{})
-	if err != nil {
-		return fmt.Errorf("CRI Status: %w", err)
-	}
-	for _, cond := range st.GetStatus().GetConditions() {
-		if cond.Type == runtimeapi.RuntimeReady {
-			if cond.Status {
-				return nil
-			}
-			return fmt.Errorf("RuntimeReady=false: %s %s", cond.Reason, cond.Message)
-		}
-	}
-	return errors.New("no RuntimeReady condition")
 }
 
 // CRI returns the CRI client of this containerd.

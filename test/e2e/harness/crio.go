@@ -15,9 +15,6 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // CRIOOptions configures StartCRIO.
@@ -315,50 +312,25 @@ func (c *CRIO) start(ctx context.Context) error {
 }
 
 func (c *CRIO) waitReady(ctx context.Context, exited chan struct{}) error {
-	var last error
-	for {
-		select {
-		case <-exited:
-			c.mu.Lock()
-			err := c.exitErr
-			c.mu.Unlock()
-			return fmt.Errorf("crio exited: %v", err)
-		default:
-		}
-		if _, err := os.Stat(c.Address); err == nil {
-			if err := c.connect(); err != nil {
-				return err
-			}
-			err := criReady(ctx, c.cri)
-			if err == nil {
-				return nil
-			}
-			last = err
-		} else {
-			last = fmt.Errorf("no socket %s yet", c.Address)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
-		case <-exited:
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return waitCRI(ctx, "crio", c.Address, exited, c.exitError, c.connect, func(ctx context.Context) error { return criReady(ctx, c.cri) })
 }
 
+// exitError is the error crio's process exited with.
+func (c *CRIO) exitError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exitErr
+}
+
+// connect makes the one connection for the life of this CRIO (see
+// dialCRI), so CRI() stays valid across Restart.
 func (c *CRIO) connect() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil {
 		return nil
 	}
-	conn, err := grpc.NewClient("unix://"+c.Address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
-			MinConnectTimeout: 2 * time.Second,
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	conn, err := dialCRI(c.Address)
 	if err != nil {
 		return err
 	}
@@ -366,28 +338,6 @@ func (c *CRIO) connect() error {
 	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
 	c.cri.killFirst = true
 	return nil
-}
-
-// criReady asks CRI for its version and for RuntimeReady.
-func criReady(ctx context.Context, cri *CRI) error {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if _, err := cri.Runtime.Version(cctx, &runtimeapi.VersionRequest{}); err != nil {
-		return fmt.Errorf("CRI Version: %w", err)
-	}
-	st, err := cri.Runtime.Status(cctx, &runtimeapi.StatusRequest{})
-	if err != nil {
-		return fmt.Errorf("CRI Status: %w", err)
-	}
-	for _, cond := range st.GetStatus().GetConditions() {
-		if cond.Type == runtimeapi.RuntimeReady {
-			if cond.Status {
-				return nil
-			}
-			return fmt.Errorf("RuntimeReady=false: %s %s", cond.Reason, cond.Message)
-		}
-	}
-	return errors.New("no RuntimeReady condition")
 }
 
 // Name is "crio-" and the version without its "v", e.g. "crio-1.34.0".
