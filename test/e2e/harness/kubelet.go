@@ -512,18 +512,7 @@ func (k *Kubelet) Stop() error {
 		return nil
 	}
 	k.stopped = true
-	if k.cmd != nil && k.cmd.Process != nil {
-		_ = k.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-k.exited:
-		case <-time.After(10 * time.Second):
-			_ = k.cmd.Process.Kill()
-			<-k.exited
-		}
-	}
-	if k.logFile != nil {
-		k.logFile.Close()
-	}
+	k.terminate()
 	var errs []error
 	if err := k.removeDir(); err != nil {
 		errs = append(errs, err)
@@ -537,6 +526,23 @@ func (k *Kubelet) Stop() error {
 		k.unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// terminate ends the kubelet's process (SIGTERM, then SIGKILL after 10 s)
+// and closes its log.
+func (k *Kubelet) terminate() {
+	if k.cmd != nil && k.cmd.Process != nil {
+		_ = k.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-k.exited:
+		case <-time.After(10 * time.Second):
+			_ = k.cmd.Process.Kill()
+			<-k.exited
+		}
+	}
+	if k.logFile != nil {
+		k.logFile.Close()
+	}
 }
 
 // removeDir unmounts and removes the kubelet's directory. The kubelet
@@ -572,18 +578,7 @@ func (k *Kubelet) Restart(ctx context.Context) error {
 	if k.stopped {
 		return errors.New("kubelet: Restart after Stop")
 	}
-	if k.cmd != nil && k.cmd.Process != nil {
-		_ = k.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-k.exited:
-		case <-time.After(10 * time.Second):
-			_ = k.cmd.Process.Kill()
-			<-k.exited
-		}
-	}
-	if k.logFile != nil {
-		k.logFile.Close()
-	}
+	k.terminate()
 	k.exited = make(chan struct{})
 	if err := k.start(); err != nil {
 		return err
