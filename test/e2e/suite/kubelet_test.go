@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,29 +58,6 @@ func startKubelet(t *testing.T, rt harness.Runtime) *harness.Kubelet {
 		}
 	})
 	return k
-}
-
-// hostGPUNodes creates the simulated GPUs' device nodes at their host
-// paths (/dev/nvidia<minor>, char 195:<minor>) where missing, and removes
-// them when the test ends. nri-gpu's Allocate answers DeviceSpecs whose
-// HostPath is the node's path (/dev/nvidia<minor>, as on a real node), and
-// containerd stats that path on the host to build the container's device
-// list; the simulated node's nodes live under its own root, so without
-// these containerd fails the container ("lstat /dev/nvidia1: no such file
-// or directory").
-func hostGPUNodes(t *testing.T, n *node) {
-	t.Helper()
-	for _, g := range n.GPUs {
-		p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
-		if _, err := os.Lstat(p); err == nil {
-			t.Logf("%s exists on the host: left as it is", p)
-			continue
-		}
-		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(195<<8|g.Minor)); err != nil {
-			t.Fatalf("mknod %s: %v", p, err)
-		}
-		t.Cleanup(func() { os.Remove(p) })
-	}
 }
 
 // gpuPod is a static pod manifest: host network, one glibc-image container
@@ -155,8 +131,12 @@ func TestKubelet(t *testing.T) {
 		t.Skipf("runs only with %s=1, which make e2e sets for its containerd 2.4.2 run (it builds kubelet %s on first use, about 4 min)", kubeletOptIn, harness.KubeletVersion)
 	}
 	c := startRuntime(t, harness.RuntimeOptions{})
-	n := newNode(t, simnode.LayoutRHEL, "devicePlugin:\n  enabled: true\n")
-	hostGPUNodes(t, n)
+	// devicePlugin.devRoot: Allocate names the simulated node's device
+	// nodes on the host, which containerd reads to build the container's
+	// device list (/dev/nvidia<minor> inside), so the host's /dev is not
+	// touched.
+	n := newNode(t, simnode.LayoutRHEL, "")
+	n.appendConfig(t, fmt.Sprintf("devicePlugin:\n  enabled: true\n  devRoot: %s\n", filepath.Join(n.Root, "dev")))
 	k := startKubelet(t, c)
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	socket := filepath.Join(t.TempDir(), "status.sock")

@@ -47,8 +47,11 @@ type standInNVIDIAPlugin struct {
 	resource string
 	strategy string // "envvar" or "volume-mounts"
 	gpus     []simnode.GPU
-	socket   string
-	server   *grpc.Server
+	// devRoot is the plugin's NVIDIA_DEV_ROOT (its --dev-root): where the
+	// device nodes are on the host, here the simulated node's root.
+	devRoot string
+	socket  string
+	server  *grpc.Server
 }
 
 func (p *standInNVIDIAPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -101,7 +104,7 @@ func (p *standInNVIDIAPlugin) allocateResponse(ids []string) (*pluginapi.Contain
 			})
 		}
 	}
-	// PASS_DEVICE_SPECS=true: apiDeviceSpecs(devRoot "/", requestIds) over
+	// PASS_DEVICE_SPECS=true: apiDeviceSpecs(devRoot, requestIds) over
 	// GetDevicePaths: the control nodes (each only where it exists),
 	// then each GPU's /dev/nvidia<minor>.
 	optional := map[string]bool{"/dev/nvidiactl": true, "/dev/nvidia-uvm": true, "/dev/nvidia-uvm-tools": true, "/dev/nvidia-modeset": true}
@@ -115,13 +118,13 @@ func (p *standInNVIDIAPlugin) allocateResponse(ids []string) (*pluginapi.Contain
 	}
 	for _, path := range paths {
 		if optional[path] {
-			if _, err := os.Stat(path); err != nil {
+			if _, err := os.Stat(filepath.Join(p.devRoot, path)); err != nil {
 				continue
 			}
 		}
 		response.Devices = append(response.Devices, &pluginapi.DeviceSpec{
 			ContainerPath: path,
-			HostPath:      filepath.Join("/", path),
+			HostPath:      filepath.Join(p.devRoot, path),
 			Permissions:   "rw",
 		})
 	}
@@ -200,13 +203,12 @@ func TestKubeletNVIDIAPluginShapes(t *testing.T) {
 	// exclusive: a GPU held by one container is nobody else's, so a
 	// second holder of a kubelet-given GPU would fail, not go unnoticed.
 	n := newNode(t, simnode.LayoutRHEL, "sharing: exclusive\n")
-	hostGPUNodes(t, n)
 	k := startKubelet(t, c)
 	w := &world{t: t, c: c, cri: c.CRI(), node: n, ctx: context.Background()}
 	socket := filepath.Join(t.TempDir(), "status.sock")
 	w.plugin = startPlugin(t, c, n, "--status-socket", socket)
-	startStandIn(t, &standInNVIDIAPlugin{resource: "nvidia.com/gpu", strategy: "envvar", gpus: n.GPUs[:2]})
-	startStandIn(t, &standInNVIDIAPlugin{resource: "nvidia.com/gpu-vm", strategy: "volume-mounts", gpus: n.GPUs[2:]})
+	startStandIn(t, &standInNVIDIAPlugin{resource: "nvidia.com/gpu", strategy: "envvar", gpus: n.GPUs[:2], devRoot: n.Root})
+	startStandIn(t, &standInNVIDIAPlugin{resource: "nvidia.com/gpu-vm", strategy: "volume-mounts", gpus: n.GPUs[2:], devRoot: n.Root})
 	for _, r := range []struct {
 		res  string
 		gpus []simnode.GPU

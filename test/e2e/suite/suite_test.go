@@ -83,6 +83,20 @@ func newNode(t *testing.T, layout simnode.Layout, extraConfig string) *node {
 	return &node{Node: n, config: cfg}
 }
 
+// appendConfig adds YAML to the node's nri-gpu configuration, for keys
+// that name paths under the node's root (known only once it is made).
+func (n *node) appendConfig(t *testing.T, yaml string) {
+	t.Helper()
+	f, err := os.OpenFile(n.config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(yaml); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // plugin is a running `nri-gpu run`.
 type plugin struct {
 	cmd  *exec.Cmd
