@@ -110,8 +110,8 @@ var pathLabels = map[string]string{
 	Floor:               "2. NRI plugin returning a precomputed adjustment (floor)",
 	NRIGPU:              "3. nri-gpu, default layout (/usr/local/nvidia/{lib64,bin}: one directory mount each)",
 	NRIGPUToolkitLayout: "3c. nri-gpu, layout: toolkit (binaries at /usr/bin, one mount each)",
-	CDI:                 "4. containerd's own CDI, same edits as nri-gpu (default layout)",
-	CDIToolkitLayout:    "4b. containerd's own CDI, same edits as nri-gpu with layout: toolkit",
+	CDI:                 "4. the runtime's own CDI, same edits as nri-gpu (default layout)",
+	CDIToolkitLayout:    "4b. the runtime's own CDI, same edits as nri-gpu with layout: toolkit",
 	Toolkit:             "5. toolkit path: nvidia-ctk-shaped CDI spec + 4 nvidia-cdi-hook hooks",
 	NVIDIARuntime:       "6. nvidia-container-runtime " + ToolkitVersion + " (CDI mode) wrapping runc",
 	FloorDevices:        "2a. floor without mounts (device nodes only)",
@@ -238,7 +238,7 @@ func WriteTargets(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "- %s: %.3f [%.3f–%.3f], %s\n", what, v, lo, hi, verdict)
 	}
 	line("target: nri-gpu within 2% of the floor (create+start, paired p50)", Floor, 1.02, false, CreateStart)
-	line("target: nri-gpu below containerd's CDI of the same files", CDI, 1, true, CreateStart)
+	line("target: nri-gpu below the runtime's CDI of the same files", CDI, 1, true, CreateStart)
 	if have(NRIGPU) && have(CDI) && len(r.Samples[CDI]) >= 20 {
 		// The weaker goal: not slower, which a run shows unless its
 		// whole interval is above 1.
@@ -247,19 +247,19 @@ func WriteTargets(w io.Writer, r *Result) {
 		if lo > 1 {
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(w, "- target: nri-gpu no slower than containerd's CDI of the same files: %.3f [%.3f–%.3f], %s\n", v, lo, hi, verdict)
+		fmt.Fprintf(w, "- target: nri-gpu no slower than the runtime's CDI of the same files: %.3f [%.3f–%.3f], %s\n", v, lo, hi, verdict)
 	}
 	// nri-gpu, the floor and containerd's CDI hand runc the same spec
 	// (the smoke test checks it), so they can differ only while the
 	// container is created; the create phase alone shows that difference
 	// without the noise of runc's start.
 	line("target, create phase alone: nri-gpu within 2% of the floor", Floor, 1.02, false, Create)
-	line("target, create phase alone: nri-gpu below containerd's CDI", CDI, 1, true, Create)
+	line("target, create phase alone: nri-gpu below the runtime's CDI", CDI, 1, true, Create)
 	line("target: nri-gpu below nvidia-container-runtime", NVIDIARuntime, 1, true, CreateStart)
 	line("target: nri-gpu <= 1.03x no injection", Baseline, 1.03, false, CreateStart)
 	if have(NRIGPUToolkitLayout) && have(CDIToolkitLayout) {
 		v, lo, hi := r.Ratio(NRIGPUToolkitLayout, CDIToolkitLayout, CreateStart)
-		fmt.Fprintf(w, "- layout: toolkit, nri-gpu over containerd's CDI of the same files: %.3f [%.3f–%.3f]\n", v, lo, hi)
+		fmt.Fprintf(w, "- layout: toolkit, nri-gpu over the runtime's CDI of the same files: %.3f [%.3f–%.3f]\n", v, lo, hi)
 	}
 	line("target: nri-gpu <= 0.75x the toolkit path", Toolkit, 0.75, false, CreateStart)
 	line("target: nri-gpu below nvidia-container-runtime", NVIDIARuntime, 1, true, CreateStart)

@@ -16,7 +16,7 @@ func TestWriteTargetsNoSlowerThanCDI(t *testing.T) {
 		ratio func(i int) float64 // nri-gpu over cdi, per round
 		want  string
 	}{
-		{"equal up to noise", func(i int) float64 { return 0.97 + 0.06*float64(i%5)/4 }, "no slower than containerd's CDI of the same files: 1.000 [1.000–1.015], met"},
+		{"equal up to noise", func(i int) float64 { return 0.97 + 0.06*float64(i%5)/4 }, "no slower than the runtime's CDI of the same files: 1.000 [1.000–1.015], met"},
 		{"slower every round", func(i int) float64 { return 1.05 + 0.01*float64(i%3) }, "MISSED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

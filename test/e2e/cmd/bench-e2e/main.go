@@ -40,7 +40,16 @@ func main() {
 	rt := flag.String("runtime", harness.RuntimeContainerd24, "the runtime measured: "+strings.Join(harness.Runtimes, ", ")+" (the nvidia-runtime path: containerd only)")
 	nice := flag.Int("nice", -10, "nice value of the benchmark, containerd and the plugins (and so of shims, runc and hooks), to cut noise from other work on the machine; 0 leaves it alone")
 	flag.Parse()
-	if err := run(*bin, *rt, *rounds, *scalingRounds, split(*paths, ","), split(*phases, ","), *gpus, split(*caps, ";"), *nice); err != nil {
+	pathList := split(*paths, ",")
+	pathsGiven := false
+	flag.Visit(func(f *flag.Flag) { pathsGiven = pathsGiven || f.Name == "paths" })
+	if !pathsGiven && *rt == harness.RuntimeCRIO {
+		// The default paths on CRI-O: nvidia-container-runtime is a
+		// containerd runtime class (asking for it with -paths still fails,
+		// saying so).
+		pathList = slices.DeleteFunc(pathList, func(p string) bool { return p == bench.NVIDIARuntime })
+	}
+	if err := run(*bin, *rt, *rounds, *scalingRounds, pathList, split(*phases, ","), *gpus, split(*caps, ";"), *nice); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-e2e:", err)
 		os.Exit(1)
 	}
