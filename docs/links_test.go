@@ -72,7 +72,7 @@ func TestCheckerFindsBrokenLinks(t *testing.T) {
 		{"a third heading that is not there", "[x](docs/a.md#good-heading-2)", []string{"no heading #good-heading-2"}},
 		{"wrong case", "[x](docs/a.md#Guide)", []string{"no heading #Guide"}},
 		{"missing heading in the same file", "[x](#nowhere)", []string{"README.md has no heading #nowhere"}},
-		{"outside the repository", "[x](../shared/notes.md)", []string{"leaves the repository"}},
+		{"outside the repository", "[x](../../elsewhere/notes.md)", []string{"leaves the repository"}},
 		{"fragment of a directory", "[d](deploy/#x)", []string{"is a directory"}},
 		{"fragment of a non-Markdown file", "[x](deploy/x.yaml#a)", []string{"not a Markdown heading"}},
 		{"missing reference target", "[ref]: nothing.md", []string{"nothing.md does not exist"}},

@@ -226,34 +226,13 @@ func (c *Containerd) config() ([]byte, error) {
 		},
 		"containerd": map[string]any{
 			"default_runtime_name": "runc",
-			"runtimes": map[string]any{
-				"runc": map[string]any{
-					"runtime_type": "io.containerd.runc.v2",
-					"runtime_path": o.Tools.Shim,
-					"options": map[string]any{
-						"BinaryName":    o.RuntimeBinary,
-						"Root":          c.RuncRoot,
-						"SystemdCgroup": false,
-					},
-				},
-			},
+			"runtimes":             map[string]any{"runc": c.runcRuntime()},
 		},
 	}
 	if c.features.enableCDIKey {
 		runtime["enable_cdi"] = true
 	}
-	nri := map[string]any{
-		"disable":            o.DisableNRI,
-		"socket_path":        c.NRISocket,
-		"plugin_path":        c.NRIPluginPath,
-		"plugin_config_path": c.NRIPluginConfig,
-	}
-	if o.NRIRegistrationTimeout > 0 {
-		nri["plugin_registration_timeout"] = o.NRIRegistrationTimeout.String()
-	}
-	if o.NRIRequestTimeout > 0 {
-		nri["plugin_request_timeout"] = o.NRIRequestTimeout.String()
-	}
+	nri := c.nriConfig()
 	if o.DefaultValidator {
 		nri["default_validator"] = map[string]any{"enable": true}
 	}
@@ -276,20 +255,7 @@ func (c *Containerd) config() ([]byte, error) {
 	if c.features.shimSocketDir {
 		plugins["io.containerd.shim.v1.manager"] = map[string]any{"socket_dir": filepath.Join(c.Dir, "s")}
 	}
-	level := "info"
-	if o.Debug {
-		level = "debug"
-	}
-	cfg := map[string]any{
-		"version": 3,
-		"root":    c.Root,
-		"state":   c.State,
-		"temp":    filepath.Join(c.Dir, "tmp"),
-		"grpc":    map[string]any{"address": c.Address},
-		"ttrpc":   map[string]any{"address": c.Address + ".ttrpc"},
-		"debug":   map[string]any{"level": level},
-		"plugins": plugins,
-	}
+	cfg := c.document(3, plugins)
 	return c.render(cfg)
 }
 
@@ -306,6 +272,59 @@ func (c *Containerd) render(cfg map[string]any) ([]byte, error) {
 }
 
 // mergeTOML merges src into dst: tables recursively, everything else replaced.
+// document is a config's top level: version, containerd's private paths
+// and sockets, the log level, and plugins.
+func (c *Containerd) document(version int, plugins map[string]any) map[string]any {
+	level := "info"
+	if c.Opts.Debug {
+		level = "debug"
+	}
+	return map[string]any{
+		"version": version,
+		"root":    c.Root,
+		"state":   c.State,
+		"temp":    filepath.Join(c.Dir, "tmp"),
+		"grpc":    map[string]any{"address": c.Address},
+		"ttrpc":   map[string]any{"address": c.Address + ".ttrpc"},
+		"debug":   map[string]any{"level": level},
+		"plugins": plugins,
+	}
+}
+
+// nriConfig is the NRI plugin's table (the same keys in versions 2 and 3):
+// on unless DisableNRI, private socket and plugin directories, the
+// timeouts when set.
+func (c *Containerd) nriConfig() map[string]any {
+	o := c.Opts
+	nri := map[string]any{
+		"disable":            o.DisableNRI,
+		"socket_path":        c.NRISocket,
+		"plugin_path":        c.NRIPluginPath,
+		"plugin_config_path": c.NRIPluginConfig,
+	}
+	if o.NRIRegistrationTimeout > 0 {
+		nri["plugin_registration_timeout"] = o.NRIRegistrationTimeout.String()
+	}
+	if o.NRIRequestTimeout > 0 {
+		nri["plugin_request_timeout"] = o.NRIRequestTimeout.String()
+	}
+	return nri
+}
+
+// runcRuntime is the runc runtime entry: the cached shim running
+// RuntimeBinary with a private runc root, cgroupfs.
+func (c *Containerd) runcRuntime() map[string]any {
+	return map[string]any{
+		"runtime_type": "io.containerd.runc.v2",
+		"runtime_path": c.Opts.Tools.Shim,
+		"options": map[string]any{
+			"BinaryName":    c.Opts.RuntimeBinary,
+			"Root":          c.RuncRoot,
+			"SystemdCgroup": false,
+		},
+	}
+}
+
 func mergeTOML(dst, src map[string]any) {
 	for k, v := range src {
 		if sv, ok := v.(map[string]any); ok {

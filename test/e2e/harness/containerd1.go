@@ -28,48 +28,14 @@ func (c *Containerd) configV2() ([]byte, error) {
 		"containerd": map[string]any{
 			"snapshotter":          "native",
 			"default_runtime_name": "runc",
-			"runtimes": map[string]any{
-				"runc": map[string]any{
-					"runtime_type": "io.containerd.runc.v2",
-					"runtime_path": o.Tools.Shim,
-					"options": map[string]any{
-						"BinaryName":    o.RuntimeBinary,
-						"Root":          c.RuncRoot,
-						"SystemdCgroup": false,
-					},
-				},
-			},
+			"runtimes":             map[string]any{"runc": c.runcRuntime()},
 		},
 	}
-	nri := map[string]any{
-		"disable":            o.DisableNRI,
-		"socket_path":        c.NRISocket,
-		"plugin_path":        c.NRIPluginPath,
-		"plugin_config_path": c.NRIPluginConfig,
-	}
-	if o.NRIRegistrationTimeout > 0 {
-		nri["plugin_registration_timeout"] = o.NRIRegistrationTimeout.String()
-	}
-	if o.NRIRequestTimeout > 0 {
-		nri["plugin_request_timeout"] = o.NRIRequestTimeout.String()
-	}
-	level := "info"
-	if o.Debug {
-		level = "debug"
-	}
-	cfg := map[string]any{
-		"version": 2,
-		"root":    c.Root,
-		"state":   c.State,
-		"temp":    filepath.Join(c.Dir, "tmp"),
-		"grpc":    map[string]any{"address": c.Address},
-		"ttrpc":   map[string]any{"address": c.Address + ".ttrpc"},
-		"debug":   map[string]any{"level": level},
-		"plugins": map[string]any{
-			"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(c.Dir, "opt")},
-			"io.containerd.grpc.v1.cri":     cri,
-			"io.containerd.nri.v1.nri":      nri,
-		},
-	}
+	nri := c.nriConfig()
+	cfg := c.document(2, map[string]any{
+		"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(c.Dir, "opt")},
+		"io.containerd.grpc.v1.cri":     cri,
+		"io.containerd.nri.v1.nri":      nri,
+	})
 	return c.render(cfg)
 }
