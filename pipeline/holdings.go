@@ -24,7 +24,7 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 		PodID:     podID,
 		Namespace: pod.GetNamespace(),
 		Pod:       pod.GetName(),
-		Container: ctr.GetName(),
+		Container: containerName(ctr),
 	}
 }
 

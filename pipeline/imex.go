@@ -21,12 +21,7 @@ import (
 // the answer is injected. Channels the runtime already gives the
 // container (a CDI device, --device) are not added again.
 func (p *Path) imex(c *call) error {
-	f, err := request.FindIMEX(request.Input{
-		Annotations: c.pod.GetAnnotations(),
-		Name:        c.ctr.GetName(),
-		Env:         c.ctr.GetEnv(),
-		Mounts:      mounts(c.ctr),
-	})
+	f, err := request.FindIMEX(requestInput(c))
 	if err != nil || f.Source.Kind == request.NoSource {
 		return err
 	}

@@ -76,6 +76,14 @@ func TestHandleIMEX(t *testing.T) {
 		t.Errorf("IMEX-only answer has more than the channel: %v", adj)
 	}
 
+	// On CRI-O the name may come only from the kubelet's label: the
+	// container annotation still names this container.
+	adj, _, err = handle(src, tableFor(s), alloc.Shared, annPod, &api.Container{Labels: map[string]string{request.ContainerNameLabel: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantChannel1(t, imexDevices(adj))
+
 	// From the device plugin's mounts, which win over the environment.
 	adj, _, err = handle(src, tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=all"},
 		Mounts: []*api.Mount{{Source: "/dev/null", Destination: request.DeviceListIMEX + "/1"}}})

@@ -18,3 +18,15 @@ func containerName(ctr *api.Container) string {
 	}
 	return ctr.GetLabels()[request.ContainerNameLabel]
 }
+
+// requestInput is what the request carriers of the call's container are
+// read from: the pod's annotations, the container's name (containerName),
+// env and mounts. GPU and IMEX requests read the same input.
+func requestInput(c *call) request.Input {
+	return request.Input{
+		Annotations: c.pod.GetAnnotations(),
+		Name:        containerName(c.ctr),
+		Env:         c.ctr.GetEnv(),
+		Mounts:      mounts(c.ctr),
+	}
+}

@@ -68,3 +68,13 @@ func TestUnnamedContainer(t *testing.T) {
 		})
 	}
 }
+
+// TestHolderNameFromLabel: a container NRI names only through the
+// kubelet's label (CRI-O) is shown under that name in the table.
+func TestHolderNameFromLabel(t *testing.T) {
+	h := HolderOf(&api.PodSandbox{Id: "p", Namespace: "ns", Name: "pod"},
+		&api.Container{Id: "c", Labels: map[string]string{request.ContainerNameLabel: "main"}})
+	if h.Container != "main" || h.String() != "ns/pod/main" {
+		t.Errorf("holder %+v (%s), want container main", h, h.String())
+	}
+}

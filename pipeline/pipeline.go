@@ -304,12 +304,7 @@ func (p *Path) find(c *call) error {
 		c.res.Request, err = request.KubeletRequest(alloc.KubeletAnnotation, uuids(c.kubelet), c.ctr.GetEnv())
 		return err
 	}
-	c.found, err = request.Find(request.Input{
-		Annotations: c.pod.GetAnnotations(),
-		Name:        containerName(c.ctr),
-		Env:         c.ctr.GetEnv(),
-		Mounts:      mounts(c.ctr),
-	})
+	c.found, err = request.Find(requestInput(c))
 	c.res.Request.Source = c.found.Source
 	c.done = err == nil && c.found.Source.Kind == request.NoSource
 	if c.done && c.runtimeBooked {
