@@ -450,7 +450,7 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 	}
 	path, setPath := appendDirs(env, EnvPath, e.BinaryDirs, DefaultPath)
 	switch pl := e.plan; {
-	case setPath && e.BinariesAtUsrBin(env):
+	case e.binariesAtUsrBin(env, setPath):
 		// The runtime would keep its own PATH: the binaries go where
 		// every PATH looks, and PATH is left alone.
 		ms := make([]inventory.Mount, 0, len(e.Mounts)+len(pl.usrBin))
@@ -525,6 +525,12 @@ func (e *Edits) BinariesAtUsrBin(env []string) bool {
 	}
 	_, setPath := appendDirs(env, EnvPath, e.BinaryDirs, DefaultPath)
 	return setPath
+}
+
+// binariesAtUsrBin is BinariesAtUsrBin for a caller that has worked out
+// already whether PATH must be extended (setPath).
+func (e *Edits) binariesAtUsrBin(env []string, setPath bool) bool {
+	return setPath && e.plan != nil && len(e.plan.usrBin) > 0 && PathRepeated(env)
 }
 
 // UsrBin are the binaries of the edits as mounts at /usr/bin, where the
