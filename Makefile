@@ -85,10 +85,10 @@ demo: build
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
-	request:FuzzParseAnnotation request:FuzzParseCDI request:FuzzParseEnv request:FuzzParseEnvList request:FuzzParseIMEX require:FuzzRequirement require:FuzzCheckEnv \
+	internal/requestpath/request:FuzzParseAnnotation internal/requestpath/request:FuzzParseCDI internal/requestpath/request:FuzzParseEnv internal/requestpath/request:FuzzParseEnvList internal/requestpath/request:FuzzParseIMEX internal/requestpath/require:FuzzRequirement internal/requestpath/require:FuzzCheckEnv \
 	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
-	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion inventory/discover:FuzzParseMIGMinors config:FuzzParse \
-	pipeline:FuzzHandle
+	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion inventory/discover:FuzzParseMIGMinors internal/nodestate/config:FuzzParse \
+	internal/requestpath/pipeline:FuzzHandle
 
 # A run that fails with a bare "context deadline exceeded" and writes no
 # failing input is Go's fuzz-coordinator race at the end of -fuzztime
@@ -118,7 +118,7 @@ soak: build
 # costs the runtime with nri-gpu (over NRI, the built plugin) and with its
 # own CDI resolution of the same edits, side by side.
 bench: build
-	$(GO) test -run XXX -bench . -benchmem ./pipeline/ ./plugin/ ./alloc/
+	$(GO) test -run XXX -bench . -benchmem ./internal/requestpath/pipeline/ ./plugin/ ./internal/requestpath/alloc/
 	@if [ "$$(id -u)" = 0 ]; then cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu $(GO) test -run XXX -bench CreateContainerCost -benchmem .; \
 	else echo "make bench: not root: skipping BenchmarkCreateContainerCost (simulated device nodes need mknod)"; fi
 

@@ -12,9 +12,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/libcache"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/discover"
-	"github.com/nri-gpu/nri-gpu/libcache"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 

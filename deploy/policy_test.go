@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nri-gpu/nri-gpu/config"
-	"github.com/nri-gpu/nri-gpu/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 )
 
 // namespacesTried are namespaces a tenant, the cluster or an operator may

@@ -17,8 +17,8 @@ const module = "github.com/nri-gpu/nri-gpu"
 // layersMarker is the line of docs/design.md after which the package
 // layers are drawn, as a fenced block: top to bottom, one row a line,
 // package names separated by single spaces, then two or more spaces and a
-// description.
-const layersMarker = "<!-- package layers: top to bottom; a package imports only packages of lower rows -->"
+// description. Packages under internal/ are drawn without that prefix.
+const layersMarker = "<!-- package layers: top to bottom; a package imports only packages of lower rows (packages under internal/ without that prefix) -->"
 
 // TestPackageLayers checks the product's imports against the drawing of
 // its package layers in docs/design.md: every package is drawn once, and
@@ -127,13 +127,14 @@ func productImports(root string) (map[string][]string, error) {
 		if err != nil {
 			return err
 		}
-		pkg := filepath.ToSlash(filepath.Dir(rel))
+		pkg := strings.TrimPrefix(filepath.ToSlash(filepath.Dir(rel)), "internal/")
 		if _, ok := out[pkg]; !ok {
 			out[pkg] = nil
 		}
 		for _, imp := range f.Imports {
 			ip, _ := strconv.Unquote(imp.Path.Value)
-			if dep, ok := strings.CutPrefix(ip, module+"/"); ok && !slices.Contains(out[pkg], dep) {
+			if dep, ok := strings.CutPrefix(ip, module+"/"); ok && !slices.Contains(out[pkg], strings.TrimPrefix(dep, "internal/")) {
+				dep = strings.TrimPrefix(dep, "internal/")
 				out[pkg] = append(out[pkg], dep)
 			}
 		}

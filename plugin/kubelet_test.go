@@ -11,8 +11,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/status"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
 // kubeletCtr is a running container as the kubelet creates it after

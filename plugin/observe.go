@@ -6,10 +6,10 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/pipeline"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/node"
-	"github.com/nri-gpu/nri-gpu/pipeline"
-	"github.com/nri-gpu/nri-gpu/request"
 )
 
 // Observer is told what the plugin and its node do, so that it can be

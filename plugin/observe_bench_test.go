@@ -7,8 +7,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/config"
-	"github.com/nri-gpu/nri-gpu/metrics"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/ops/metrics"
 )
 
 // benchCreate measures CreateContainer (the request path plus logging and

@@ -18,12 +18,12 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/pipeline"
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/node"
-	"github.com/nri-gpu/nri-gpu/pipeline"
-	"github.com/nri-gpu/nri-gpu/status"
 )
 
 // Plugin answers the runtime's CreateContainer requests with GPU

@@ -7,7 +7,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
 // TestPodCountThroughPlugin: a pod-level count through the NRI callbacks.

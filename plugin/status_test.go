@@ -13,8 +13,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/status"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
 func get(t *testing.T, socket, path string) (int, string) {

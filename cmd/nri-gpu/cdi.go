@@ -10,11 +10,11 @@ import (
 	"github.com/sirupsen/logrus"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nri-gpu/nri-gpu/cdispec"
-	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/cdispec"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/node"
-	"github.com/nri-gpu/nri-gpu/request"
 )
 
 // cdiCmd runs `nri-gpu cdi generate`.

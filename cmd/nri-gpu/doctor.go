@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/nri-gpu/nri-gpu/doctor"
+	"github.com/nri-gpu/nri-gpu/internal/ops/doctor"
 )
 
 // errDoctorFailed is returned when a check failed; the report says which.

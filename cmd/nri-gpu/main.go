@@ -21,11 +21,11 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/config"
-	"github.com/nri-gpu/nri-gpu/deviceplugin"
-	"github.com/nri-gpu/nri-gpu/node"
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/plugin"
-	"github.com/nri-gpu/nri-gpu/status"
 )
 
 // Version is set at build time (-ldflags "-X main.Version=...").

@@ -7,8 +7,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/metrics"
-	"github.com/nri-gpu/nri-gpu/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/ops/metrics"
 	"github.com/nri-gpu/nri-gpu/plugin"
 )
 

@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/inventory"
-	"github.com/nri-gpu/nri-gpu/status"
 )
 
 // errNotReady makes `nri-gpu status --ready` exit 1 once it has said why.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/status"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
 // TestWriteStatusKubelet: the table shows each GPU's kubelet assignment

@@ -22,8 +22,8 @@ import (
 	rgen "github.com/opencontainers/runtime-tools/generate"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/status"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 

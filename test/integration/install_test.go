@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 

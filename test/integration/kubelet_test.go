@@ -14,8 +14,8 @@ import (
 	nrigen "github.com/containerd/nri/pkg/runtime-tools/generate"
 	rgen "github.com/opencontainers/runtime-tools/generate"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
-	"github.com/nri-gpu/nri-gpu/status"
+	"github.com/nri-gpu/nri-gpu/internal/ops/status"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 

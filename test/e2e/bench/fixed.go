@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-gpu/nri-gpu/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/plugin"
 )
 

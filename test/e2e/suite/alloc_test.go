@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-gpu/nri-gpu/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-gpu/nri-gpu/libcache"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/libcache"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )

@@ -1,0 +1,86 @@
+package deviceplugin_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// TestMIGStrategies: on a node with MIG on GPUs 0 (7x 1g.10gb) and 1
+// (3x 2g.20gb, 1x 1g.10gb), none advertises the six whole GPUs, single
+// those and the eleven MIG devices, mixed the whole GPUs and one resource
+// per profile; Allocate of a MIG device gives its parent's node and its
+// two capability nodes.
+func TestMIGStrategies(t *testing.T) {
+	snap := simnode.MemoryMIGSnapshot()
+	for _, tc := range []struct {
+		strategy string
+		want     map[string]int
+	}{
+		{"none", map[string]int{"nvidia.com/gpu": 6}},
+		{"single", map[string]int{"nvidia.com/gpu": 17}},
+		{"mixed", map[string]int{"nvidia.com/gpu": 6, "nvidia.com/mig-1g.10gb": 8, "nvidia.com/mig-2g.20gb": 3}},
+	} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			dir := socketDir(t)
+			k := startKubelet(t, dir, false)
+			n := node.Fixed(stateOf(snap), quietLog())
+			c := config.Default().DevicePlugin
+			c.SocketDir, c.MIGStrategy = dir, tc.strategy
+			for _, o := range deviceplugin.Resources(c, snap) {
+				runPlugin(t, n, o)
+			}
+			regs := map[string]*pluginapi.RegisterRequest{}
+			for len(regs) < len(tc.want) {
+				select {
+				case r := <-k.reqs:
+					regs[r.ResourceName] = r
+				case <-time.After(wait):
+					t.Fatalf("registered %d resources, want %v", len(regs), tc.want)
+				}
+			}
+			for res, count := range tc.want {
+				r, ok := regs[res]
+				if !ok {
+					t.Fatalf("%s not registered (got %v)", res, regs)
+				}
+				cl := k.dial(r)
+				devs := watch(t, cl)()
+				if len(devs) != count {
+					t.Errorf("%s: %d devices %v, want %d", res, len(devs), ids(devs), count)
+				}
+				if res != "nvidia.com/mig-2g.20gb" {
+					continue
+				}
+				mig := snap.MIG[7] // 1:0, GI 3 of GPU 1
+				if devs[0].ID != mig.UUID {
+					t.Fatalf("%s lists %s first, want %s", res, devs[0].ID, mig.UUID)
+				}
+				resp, err := cl.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{mig.UUID}}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var paths []string
+				for _, d := range resp.ContainerResponses[0].Devices {
+					paths = append(paths, d.HostPath)
+				}
+				want := []string{"/dev/nvidia1", mig.GINode.Path, mig.CINode.Path}
+				if !slices.Equal(paths, want) {
+					t.Errorf("Allocate %s: %q, want %q", mig.UUID, paths, want)
+				}
+				if !strings.HasPrefix(mig.Profile, "2g.") {
+					t.Errorf("profile %s", mig.Profile)
+				}
+			}
+		})
+	}
+}

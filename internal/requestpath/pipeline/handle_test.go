@@ -1,0 +1,164 @@
+package pipeline
+
+import (
+	"context"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+var layout = adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"}
+
+// benchSnapshot is the in-memory node of 8 GPUs and 40 driver files.
+func benchSnapshot() *inventory.Snapshot { return simnode.MemorySnapshot() }
+
+// tableFor returns an empty allocation table for the GPUs of s.
+func tableFor(s *inventory.Snapshot) *alloc.Table { return simnode.TableFor(s) }
+
+// handleWithPolicy runs the request path of src's node under pol.
+func handleWithPolicy(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pol policy.Policy, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	p := Path{Source: src, Table: table, Sharing: sharing, Policy: pol}
+	return p.Handle(context.Background(), pod, ctr)
+}
+
+// handle runs the request path with the default policy (every source
+// allowed everywhere).
+func handle(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	return handleWithPolicy(src, table, sharing, policy.Policy{}, pod, ctr)
+}
+
+func TestHandle(t *testing.T) {
+	s := benchSnapshot()
+	pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.a": `"device=1,GPU-00000003-558d-fb20-8eca-25de8b98f5a7",capabilities=all`}}
+	adj, res, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(adj.Linux.Devices); got != 2+4 {
+		t.Errorf("%d devices, want 2 GPUs and 4 control nodes", got)
+	}
+	if got := len(adj.Mounts); got != 40 {
+		t.Errorf("%d mounts, want 40", got)
+	}
+	env := map[string]string{}
+	for _, e := range adj.Env {
+		env[e.Key] = e.Value
+	}
+	if got, want := adj.Annotations[alloc.Annotation], `{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`; got != want {
+		t.Errorf("allocation annotation %s, want %s", got, want)
+	}
+	if env["NVIDIA_VISIBLE_DEVICES"] != "GPU-00000001-558d-fb20-8eca-25de8b98f5a7,GPU-00000003-558d-fb20-8eca-25de8b98f5a7" ||
+		env["LD_LIBRARY_PATH"] != "/opt/lib:/usr/local/nvidia/lib64" || len(env) != 2 {
+		t.Errorf("env = %v", env)
+	}
+	if res.Edits.Files != 40 || res.Selection.Caps != inventory.AllCapabilities {
+		t.Errorf("result = %+v", res)
+	}
+
+	// A container of another name in the same pod is left alone; so is
+	// a failed request.
+	if adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "b"}); adj != nil || err != nil {
+		t.Errorf("other container: %v, %v", adj, err)
+	}
+	bad := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "device=8"}}
+	if adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, bad, &api.Container{Name: "b"}); adj != nil || err == nil {
+		t.Errorf("bad request: %v, %v", adj, err)
+	}
+}
+
+// BenchmarkHandle measures the whole request path (parse, select, edits,
+// adjustment) for all 8 GPUs with every capability, about 40 files.
+func BenchmarkHandle(b *testing.B) {
+	s := benchSnapshot()
+	pod := &api.PodSandbox{Name: "p", Namespace: "default", Annotations: map[string]string{
+		"gpus.nri-gpu.dev/container.train": "all,capabilities=all",
+	}}
+	ctr := &api.Container{Name: "train", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}}
+	prep := adjust.Prepare(s, layout)
+	table := tableFor(s)
+	b.ReportAllocs()
+	for b.Loop() {
+		adj, _, err := handle(prep, table, alloc.Shared, pod, ctr)
+		if err != nil || len(adj.Mounts) != 40 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHandleEnv is the same through NVIDIA_VISIBLE_DEVICES with the
+// default capabilities.
+func BenchmarkHandleEnv(b *testing.B) {
+	s := benchSnapshot()
+	pod := &api.PodSandbox{Name: "p", Namespace: "default"}
+	ctr := &api.Container{Name: "train", Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"}}
+	prep := adjust.Prepare(s, layout)
+	table := tableFor(s)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := handle(prep, table, alloc.Shared, pod, ctr); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestRequestPathImportsNoIO checks that the request path cannot touch
+// the file system or the network: neither this package nor any package of
+// the module that it imports, directly or through others, imports a
+// package that does I/O. The module's packages are followed from their
+// source; packages of other modules are the NRI protocol and CDI name
+// parsing, which the path uses for types and pure functions.
+func TestRequestPathImportsNoIO(t *testing.T) {
+	const module = "github.com/nri-gpu/nri-gpu"
+	forbidden := []string{"os", "io/fs", "io/ioutil", "syscall", "net", "os/exec", "golang.org/x/sys/unix", "path/filepath"}
+	seen := map[string]bool{}
+	root := filepath.Join("..", "..", "..") // the module's root, from this package's directory
+	var visit func(pkg, dir string)
+	visit = func(pkg, dir string) {
+		if seen[pkg] {
+			return
+		}
+		seen[pkg] = true
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no files in %s: %v", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range af.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if slices.Contains(forbidden, p) {
+					t.Errorf("%s imports %s: the request path must not do I/O", f, p)
+				}
+				if rel, ok := strings.CutPrefix(p, module+"/"); ok {
+					visit(p, filepath.Join(root, filepath.FromSlash(rel)))
+				}
+			}
+		}
+	}
+	visit(module+"/internal/requestpath/pipeline", ".")
+	// The path reaches every stage's package; a test that followed
+	// nothing would pass without checking.
+	for _, want := range []string{"internal/requestpath/request", "internal/requestpath/policy", "internal/requestpath/alloc", "adjust", "internal/requestpath/require", "inventory"} {
+		if !seen[module+"/"+want] {
+			t.Errorf("the request path does not import %s: the test no longer follows it", want)
+		}
+	}
+}

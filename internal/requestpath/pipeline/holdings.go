@@ -1,0 +1,219 @@
+package pipeline
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+// HolderOf names the container ctr of pod in the allocation table.
+func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
+	podID := ctr.GetPodSandboxId()
+	if podID == "" {
+		podID = pod.GetId()
+	}
+	return alloc.Holder{
+		ID:        ctr.GetId(),
+		PodID:     podID,
+		Namespace: pod.GetNamespace(),
+		Pod:       pod.GetName(),
+		Container: containerName(ctr),
+	}
+}
+
+// Holdings works out what the runtime's containers hold, for rebuilding the
+// allocation table; stopped containers hold nothing. A container that
+// nri-gpu gave GPUs carries the annotation alloc.Annotation (mode and GPU
+// UUIDs). The annotation is not proof: a runtime that passes pod
+// annotations on to containers (containerd's and CRI-O's pod_annotations)
+// lets a pod author write it. So a GPU the record names counts only when
+// the container has that GPU's device node in its spec (Linux.Devices), as
+// every container nri-gpu served has; a record that names a GPU without
+// its node is reported, and the container counts as made without nri-gpu.
+// A container made without nri-gpu (created while it was away, or
+// given GPUs by someone else) holds the GPUs whose device nodes are in its
+// spec and those named by its CDI devices of the source's kind
+// (nvidia.com/gpu=<index, UUID or all>), in the node's sharing mode: nri-gpu
+// does not know what was meant, so it applies its own policy (as the
+// request path books such GPUs, Path.hold). A privileged container (the
+// runtime gave it every host device, see privileged) holds no GPU by its
+// device nodes: only by its record or its CDI devices. A record of a
+// pod-level request (alloc.Record.Pod) is the pod's: the pod holds the
+// GPUs (alloc.PodHolder) as long as one of its containers with such a
+// record is not stopped. A container without a record that carries the
+// kubelet's assignment (alloc.KubeletAnnotation) with the device nodes of
+// exactly its GPUs holds them as the kubelet's (Holding.Kubelet); an
+// annotation without those nodes is reported and not trusted
+// (kubeletAssignment). Warnings tell what could not be read.
+func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
+	devs := src.Devices()
+	byPod := make(map[string]*api.PodSandbox, len(pods))
+	for _, p := range pods {
+		byPod[p.GetId()] = p
+	}
+	var hs []alloc.Holding
+	var warnings []string
+	// podAt finds a pod's holding in hs, by holder ID.
+	podAt := map[string]int{}
+	for _, c := range ctrs {
+		if c.GetState() == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		h := alloc.Holding{Holder: HolderOf(byPod[c.GetPodSandboxId()], c), Mode: sharing}
+		podLevel := false
+		if v, ok := c.GetAnnotations()[alloc.Annotation]; ok {
+			rec, mode, err := alloc.DecodeRecord(v)
+			if err != nil {
+				warnings = append(warnings, h.Holder.String()+": "+err.Error())
+			} else {
+				var unknown, forged []string
+				for _, u := range rec.GPUs {
+					g, ok := findGPU(devs, u)
+					switch {
+					case !ok:
+						unknown = append(unknown, u)
+					case !hasGPUNode(c, g):
+						forged = append(forged, u)
+					default:
+						h.GPUs = append(h.GPUs, g.Index)
+					}
+				}
+				if len(unknown) == 1 {
+					warnings = append(warnings, h.Holder.String()+": holds GPU "+unknown[0]+", which the inventory does not have")
+				} else if len(unknown) > 1 {
+					warnings = append(warnings, h.Holder.String()+": holds GPUs "+few(unknown)+", which the inventory does not have")
+				}
+				if len(forged) > 0 {
+					// Not nri-gpu's record (or not all of it): none of
+					// it counts.
+					warnings = append(warnings, h.Holder.String()+": annotation "+alloc.Annotation+" names GPUs whose device nodes the container does not have ("+
+						few(forged)+"): not counted")
+					h.GPUs = nil
+				} else {
+					h.Mode = mode
+					podLevel = rec.Pod && len(h.GPUs) > 0
+				}
+			}
+		}
+		if podLevel {
+			h.Holder = alloc.PodHolder(h.Holder.PodID, h.Holder.Namespace, h.Holder.Pod)
+			if i, ok := podAt[h.Holder.ID]; ok {
+				// Every container of the pod records the pod's GPUs.
+				hs[i].GPUs = append(hs[i].GPUs, h.GPUs...)
+				slices.Sort(hs[i].GPUs)
+				hs[i].GPUs = slices.Compact(hs[i].GPUs)
+				hs[i].Members = append(hs[i].Members, c.GetId())
+				if h.Mode == alloc.Exclusive {
+					hs[i].Mode = alloc.Exclusive
+				}
+				continue
+			}
+			podAt[h.Holder.ID] = len(hs)
+			h.Members = []string{c.GetId()}
+		}
+		if len(h.GPUs) == 0 {
+			kub, warn := kubeletAssignment(devs, c, privileged(c))
+			if warn != "" {
+				warnings = append(warnings, h.Holder.String()+": "+warn)
+			}
+			if kub != nil {
+				for _, g := range kub {
+					h.GPUs = append(h.GPUs, g.Index)
+				}
+				h.Kubelet = true
+			} else {
+				h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
+			}
+			h.Runtime = len(h.GPUs) > 0
+		}
+		if len(h.GPUs) > 0 {
+			hs = append(hs, h)
+		}
+	}
+	return hs, warnings
+}
+
+// few joins at most 8 names, and says how many more there are: a record
+// may be forged, and a log line should stay a line.
+func few(names []string) string {
+	const most = 8
+	if len(names) <= most {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:most], ", ") + " and " + strconv.Itoa(len(names)-most) + " more"
+}
+
+// hasGPUNode reports whether the container's spec has g's device node, by
+// number (a character device of g's major and minor); for a MIG device,
+// its parent's node and its compute instance's capability node.
+func hasGPUNode(c *api.Container, g inventory.GPU) bool {
+	if !ctrHasNode(c, g.Node) {
+		return false
+	}
+	return g.MIG == nil || ctrHasNode(c, g.MIG.CINode)
+}
+
+func ctrHasNode(c *api.Container, n inventory.DeviceNode) bool {
+	for _, d := range c.GetLinux().GetDevices() {
+		if (d.GetType() == "c" || d.GetType() == "") && d.GetMajor() == n.Major && d.GetMinor() == n.Minor {
+			return true
+		}
+	}
+	return false
+}
+
+// foreignGPUs returns the GPUs a container got other than through nri-gpu:
+// device nodes of the source in its spec (none for a privileged
+// container, which has every node of the host), and CDI devices of its
+// kind; in index order, without duplicates.
+func foreignGPUs(src adjust.Source, c *api.Container, privileged bool, h alloc.Holder, warnings []string) ([]int, []string) {
+	devs := src.Devices()
+	var idx []int
+	for _, g := range devs {
+		if !privileged && hasGPUNode(c, g) {
+			idx = append(idx, g.Index)
+		}
+	}
+	for _, d := range c.GetCDIDevices() {
+		vendor, class, id, err := parser.ParseQualifiedName(d.GetName())
+		if err != nil || !nvidiaCDIKind(vendor+"/"+class, src.Kind()) {
+			continue
+		}
+		if id == "all" {
+			for _, g := range devs {
+				idx = append(idx, g.Index)
+			}
+			continue
+		}
+		g, ok := findGPU(devs, id)
+		if !ok {
+			warnings = append(warnings, h.String()+": CDI device "+d.GetName()+" names no GPU or MIG device of the inventory")
+			continue
+		}
+		idx = append(idx, g.Index)
+	}
+	slices.Sort(idx)
+	return slices.Compact(idx), warnings
+}
+
+// findGPU finds a GPU by index, UUID (case-insensitive) or the CDI name
+// of another vendor's device, or a MIG device by UUID or <gpu>:<mig>.
+func findGPU(devs []inventory.GPU, id string) (inventory.GPU, bool) {
+	if id == "" {
+		return inventory.GPU{}, false
+	}
+	n, err := strconv.Atoi(id)
+	for _, g := range devs {
+		if err == nil && g.Index == n && g.MIG == nil || strings.EqualFold(g.UUID, id) || g.Name == id || g.MIG != nil && g.MIG.Name() == id {
+			return g, true
+		}
+	}
+	return inventory.GPU{}, false
+}

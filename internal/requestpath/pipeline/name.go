@@ -1,0 +1,32 @@
+package pipeline
+
+import (
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
+)
+
+// containerName is the container's name for per-container annotations:
+// NRI's name, else the kubelet's CRI label io.kubernetes.container.name
+// among the container's labels. CRI-O's NRI takes the name from that label
+// only (as a spec annotation), containerd's from the CRI metadata; a
+// container with neither has no name, and request.Find refuses it where
+// the pod has per-container annotations.
+func containerName(ctr *api.Container) string {
+	if n := ctr.GetName(); n != "" {
+		return n
+	}
+	return ctr.GetLabels()[request.ContainerNameLabel]
+}
+
+// requestInput is what the request carriers of the call's container are
+// read from: the pod's annotations, the container's name (containerName),
+// env and mounts. GPU and IMEX requests read the same input.
+func requestInput(c *call) request.Input {
+	return request.Input{
+		Annotations: c.pod.GetAnnotations(),
+		Name:        containerName(c.ctr),
+		Env:         c.ctr.GetEnv(),
+		Mounts:      mounts(c.ctr),
+	}
+}
