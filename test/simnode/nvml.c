@@ -1,0 +1,467 @@
+//go:build ignore
+
+// (The line above keeps the go command from treating this C file as a cgo
+// source of package simnode, which only embeds it.)
+
+/*
+ * The simulated libnvidia-ml.so.1 of test/simnode: the functions nri-gpu
+ * calls, with the names, signatures and struct layouts of NVIDIA's nvml.h.
+ * Embedded by nvml.go, which defines NRI_GPU_SIM_NVML_STATE_ENV and
+ * NRI_GPU_SIM_NVML_STATE_PATH (NVMLStateEnv and NVMLStatePath) before it.
+ */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_UNKNOWN 999
+
+typedef struct nvmlPciInfo_st {
+	char busIdLegacy[16];
+	unsigned int domain;
+	unsigned int bus;
+	unsigned int device;
+	unsigned int pciDeviceId;
+	unsigned int pciSubSystemId;
+	char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct nvmlMemory_st {
+	unsigned long long total;
+	unsigned long long free;
+	unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct nvmlDeviceAttributes_st {
+	unsigned int multiprocessorCount;
+	unsigned int sharedCopyEngineCount;
+	unsigned int sharedDecoderCount;
+	unsigned int sharedEncoderCount;
+	unsigned int sharedJpegCount;
+	unsigned int sharedOfaCount;
+	unsigned int gpuInstanceSliceCount;
+	unsigned int computeInstanceSliceCount;
+	unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+struct sim_dev;
+typedef struct sim_dev *nvmlDevice_t;
+typedef struct sim_set *nvmlEventSet_t;
+
+typedef struct nvmlEventData_st {
+	nvmlDevice_t device;
+	unsigned long long eventType;
+	unsigned long long eventData;
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+_Static_assert(sizeof(nvmlPciInfo_t) == 68 && offsetof(nvmlPciInfo_t, busId) == 36, "nvmlPciInfo_t");
+_Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
+_Static_assert(sizeof(nvmlDeviceAttributes_t) == 40 && offsetof(nvmlDeviceAttributes_t, memorySizeMB) == 32, "nvmlDeviceAttributes_t");
+_Static_assert(sizeof(nvmlEventData_t) == 32 && offsetof(nvmlEventData_t, gpuInstanceId) == 24, "nvmlEventData_t");
+
+#define nvmlEventTypeXidCriticalError 0x8ULL
+#define SIM_MAX_GPUS 64
+#define SIM_MAX_MIG 16
+#define SIM_MAX_EVENTS 256
+
+struct sim_dev {
+	int used;
+	int is_mig;
+	int index;
+	struct sim_dev *parent;
+	char uuid[96];
+	char bus[32];
+	char name[96];
+	unsigned long long mem;
+	int mig_mode;
+	int lost;
+	unsigned int gi, ci, gi_slices, ci_slices;
+	int nmig;
+	struct sim_dev *mig[SIM_MAX_MIG];
+};
+
+static struct sim_dev gpus[SIM_MAX_GPUS];
+static struct sim_dev migs[SIM_MAX_GPUS * SIM_MAX_MIG];
+static int ngpus, nmigs, from_state, initialized;
+
+struct sim_set {
+	int used;
+	unsigned long long registered[SIM_MAX_GPUS];
+	unsigned long long seen; /* events with seq <= seen are delivered */
+};
+static struct sim_set sets[8];
+
+static int state_path(char *out, size_t n)
+{
+	const char *env = getenv(NRI_GPU_SIM_NVML_STATE_ENV);
+	if (env != NULL && *env != '\0') {
+		snprintf(out, n, "%s", env);
+		return access(out, R_OK) == 0;
+	}
+	Dl_info info;
+	if (dladdr((void *)&state_path, &info) == 0 || info.dli_fname == NULL)
+		return 0;
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s", info.dli_fname);
+	for (int up = 0; up < 6; up++) {
+		char *slash = strrchr(dir, '/');
+		if (slash == NULL)
+			return 0;
+		*slash = '\0';
+		snprintf(out, n, "%s" NRI_GPU_SIM_NVML_STATE_PATH, dir);
+		if (access(out, R_OK) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* load reads the state file; without one, GPUs are counted from /dev. */
+static void load(void)
+{
+	char p[4096];
+	memset(gpus, 0, sizeof gpus);
+	memset(migs, 0, sizeof migs);
+	ngpus = nmigs = 0;
+	from_state = 0;
+	if (!state_path(p, sizeof p))
+		return;
+	FILE *f = fopen(p, "r");
+	if (f == NULL)
+		return;
+	from_state = 1;
+	char line[512];
+	while (fgets(line, sizeof line, f) != NULL) {
+		line[strcspn(line, "\n")] = '\0';
+		int idx, mig, lost, n;
+		unsigned long long mem;
+		char uuid[96], bus[32];
+		if (sscanf(line, "gpu %d %95s %31s %llu %d %d %n", &idx, uuid, bus, &mem, &mig, &lost, &n) == 6) {
+			if (ngpus == SIM_MAX_GPUS)
+				continue;
+			struct sim_dev *g = &gpus[ngpus++];
+			g->used = 1;
+			g->index = idx;
+			snprintf(g->uuid, sizeof g->uuid, "%s", uuid);
+			snprintf(g->bus, sizeof g->bus, "%s", bus);
+			snprintf(g->name, sizeof g->name, "%s", line + n);
+			g->mem = mem;
+			g->mig_mode = mig;
+			g->lost = lost;
+			continue;
+		}
+		int gpu;
+		unsigned int gi, ci, gs, cs;
+		if (sscanf(line, "mig %d %u %u %u %u %llu %95s", &gpu, &gi, &ci, &gs, &cs, &mem, uuid) == 7) {
+			if (gpu < 0 || gpu >= ngpus || gpus[gpu].nmig == SIM_MAX_MIG)
+				continue;
+			struct sim_dev *m = &migs[nmigs++];
+			m->used = 1;
+			m->is_mig = 1;
+			m->parent = &gpus[gpu];
+			m->index = gpus[gpu].nmig;
+			m->gi = gi;
+			m->ci = ci;
+			m->gi_slices = gs;
+			m->ci_slices = cs;
+			m->mem = mem;
+			snprintf(m->uuid, sizeof m->uuid, "%s", uuid);
+			gpus[gpu].mig[gpus[gpu].nmig++] = m;
+		}
+	}
+	fclose(f);
+}
+
+/* next_event finds the first XID event after seq for a device registered
+ * in s, reading the state file again. */
+static int next_event(struct sim_set *s, nvmlEventData_t *data)
+{
+	char p[4096];
+	if (!state_path(p, sizeof p))
+		return 0;
+	FILE *f = fopen(p, "r");
+	if (f == NULL)
+		return 0;
+	char line[512];
+	int found = 0;
+	while (!found && fgets(line, sizeof line, f) != NULL) {
+		unsigned long long seq, xid;
+		int gpu;
+		unsigned int gi, ci;
+		if (sscanf(line, "xid %llu %d %llu %u %u", &seq, &gpu, &xid, &gi, &ci) != 5)
+			continue;
+		if (seq <= s->seen)
+			continue;
+		s->seen = seq;
+		if (gpu < 0 || gpu >= ngpus || !(s->registered[gpu] & nvmlEventTypeXidCriticalError))
+			continue;
+		data->device = &gpus[gpu];
+		data->eventType = nvmlEventTypeXidCriticalError;
+		data->eventData = xid;
+		data->gpuInstanceId = gi;
+		data->computeInstanceId = ci;
+		found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r)
+{
+	switch (r) {
+	case NVML_SUCCESS: return "Success";
+	case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+	case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+	case NVML_ERROR_NOT_FOUND: return "Not Found";
+	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+	case NVML_ERROR_TIMEOUT: return "Timeout";
+	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+	}
+	return "Unknown Error";
+}
+
+int nvmlInit_v2(void)
+{
+	load();
+	initialized = 1;
+	return NVML_SUCCESS;
+}
+
+int nvmlShutdown(void)
+{
+	initialized = 0;
+	return NVML_SUCCESS;
+}
+
+int nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+	const char *v = nri_gpu_sim_driver_version();
+	if (version == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (length < strlen(v) + 4)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	strcpy(version, "12.");
+	strcat(version, v);
+	return NVML_SUCCESS;
+}
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+	const char *v = nri_gpu_sim_driver_version();
+	if (version == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (length < strlen(v) + 1)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	strcpy(version, v);
+	return NVML_SUCCESS;
+}
+
+/* nvmlDeviceGetCount_v2 reads the state again: each enumeration sees the
+ * node as it is now (a MIG layout changed, a GPU lost or back). */
+int nvmlDeviceGetCount_v2(unsigned int *count)
+{
+	if (count == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (initialized)
+		load();
+	*count = from_state ? (unsigned int)ngpus : (unsigned int)nri_gpu_sim_count_gpus();
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+	if (!initialized)
+		return NVML_ERROR_UNINITIALIZED;
+	if (device == NULL || !from_state || index >= (unsigned int)ngpus)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*device = &gpus[index];
+	return NVML_SUCCESS;
+}
+
+static int str_out(const struct sim_dev *d, const char *s, char *out, unsigned int length)
+{
+	if (d == NULL || out == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct sim_dev *g = d->is_mig ? d->parent : d;
+	if (g->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	if (length < strlen(s) + 1)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	strcpy(out, s);
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)
+{
+	return str_out(d, d ? d->uuid : "", uuid, length);
+}
+
+int nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length)
+{
+	if (d != NULL && d->is_mig) {
+		char buf[192];
+		snprintf(buf, sizeof buf, "%s MIG", d->parent->name);
+		return str_out(d, buf, name, length);
+	}
+	return str_out(d, d ? d->name : "", name, length);
+}
+
+int nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
+{
+	if (d == NULL || pci == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct sim_dev *g = d->is_mig ? d->parent : d;
+	if (g->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	memset(pci, 0, sizeof *pci);
+	snprintf(pci->busId, sizeof pci->busId, "%s", g->bus);
+	snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", g->bus + 4);
+	unsigned int dom = 0, bus = 0, dev = 0;
+	sscanf(g->bus, "%x:%x:%x", &dom, &bus, &dev);
+	pci->domain = dom;
+	pci->bus = bus;
+	pci->device = dev;
+	pci->pciDeviceId = 0x233010de;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
+{
+	if (d == NULL || m == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((d->is_mig ? d->parent : d)->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	m->total = d->mem << 20;
+	m->free = m->total;
+	m->used = 0;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending)
+{
+	if (d == NULL || current == NULL || pending == NULL || d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	if (d->mig_mode < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*current = *pending = (unsigned int)d->mig_mode;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
+{
+	if (d == NULL || count == NULL || d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->mig_mode < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*count = d->nmig > 7 ? (unsigned int)d->nmig : 7;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *mig)
+{
+	if (d == NULL || mig == NULL || d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	if (index >= (unsigned int)d->nmig)
+		return NVML_ERROR_NOT_FOUND;
+	*mig = d->mig[index];
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+	if (d == NULL || id == NULL || !d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*id = d->gi;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+	if (d == NULL || id == NULL || !d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*id = d->ci;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *a)
+{
+	if (d == NULL || a == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(a, 0, sizeof *a);
+	a->multiprocessorCount = d->is_mig ? 16 * d->ci_slices : 132;
+	a->gpuInstanceSliceCount = d->is_mig ? d->gi_slices : 0;
+	a->computeInstanceSliceCount = d->is_mig ? d->ci_slices : 0;
+	a->memorySizeMB = d->mem;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
+{
+	if (d == NULL || types == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*types = nvmlEventTypeXidCriticalError | 0x1ULL | 0x2ULL;
+	return NVML_SUCCESS;
+}
+
+int nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+	if (set == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+		if (!sets[i].used) {
+			memset(&sets[i], 0, sizeof sets[i]);
+			sets[i].used = 1;
+			/* Only events written after the set exists are delivered. */
+			nvmlEventData_t ignored;
+			while (next_event(&sets[i], &ignored))
+				;
+			*set = &sets[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_UNKNOWN;
+}
+
+int nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set)
+{
+	if (d == NULL || set == NULL || d->is_mig || d < gpus || d >= gpus + SIM_MAX_GPUS)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	set->registered[d - gpus] |= types;
+	return NVML_SUCCESS;
+}
+
+int nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+	if (set == NULL || data == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned int waited = 0;; waited += 10) {
+		if (next_event(set, data))
+			return NVML_SUCCESS;
+		if (waited >= timeoutms)
+			return NVML_ERROR_TIMEOUT;
+		usleep(10000);
+	}
+}
+
+int nvmlEventSetFree(nvmlEventSet_t set)
+{
+	if (set == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	set->used = 0;
+	return NVML_SUCCESS;
+}
