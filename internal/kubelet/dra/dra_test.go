@@ -41,7 +41,7 @@ const (
 func testSnapshot() *inventory.Snapshot {
 	props := &inventory.GPUProps{MemoryBytes: 85520809984, Brand: "Nvidia", Architecture: "Hopper", ComputeCapability: "9.0"}
 	s := &inventory.Snapshot{DriverVersion: "580.126.09",
-		Files: []inventory.DriverFile{{Kind: inventory.Library, Capability: inventory.Compute, HostPath: "/usr/lib64/libcuda.so.580.126.09", Name: "libcuda.so.1"}},
+		Files:   []inventory.DriverFile{{Kind: inventory.Library, Capability: inventory.Compute, HostPath: "/usr/lib64/libcuda.so.580.126.09", Name: "libcuda.so.1"}},
 		Control: inventory.ControlNodes{Ctl: &inventory.DeviceNode{Path: "/dev/nvidiactl", Major: 195, Minor: 255, Mode: 0o666}}}
 	for i := 0; i < 3; i++ {
 		s.GPUs = append(s.GPUs, inventory.GPU{Index: i, Minor: i, UUID: "GPU-" + strings.Repeat(string(rune('a'+i)), 8),
