@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
@@ -25,6 +27,17 @@ type objects struct {
 	serviceAccount *corev1.ServiceAccount
 	configMap      *corev1.ConfigMap
 	daemonSet      *appsv1.DaemonSet
+	// The DRA driver's (rendered only with config.dra.enabled).
+	deviceClasses []*resourcev1.DeviceClass
+	clusterRoles  []*rbacv1.ClusterRole
+	bindings      []*rbacv1.ClusterRoleBinding
+}
+
+// draOn reports whether the objects' configuration turns the DRA driver on.
+func draOn(t *testing.T, objs objects) bool {
+	t.Helper()
+	c, err := config.Parse([]byte(objs.configMap.Data["config.yaml"]))
+	return err == nil && c.DRA.Enabled
 }
 
 // splitDocs splits a multi-document YAML stream.
@@ -73,6 +86,15 @@ func decode(t *testing.T, name string, doc []byte, objs *objects) {
 	case "apps/v1 DaemonSet":
 		objs.daemonSet = &appsv1.DaemonSet{}
 		into = objs.daemonSet
+	case "resource.k8s.io/v1 DeviceClass":
+		objs.deviceClasses = append(objs.deviceClasses, &resourcev1.DeviceClass{})
+		into = objs.deviceClasses[len(objs.deviceClasses)-1]
+	case "rbac.authorization.k8s.io/v1 ClusterRole":
+		objs.clusterRoles = append(objs.clusterRoles, &rbacv1.ClusterRole{})
+		into = objs.clusterRoles[len(objs.clusterRoles)-1]
+	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+		objs.bindings = append(objs.bindings, &rbacv1.ClusterRoleBinding{})
+		into = objs.bindings[len(objs.bindings)-1]
 	default:
 		t.Fatalf("%s: unexpected object %s %s", name, meta.APIVersion, meta.Kind)
 	}
@@ -152,6 +174,7 @@ type helmValues struct {
 	PriorityClassName    string                      `json:"priorityClassName"`
 	Resources            corev1.ResourceRequirements `json:"resources"`
 	GoMemLimit           string                      `json:"goMemLimit"`
+	NVIDIAGPUResource    string                      `json:"nvidiaGPUResource"`
 }
 
 // renderHelm renders the chart's templates with its default values, with
@@ -294,8 +317,8 @@ func checkDaemonSet(t *testing.T, objs objects) {
 	if spec.ServiceAccountName != objs.serviceAccount.Name {
 		t.Errorf("serviceAccountName %q, account %q", spec.ServiceAccountName, objs.serviceAccount.Name)
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("the service account token is mounted; nri-gpu does not use the API")
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != draOn(t, objs) {
+		t.Errorf("the service account token is mounted: %v; only the DRA driver uses the API (dra.enabled: %v)", spec.AutomountServiceAccountToken, draOn(t, objs))
 	}
 	if spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("priorityClassName %q", spec.PriorityClassName)
@@ -405,7 +428,11 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// The kubelet's device plugin directory: where the plugin's
 		// socket is made and the kubelet's is (devicePlugin.enabled).
 		isKubelet := cfg.DevicePlugin.Enabled && v.HostPath.Path == kubeletDevicePlugins
-		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet
+		// The DRA driver's: its plugin directory (socket, checkpoint),
+		// the kubelet's registration directory, the CDI directory of
+		// the specs of prepared claims (dra.enabled), at their own paths.
+		isDRA := cfg.DRA.Enabled && (v.HostPath.Path == cfg.DRA.PluginDir || v.HostPath.Path == cfg.DRA.RegistrationDir || v.HostPath.Path == cfg.DRA.CDIDir) && m.MountPath == v.HostPath.Path
+		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet || isDRA
 		if !justified {
 			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
 		}
@@ -413,7 +440,7 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// access), and nri-gpu's own library cache; the driver root and
 		// everything else of the host is read-only.
 		// And /dev/char, where nri-gpu makes its links (devCharLinks).
-		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet || v.HostPath.Path == "/dev/char" && cfg.DevCharLinks.On()
+		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet || isDRA || v.HostPath.Path == "/dev/char" && cfg.DevCharLinks.On()
 		if !m.ReadOnly && !writable {
 			t.Errorf("host path %s is mounted writable; only the NRI socket's directory, nri-gpu's library cache (%s), the kubelet's device plugin directory and /dev/char (devCharLinks) may be", v.HostPath.Path, cacheHost)
 		}

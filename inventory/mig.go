@@ -23,6 +23,25 @@ type MIGDevice struct {
 	// and the CI's access capability (major nvidia-caps), whether or not
 	// the host has the nodes: the runtime creates them from the numbers.
 	GINode, CINode DeviceNode
+	// Placement is the GPU instance's profile and memory slices, as NVML
+	// reports them; nil when it does not.
+	Placement *MIGPlacement
+	// Engines are the instance's multiprocessors and engines (NVML's
+	// device attributes); zero when unknown.
+	Engines MIGEngines
+}
+
+// MIGPlacement is where a GPU instance lies on its GPU: its GPU
+// instance profile id (NVML's, 19 for a 1g.10gb) and the memory slices
+// it occupies, from Start for Size slices.
+type MIGPlacement struct {
+	ProfileID   int
+	Start, Size int
+}
+
+// MIGEngines are a MIG device's multiprocessors and engines.
+type MIGEngines struct {
+	Multiprocessors, CopyEngines, Decoders, Encoders, JPEGs, OFAs uint32
 }
 
 // Name is the MIG device's <gpu>:<mig> name.

@@ -59,6 +59,24 @@ type GPU struct {
 	// them with the graphics or display capability. A pointer, so that a
 	// GPU stays small: the request path copies GPUs.
 	DRM *DRMNodes
+	// Props are what NVML says of the GPU beyond discovery; nil without
+	// NVML. A pointer, as DRM.
+	Props *GPUProps
+}
+
+// GPUProps are a GPU's properties that only NVML knows (the DRA
+// driver's ResourceSlices publish them); an empty field is unknown.
+type GPUProps struct {
+	// MemoryBytes is the GPU's total memory.
+	MemoryBytes uint64
+	// Brand is NVML's brand as NVIDIA's go-nvlib names it ("Nvidia",
+	// "Tesla", "GeForce", ...).
+	Brand string
+	// Architecture is NVML's architecture as go-nvlib names it
+	// ("Ampere", "Hopper", "Blackwell", ...).
+	Architecture string
+	// ComputeCapability is the CUDA compute capability, "9.0".
+	ComputeCapability string
 }
 
 // DRMNodes are a GPU's /dev/dri/card<N> and /dev/dri/renderD<N>; a zero

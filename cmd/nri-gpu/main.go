@@ -22,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/dra"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
@@ -196,7 +197,11 @@ func runCmd(args []string, stderr io.Writer) error {
 		}
 	}
 
+	if err := cfg.OverlapOn(p.Node().Snapshot().GPUs); err != nil {
+		return err
+	}
 	dpDone := startDevicePlugin(ctx, cfg.DevicePlugin, p.Node(), log)
+	draDone := startDRA(ctx, cfg.DRA.Enabled, p.Node(), log)
 
 	log.Infof("nri-gpu %s starting", Version)
 	err = p.Run(ctx, plugin.RunOptions{
@@ -207,6 +212,7 @@ func runCmd(args []string, stderr io.Writer) error {
 	})
 	cancel()
 	<-dpDone
+	<-draDone
 	if err == nil {
 		log.Info("stopped")
 	}
@@ -228,6 +234,26 @@ func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node,
 	go func() {
 		defer close(done)
 		deviceplugin.Supervise(ctx, n, c, log)
+	}()
+	return done
+}
+
+// startDRA runs the DRA kubelet plugin until ctx ends when dra.enabled
+// says so; the channel is closed when it has stopped. A DRA plugin that
+// cannot start is logged, and NRI injection goes on without it (pods with
+// claims then wait for it in ContainerCreating). Its keys are read at
+// start: changing them takes a restart.
+func startDRA(ctx context.Context, enabled bool, n *node.Node, log *logrus.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if !enabled {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		if err := dra.Run(ctx, n, log); err != nil {
+			log.WithError(err).Error("DRA kubelet plugin not running")
+		}
 	}()
 	return done
 }

@@ -1,6 +1,6 @@
 module github.com/nri-gpu/nri-gpu/test/integration
 
-go 1.25.0
+go 1.26.0
 
 // The product module, from this checkout: the protocol tests import its
 // packages (and github.com/nri-gpu/nri-gpu/test/simnode). When the product
@@ -26,12 +26,12 @@ require (
 	github.com/moby/sys/capability v0.4.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
-	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/mod v0.38.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
-	google.golang.org/grpc v1.72.1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/grpc v1.82.1 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )

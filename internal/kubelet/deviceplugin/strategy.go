@@ -24,7 +24,38 @@ const MIGResourcePrefix = "nvidia.com/mig-"
 //     nvidia.com/mig-<profile>. The profiles are those of snap; Supervise
 //     follows the node's, starting and stopping the resources of profiles
 //     that a layout change made appear or go.
+//
+// With devicePlugin.devices, each resource advertises only the listed GPUs
+// and their MIG devices (the others are DRA's: one allocator per GPU).
 func Resources(c config.DevicePlugin, snap *inventory.Snapshot) []Options {
+	out := resources(c, snap)
+	if len(c.Devices) == 0 {
+		return out
+	}
+	list := config.DeviceList(c.Devices)
+	for i := range out {
+		sel := out[i].Select
+		out[i].Select = func(g inventory.GPU) bool {
+			return (sel == nil || sel(g)) && list.Matches(g, parentOf(snap, g))
+		}
+	}
+	return out
+}
+
+// parentOf returns the GPU a MIG device belongs to in snap, or g itself.
+func parentOf(snap *inventory.Snapshot, g inventory.GPU) inventory.GPU {
+	if g.MIG == nil {
+		return g
+	}
+	for _, p := range snap.GPUs {
+		if p.Index == g.MIG.Parent {
+			return p
+		}
+	}
+	return inventory.GPU{Index: g.MIG.Parent, UUID: g.MIG.ParentUUID}
+}
+
+func resources(c config.DevicePlugin, snap *inventory.Snapshot) []Options {
 	whole := func(g inventory.GPU) bool { return g.MIG == nil }
 	base := Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir, DevRoot: c.DevRoot, Select: whole}
 	switch c.MIGStrategy {

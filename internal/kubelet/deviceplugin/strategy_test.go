@@ -2,6 +2,7 @@ package deviceplugin_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -82,5 +83,37 @@ func TestMIGStrategies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResourcesDevices: devicePlugin.devices keeps each resource to the
+// listed GPUs and their MIG devices, so that the others can be DRA's.
+func TestResourcesDevices(t *testing.T) {
+	snap := simnode.MemoryMIGSnapshot()
+	for _, tc := range []struct {
+		strategy string
+		devices  []string
+		want     map[string]int
+	}{
+		{"single", nil, map[string]int{"nvidia.com/gpu": 17}},
+		// GPU 0 has MIG on (seven 1g.10gb), GPU 2 is whole.
+		{"single", []string{"0", "2"}, map[string]int{"nvidia.com/gpu": 8}},
+		{"mixed", []string{"1", snap.GPUs[3].UUID}, map[string]int{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/mig-2g.20gb": 3}},
+		{"none", []string{snap.GPUs[0].BusID}, map[string]int{"nvidia.com/gpu": 0}},
+	} {
+		c := config.Default().DevicePlugin
+		c.MIGStrategy, c.Devices = tc.strategy, tc.devices
+		got := map[string]int{}
+		for _, o := range deviceplugin.Resources(c, snap) {
+			got[o.ResourceName] = 0
+			for _, g := range snap.Units() {
+				if o.Select == nil || o.Select(g) {
+					got[o.ResourceName]++
+				}
+			}
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%s %v: %v, want %v", tc.strategy, tc.devices, got, tc.want)
+		}
 	}
 }

@@ -93,6 +93,9 @@ type Config struct {
 	DevCharLinks DevCharLinks `json:"devCharLinks,omitempty"`
 	// Health is the XID health of GPUs and MIG devices (with NVML).
 	Health Health `json:"health,omitempty"`
+	// DRA is the Dynamic Resource Allocation kubelet plugin (off by
+	// default).
+	DRA DRA `json:"dra,omitempty"`
 }
 
 // DevicePlugin configures nri-gpu's kubelet device plugin, which
@@ -113,6 +116,11 @@ type DevicePlugin struct {
 	// GPUs), single (MIG devices too, as resourceName) or mixed (each MIG
 	// profile as nvidia.com/mig-<profile>).
 	MIGStrategy string `json:"migStrategy,omitempty"`
+	// Devices are the GPUs the device plugin advertises (indexes, GPU
+	// UUIDs or PCI bus ids; a GPU brings its MIG devices); empty: all of
+	// the node's GPUs. With dra.enabled both lists must be given, and
+	// disjoint.
+	Devices []string `json:"devices,omitempty"`
 }
 
 // MIG strategies of the device plugin.
@@ -288,6 +296,7 @@ func (c *Config) setDefaults() {
 	if c.DevicePlugin.MIGStrategy == "" {
 		c.DevicePlugin.MIGStrategy = MIGStrategyNone
 	}
+	c.DRA.setDefaults()
 	c.Policy.SetDefaults()
 	c.DevCharLinks.setDefaults()
 	c.Health.setDefaults()
@@ -442,6 +451,12 @@ func (c Config) Validate() error {
 	if err := c.DevicePlugin.validate(); err != nil {
 		return err
 	}
+	if err := c.DRA.validate(); err != nil {
+		return err
+	}
+	if err := c.checkOneAllocator(); err != nil {
+		return err
+	}
 	if err := c.DevCharLinks.validate(); err != nil {
 		return err
 	}
@@ -524,7 +539,7 @@ func (d DevicePlugin) validate() error {
 	default:
 		return fmt.Errorf("key devicePlugin.migStrategy: unknown strategy %q (valid: none, single, mixed)", d.MIGStrategy)
 	}
-	return nil
+	return checkDeviceList("devicePlugin.devices", d.Devices)
 }
 
 // extendedResourceProblem says why name is not an extended resource name

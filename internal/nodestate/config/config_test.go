@@ -25,7 +25,9 @@ func TestParse(t *testing.T) {
 		Policy:       policy.Policy{Default: "allow", VisibleDevices: "allow"},
 		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev", MIGStrategy: "none"},
 		DevCharLinks: DevCharLinks{Enabled: ptr(true)},
-		Health:       Health{IgnoredXIDs: []uint64{13, 31, 43, 45, 68, 109}}}
+		Health:       Health{IgnoredXIDs: []uint64{13, 31, 43, 45, 68, 109}},
+		DRA: DRA{DriverName: "gpu.nri-gpu.dev", PluginDir: "/var/lib/kubelet/plugins/gpu.nri-gpu.dev",
+			RegistrationDir: "/var/lib/kubelet/plugins_registry", CDIDir: "/var/run/cdi"}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -161,7 +163,7 @@ func TestParseStrictKeys(t *testing.T) {
 	}
 	// The valid keys are the json tags, all of them.
 	_, err := Parse([]byte("bogus: 1\n"))
-	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin, devCharLinks, health)`
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin, devCharLinks, health, dra)`
 	if err == nil || err.Error() != want {
 		t.Errorf("unknown key: %v, want %s", err, want)
 	}

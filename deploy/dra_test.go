@@ -1,0 +1,253 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+)
+
+// draDirs are the host directories the DRA driver writes, mounted at the
+// same paths.
+var draDirs = []string{"/var/lib/kubelet/plugins/gpu.nri-gpu.dev", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"}
+
+// withDRA renders the chart with config.dra.enabled and the device plugin
+// off (one allocator), and nvidiaGPUResource res.
+func withDRA(t *testing.T, res string) objects {
+	t.Helper()
+	objs, _ := renderHelm(t, func(v map[string]any) {
+		c := v["config"].(map[string]any)
+		c["dra"].(map[string]any)["enabled"] = true
+		c["devicePlugin"].(map[string]any)["enabled"] = false
+		v["nvidiaGPUResource"] = res
+	})
+	return objs
+}
+
+// TestDRAClosedByDefault: the shipped manifests and the chart's defaults
+// have the DRA driver off: no DeviceClass, no RBAC, no service account
+// token, no NODE_NAME, none of its host directories mounted.
+func TestDRAClosedByDefault(t *testing.T) {
+	plain, _ := loadKubernetes(t)
+	chart, values := renderHelm(t, nil)
+	if values.NVIDIAGPUResource != "devicePlugin" {
+		t.Errorf("nvidiaGPUResource %q, want devicePlugin", values.NVIDIAGPUResource)
+	}
+	for name, objs := range map[string]objects{"deploy/kubernetes": plain, "helm": chart} {
+		if parseShipped(t, objs).DRA.Enabled {
+			t.Errorf("%s: dra.enabled", name)
+		}
+		if len(objs.deviceClasses)+len(objs.clusterRoles)+len(objs.bindings) != 0 {
+			t.Errorf("%s: DRA objects rendered with DRA off", name)
+		}
+		spec := objs.daemonSet.Spec.Template.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || *objs.serviceAccount.AutomountServiceAccountToken {
+			t.Errorf("%s: a service account token is mounted with DRA off", name)
+		}
+		if got := hostPaths(spec); hasAny(got, draDirs) {
+			t.Errorf("%s: DRA directories mounted with DRA off: %v", name, got)
+		}
+	}
+}
+
+// TestDRAShipped: the chart with config.dra.enabled and the overlay
+// deploy/kubernetes/dra render the same DeviceClasses (NVIDIA's
+// expressions with device.driver changed), the same least RBAC, the
+// service account token, NODE_NAME from the downward API, and the DRA
+// driver's three host directories mounted read-write at the paths its
+// configuration names; nothing else of the host is writable beyond the
+// defaults. nvidiaGPUResource: dra adds extendedResourceName.
+func TestDRAShipped(t *testing.T) {
+	chart := withDRA(t, "devicePlugin")
+	checkDaemonSet(t, chart)
+	overlay := loadOverlay(t)
+	if diff := cmp.Diff(overlay.deviceClasses, chart.deviceClasses); diff != "" {
+		t.Errorf("DeviceClasses: overlay vs chart (-overlay +chart):\n%s", diff)
+	}
+	if diff := cmp.Diff(overlay.clusterRoles, chart.clusterRoles); diff != "" {
+		t.Errorf("ClusterRole: overlay vs chart (-overlay +chart):\n%s", diff)
+	}
+	if diff := cmp.Diff(overlay.bindings, chart.bindings); diff != "" {
+		t.Errorf("ClusterRoleBinding: overlay vs chart (-overlay +chart):\n%s", diff)
+	}
+	if diff := cmp.Diff(overlay.configMap.Data, chart.configMap.Data); diff != "" {
+		t.Errorf("configuration: overlay vs chart (-overlay +chart):\n%s", diff)
+	}
+	want := []string{
+		"device.driver == 'gpu.nri-gpu.dev' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+		"device.driver == 'gpu.nri-gpu.dev' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+	}
+	for i, dc := range chart.deviceClasses {
+		if got := dc.Spec.Selectors[0].CEL.Expression; got != want[i] || dc.Spec.ExtendedResourceName != nil {
+			t.Errorf("DeviceClass %s: %q, extendedResourceName %v", dc.Name, got, dc.Spec.ExtendedResourceName)
+		}
+	}
+	rules := map[string][]string{}
+	for _, r := range chart.clusterRoles[0].Rules {
+		for _, res := range r.Resources {
+			rules[r.APIGroups[0]+"/"+res] = r.Verbs
+		}
+	}
+	wantRules := map[string][]string{"resource.k8s.io/resourceslices": {"list", "watch", "create", "update", "delete"},
+		"resource.k8s.io/resourceclaims": {"get"}, "/nodes": {"get"}}
+	if diff := cmp.Diff(wantRules, rules); diff != "" {
+		t.Errorf("RBAC (-want +got):\n%s", diff)
+	}
+	if b := chart.bindings[0]; b.Subjects[0].Name != chart.serviceAccount.Name || b.Subjects[0].Namespace != "nri-gpu" || b.RoleRef.Name != chart.clusterRoles[0].Name {
+		t.Errorf("binding %+v", b)
+	}
+	c := parseShipped(t, chart)
+	if !c.DRA.Enabled || c.DevicePlugin.Enabled {
+		t.Errorf("dra %v, devicePlugin %v", c.DRA.Enabled, c.DevicePlugin.Enabled)
+	}
+	spec := chart.daemonSet.Spec.Template.Spec
+	if !*spec.AutomountServiceAccountToken || !*chart.serviceAccount.AutomountServiceAccountToken {
+		t.Error("no service account token with DRA on")
+	}
+	var nodeName *corev1.EnvVar
+	for i, e := range spec.Containers[0].Env {
+		if e.Name == "NODE_NAME" {
+			nodeName = &spec.Containers[0].Env[i]
+		}
+	}
+	if nodeName == nil || nodeName.ValueFrom == nil || nodeName.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME %+v, want the downward API's spec.nodeName", nodeName)
+	}
+	mounts := map[string]string{}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if !m.ReadOnly {
+			mounts[m.Name] = m.MountPath
+		}
+	}
+	for _, dir := range []string{c.DRA.PluginDir, c.DRA.RegistrationDir, c.DRA.CDIDir} {
+		found := false
+		for name, at := range mounts {
+			for _, v := range spec.Volumes {
+				if v.Name == name && v.HostPath != nil && v.HostPath.Path == dir && at == dir {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("host %s is not mounted read-write at %s", dir, dir)
+		}
+	}
+	// The overlay's DaemonSet patch adds the same mounts and variable.
+	if diff := cmp.Diff(hostPaths(spec), append(hostPaths(overlay.daemonSet.Spec.Template.Spec), hostPathsOf(t, "kubernetes/daemonset.yaml")...), cmpSorted()); diff != "" {
+		t.Errorf("host paths: chart vs base + overlay patch (-chart +overlay):\n%s", diff)
+	}
+
+	ext := withDRA(t, "dra")
+	if n := ext.deviceClasses[0].Spec.ExtendedResourceName; n == nil || *n != "nvidia.com/gpu" || ext.deviceClasses[1].Spec.ExtendedResourceName != nil {
+		t.Errorf("nvidiaGPUResource dra: extendedResourceName %v on %s", n, ext.deviceClasses[0].Name)
+	}
+}
+
+// TestDRABesideDevicePlugin: the chart with both allocators on and no
+// devices lists renders a configuration nri-gpu refuses, naming the keys;
+// with disjoint lists it is accepted.
+func TestDRABesideDevicePlugin(t *testing.T) {
+	both, _ := renderHelm(t, func(v map[string]any) {
+		v["config"].(map[string]any)["dra"].(map[string]any)["enabled"] = true
+	})
+	_, err := config.Parse([]byte(both.configMap.Data["config.yaml"]))
+	if err == nil || !strings.Contains(err.Error(), "keys dra.enabled and devicePlugin.enabled are both true") {
+		t.Errorf("both on without lists: %v", err)
+	}
+	split, _ := renderHelm(t, func(v map[string]any) {
+		c := v["config"].(map[string]any)
+		c["dra"].(map[string]any)["enabled"] = true
+		c["dra"].(map[string]any)["devices"] = []any{"0", "1"}
+		c["devicePlugin"].(map[string]any)["devices"] = []any{"2", "3"}
+	})
+	if _, err := config.Parse([]byte(split.configMap.Data["config.yaml"])); err != nil {
+		t.Errorf("disjoint lists: %v", err)
+	}
+}
+
+// loadOverlay reads deploy/kubernetes/dra: its own objects, and the
+// patched ConfigMap and DaemonSet as the patch files give them.
+func loadOverlay(t *testing.T) objects {
+	t.Helper()
+	var k struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+		Patches    []struct {
+			Path string `json:"path"`
+		} `json:"patches"`
+	}
+	data, err := os.ReadFile("kubernetes/dra/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatal(err)
+	}
+	files := k.Resources[1:]
+	for _, p := range k.Patches {
+		files = append(files, p.Path)
+	}
+	if k.Resources[0] != "../" {
+		t.Errorf("the overlay's first resource %q, want ../", k.Resources[0])
+	}
+	var objs objects
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("kubernetes/dra", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range splitDocs(data) {
+			decode(t, f, doc, &objs)
+		}
+	}
+	return objs
+}
+
+func hostPaths(spec corev1.PodSpec) []string {
+	var out []string
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			out = append(out, v.HostPath.Path)
+		}
+	}
+	return out
+}
+
+func hostPathsOf(t *testing.T, file string) []string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs objects
+	for _, doc := range splitDocs(data) {
+		decode(t, file, doc, &objs)
+	}
+	var out []string
+	for _, p := range hostPaths(objs.daemonSet.Spec.Template.Spec) {
+		if p != kubeletDevicePlugins { // the chart drops it with the device plugin off
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasAny(list, of []string) bool {
+	for _, x := range of {
+		for _, y := range list {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func cmpSorted() cmp.Option { return cmp.Transformer("sort", sorted) }

@@ -1,0 +1,276 @@
+// Package dra is nri-gpu's Dynamic Resource Allocation kubelet plugin
+// (on with dra.enabled), built on the Kubernetes helper library
+// k8s.io/dynamic-resource-allocation/kubeletplugin. It runs in nri-gpu
+// run beside the NRI plugin and reads the same node.Node:
+//
+//   - it publishes one pool per node, named after the node: every usable
+//     GPU and MIG device, under NVIDIA's device names, attributes and
+//     capacities (so that selectors written for NVIDIA's DRA driver carry
+//     over), again with every state that becomes current (rediscovery,
+//     MIG layout change, health);
+//   - PrepareResourceClaims answers each claim device with a CDI device
+//     whose spec holds only its device nodes and an environment entry
+//     naming the claim: no hooks, no driver files (the NRI side adds those
+//     at CreateContainer from the live inventory);
+//   - the prepared claims are kept in a versioned checkpoint, and offered
+//     to the request path as an immutable claims.Prepared (Prepared).
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
+)
+
+// NodeNameEnv is the environment variable the node's name is read from:
+// the DaemonSet sets it from the downward API (spec.nodeName).
+const NodeNameEnv = "NODE_NAME"
+
+// maxSliceDevices is how many devices one ResourceSlice may hold
+// (resource.k8s.io/v1's ResourceSliceMaxDevices).
+const maxSliceDevices = resourceapi.ResourceSliceMaxDevices
+
+// Options are the plugin's settings: the dra key's, with the node's name
+// and the host's roots.
+type Options struct {
+	DriverName      string
+	NodeName        string
+	PluginDir       string
+	RegistrationDir string
+	CDIDir          string
+	// DevRoot is the host's device directory as the runtime sees it
+	// (devicePlugin.devRoot): CDI device nodes name their hostPath there.
+	DevRoot string
+	// SysRoot is where the host's /sys is read (hostRoot + /sys).
+	SysRoot string
+}
+
+// publisher publishes ResourceSlices (the helper's PublishResources).
+type publisher interface {
+	PublishResources(ctx context.Context, r resourceslice.DriverResources) error
+}
+
+// Driver is the DRA kubelet plugin.
+type Driver struct {
+	opts     Options
+	nodeName string
+	node     *node.Node
+	client   kubernetes.Interface
+	log      *logrus.Entry
+
+	// mu serializes Prepare, Unprepare and publishing; guards ckpt.
+	mu   sync.Mutex
+	ckpt checkpoint
+	// prepared is ckpt as the request path reads it, swapped whole.
+	prepared atomic.Pointer[claims.Prepared]
+	// noTaints is set once the API server dropped device taints (no
+	// DRADeviceTaints): unhealthy devices are then left out instead.
+	noTaints atomic.Bool
+	// pub is the helper once Serve started it; roots caches pcieRoot by
+	// bus id.
+	pub   publisher
+	roots map[string]string
+}
+
+// New makes the plugin's directories, reads its checkpoint, and makes
+// the CDI directory agree with it: a claim's missing spec is written
+// again (a tmpfs CDI directory after a reboot), a spec of this driver
+// that the checkpoint does not name is removed (a crash between the two
+// writes). It serves nothing yet (Serve).
+func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Logger) (*Driver, error) {
+	if opts.NodeName == "" {
+		return nil, fmt.Errorf("start DRA: the node's name is unknown: set the environment variable %s from the downward API (fieldRef spec.nodeName), as deploy/ does", NodeNameEnv)
+	}
+	// The library makes neither directory; the kubelet makes the
+	// registration directory, but may start after nri-gpu.
+	for _, dir := range []string{opts.PluginDir, opts.RegistrationDir, opts.CDIDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("start DRA: %w", err)
+		}
+	}
+	if err := os.Chmod(opts.PluginDir, 0o750); err != nil {
+		return nil, fmt.Errorf("start DRA: %w", err)
+	}
+	ckpt, err := readCheckpoint(opts.PluginDir)
+	if err != nil {
+		return nil, fmt.Errorf("start DRA: %w", err)
+	}
+	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
+		log: log.WithField("component", "dra"), roots: map[string]string{}}
+	d.install(ckpt)
+	if err := d.reconcileSpecs(); err != nil {
+		return nil, fmt.Errorf("start DRA: %w", err)
+	}
+	return d, nil
+}
+
+// Prepared returns the node's prepared claims: the seam the request path
+// reads at CreateContainer. Never nil.
+func (d *Driver) Prepared() *claims.Prepared { return d.prepared.Load() }
+
+// install makes c the checkpoint and its devices what Prepared returns.
+// The caller holds mu (or is New).
+func (d *Driver) install(c checkpoint) {
+	d.ckpt = c
+	d.prepared.Store(c.prepared())
+}
+
+func (d *Driver) reconcileSpecs() error {
+	have, err := ownSpecs(d.opts.CDIDir, d.opts.DriverName)
+	if err != nil {
+		return err
+	}
+	for _, uid := range have {
+		if _, ok := d.ckpt.Claims[uid]; !ok {
+			d.log.WithField("uid", uid).Info("DRA: removing the CDI spec of a claim that is not prepared")
+			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
+				return err
+			}
+		}
+	}
+	nodes := nodesOf(d.node.State())
+	for uid, cc := range d.ckpt.Claims {
+		if slices.Contains(have, uid) {
+			continue
+		}
+		if err := d.writeClaimSpec(uid, cc.devices(uid), nodes); err != nil {
+			d.log.WithField("uid", uid).WithError(err).Warn("DRA: the CDI spec of a prepared claim cannot be written again")
+		}
+	}
+	return nil
+}
+
+// Serve registers the plugin with the kubelet, publishes the node's
+// ResourceSlices and follows the node's states until ctx ends; then it
+// unregisters (the helper removes its sockets). The ResourceSlices stay:
+// a restarted nri-gpu takes them over.
+func (d *Driver) Serve(ctx context.Context) error {
+	ctx = klog.NewContext(ctx, newLogger(d.log))
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(d.opts.DriverName),
+		kubeletplugin.NodeName(d.nodeName),
+		kubeletplugin.KubeClient(d.client),
+		kubeletplugin.PluginDataDirectoryPath(d.opts.PluginDir),
+		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrationDir),
+		kubeletplugin.HealthService(false),
+	)
+	if err != nil {
+		return fmt.Errorf("start DRA kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	d.mu.Lock()
+	d.pub = helper
+	d.mu.Unlock()
+	states := make(chan struct{}, 1)
+	cancel := d.node.Subscribe(func(*node.State) {
+		select {
+		case states <- struct{}{}:
+		default:
+		}
+	})
+	defer cancel()
+	d.log.WithFields(logrus.Fields{"driver": d.opts.DriverName, "node": d.nodeName, "socket": filepath.Join(d.opts.PluginDir, "dra.sock")}).Info("DRA kubelet plugin serving")
+	d.publish(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-states:
+			d.publish(ctx)
+		}
+	}
+}
+
+// publish publishes the current state's devices.
+func (d *Driver) publish(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pub == nil {
+		return
+	}
+	if err := d.pub.PublishResources(ctx, d.resources(d.node.State())); err != nil {
+		d.log.WithError(err).Error("DRA: publishing ResourceSlices")
+	}
+}
+
+// resources returns st's devices as the driver's resources: one pool
+// named after the node, in slices of at most 128 devices. An unhealthy
+// device carries NVIDIA's taint or, where the API server has no device
+// taints, is left out. The caller holds mu.
+func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
+	var devs []resourceapi.Device
+	if st != nil {
+		snap := st.Snapshot()
+		for _, u := range units(st) {
+			taints := taintsFor(st.Unhealthy[u.gpu.UUID])
+			if taints != nil && d.noTaints.Load() {
+				continue
+			}
+			devs = append(devs, sliceDevice(u, snap, d.pcieRoot, taints))
+		}
+	}
+	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{}}}}
+	if len(devs) > 0 {
+		pool.Slices = nil
+		for len(devs) > 0 {
+			n := min(len(devs), maxSliceDevices)
+			pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs[:n]})
+			devs = devs[n:]
+		}
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.nodeName: pool}}
+}
+
+// pcieRoot is the GPU's PCIe root complex from the host's sysfs, read
+// once per bus id; "" when sysfs does not say. The caller holds mu.
+func (d *Driver) pcieRoot(bus string) string {
+	if r, ok := d.roots[bus]; ok {
+		return r
+	}
+	r := ""
+	if d.opts.SysRoot != "" {
+		if a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(bus, deviceattribute.WithFSFromRoot(d.opts.SysRoot)); err == nil && a.Value.StringValue != nil {
+			r = *a.Value.StringValue
+		}
+	}
+	d.roots[bus] = r
+	return r
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: errors of the
+// background work (publishing). An API server that dropped the devices'
+// taints has no DRADeviceTaints: unhealthy devices are then left out of
+// the slices instead, and published again.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
+		if !d.noTaints.Swap(true) {
+			d.log.Info("DRA: the API server has no device taints (DRADeviceTaints): unhealthy devices are left out of the ResourceSlices")
+			go d.publish(ctx)
+		}
+		return
+	}
+	d.log.WithError(err).Errorf("DRA: %s", msg)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin; the health
+// service is off (health reaches the scheduler as device taints).
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}

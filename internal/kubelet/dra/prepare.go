@@ -1,0 +1,254 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
+	"github.com/nri-gpu/nri-gpu/inventory"
+)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin: for each
+// claim, the CDI device of each of its devices that this node's pool
+// holds, with the claim's CDI spec written and the claim in the
+// checkpoint. A claim already prepared gets the same answer again (the
+// kubelet asks again after restarts). The library serializes the calls.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.node.State()
+	byName := map[string]unit{}
+	for _, u := range units(st) {
+		byName[u.name] = u
+	}
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(cs))
+	for _, c := range cs {
+		devs, err := d.prepareOne(ctx, c, byName, st)
+		if err != nil {
+			d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "uid": c.UID}).WithError(err).Warn("DRA: claim not prepared")
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(devs)}
+	}
+	return out, nil
+}
+
+func (d *Driver) result(devs []claims.Device) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(devs))
+	for _, dv := range devs {
+		out = append(out, kubeletplugin.Device{Requests: []string{dv.Request}, PoolName: d.nodeName, DeviceName: dv.Name, CDIDeviceIDs: []string{dv.CDIDevice}})
+	}
+	return out
+}
+
+// prepareOne prepares one claim; the caller holds mu.
+func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, byName map[string]unit, st *node.State) ([]claims.Device, error) {
+	uid := string(c.UID)
+	nodes := nodesOf(st)
+	if cc, ok := d.ckpt.Claims[uid]; ok {
+		devs := cc.devices(uid)
+		// Its spec may be gone (a tmpfs /var/run/cdi after a reboot).
+		if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
+			return nil, err
+		}
+		return devs, nil
+	}
+	devs, err := d.claimDevices(c, byName, st)
+	if err != nil {
+		return nil, err
+	}
+	next := d.ckpt.clone()
+	if err := d.dropStale(ctx, c, devs, &next); err != nil {
+		return nil, err
+	}
+	next.Claims[uid] = checkpointClaim{Namespace: c.Namespace, Name: c.Name, Devices: checkpointDevices(devs)}
+	// The checkpoint first: a spec is never on disk without the record
+	// that removes it (New removes specs the checkpoint does not name).
+	if err := next.write(d.opts.PluginDir); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	d.install(next)
+	if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
+		return nil, err
+	}
+	return devs, nil
+}
+
+func (d *Driver) writeClaimSpec(uid string, devs []claims.Device, nodes map[string]inventory.DeviceNode) error {
+	spec, err := claimSpec(d.opts.DriverName, d.opts.DevRoot, uid, devs, nodes)
+	if err != nil {
+		return err
+	}
+	return writeSpec(d.opts.CDIDir, d.opts.DriverName, uid, spec)
+}
+
+// claimDevices returns the devices of c's allocation that are this
+// node's: an allocation of this driver in another pool, a device the
+// node does not publish now, or an unhealthy one (unless the request has
+// adminAccess) fails the claim with what the node has.
+func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]unit, st *node.State) ([]claims.Device, error) {
+	if c.Status.Allocation == nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: not allocated", c.Namespace, c.Name)
+	}
+	ref := claims.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
+	var out []claims.Device
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != d.opts.DriverName {
+			continue
+		}
+		if r.Pool != d.nodeName {
+			return nil, fmt.Errorf("prepare claim %s/%s: request %s: pool %q is not this node's (%s)", c.Namespace, c.Name, r.Request, r.Pool, d.nodeName)
+		}
+		u, ok := byName[r.Device]
+		if !ok {
+			return nil, fmt.Errorf("prepare claim %s/%s: request %s: device %q is not on this node now (it has %s)", c.Namespace, c.Name, r.Request, r.Device, names(byName))
+		}
+		admin := r.AdminAccess != nil && *r.AdminAccess
+		if why := st.Unhealthy[u.gpu.UUID]; why != "" && !admin {
+			return nil, fmt.Errorf("prepare claim %s/%s: request %s: device %s (%s) is unhealthy: %s", c.Namespace, c.Name, r.Request, u.name, u.gpu.UUID, why)
+		}
+		id, nodes := identity(u)
+		dv := claims.Device{Claim: ref, Request: r.Request, Name: u.name, UUID: u.gpu.UUID, MIG: u.gpu.MIG != nil,
+			Node: id.Path, AdminAccess: admin, CDIDevice: CDIKind(d.opts.DriverName) + "=" + cdiName(ref.UID, u.name)}
+		for _, n := range nodes {
+			dv.Nodes = append(dv.Nodes, n.Path)
+		}
+		out = append(out, dv)
+	}
+	return out, nil
+}
+
+// dropStale removes from next the prepared claims that hold a device devs
+// need and no longer exist: deleted (NotFound), replaced by a claim of
+// the same name (another UID), or no longer allocated that device. Such a
+// claim never blocks a new pod; its CDI spec goes with it. A claim that
+// still holds the device fails the new one, naming it.
+func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint) error {
+	for _, dv := range devs {
+		if dv.AdminAccess {
+			continue
+		}
+		for uid, other := range next.Claims {
+			held := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool { return !o.AdminAccess && overlaps(o, dv) })
+			if held < 0 {
+				continue
+			}
+			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held].Device)
+			if err != nil {
+				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
+			}
+			if !gone {
+				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which still holds it", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid)
+			}
+			d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": dv.Name}).
+				Warnf("DRA: releasing a prepared claim that %s: its device goes to claim %s/%s", why, c.Namespace, c.Name)
+			delete(next.Claims, uid)
+			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// overlaps reports whether a prepared device and a new one share a GPU:
+// the same device, or a GPU and one of its MIG devices (a layout change
+// between the two).
+func overlaps(o checkpointDevice, n claims.Device) bool {
+	return o.UUID == n.UUID || o.MIG != n.MIG && sharesNode(o.Nodes, n.Nodes)
+}
+
+func sharesNode(a, b []string) bool {
+	for _, x := range a {
+		if strings.HasPrefix(x, "/dev/nvidia") && !strings.HasPrefix(x, "/dev/nvidia-") && slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// claimGone asks the API server whether the prepared claim uid still
+// exists and is still allocated device; why says how it is gone.
+func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, device string) (gone bool, why string, err error) {
+	got, err := d.client.ResourceV1().ResourceClaims(cc.Namespace).Get(ctx, cc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, "was deleted", nil
+	case err != nil:
+		return false, "", err
+	case string(got.UID) != uid:
+		return true, "was deleted and its name reused", nil
+	case got.Status.Allocation == nil:
+		return true, "is no longer allocated", nil
+	}
+	for _, r := range got.Status.Allocation.Devices.Results {
+		if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == device {
+			return false, "", nil
+		}
+	}
+	return true, "is no longer allocated that device", nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: each claim
+// leaves the checkpoint and its CDI spec is removed. A claim that is not
+// prepared is no error (the kubelet may ask twice).
+func (d *Driver) UnprepareResourceClaims(_ context.Context, cs []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]error, len(cs))
+	next := d.ckpt.clone()
+	for _, c := range cs {
+		delete(next.Claims, string(c.UID))
+		out[c.UID] = nil
+	}
+	if len(next.Claims) != len(d.ckpt.Claims) {
+		if err := next.write(d.opts.PluginDir); err != nil {
+			return nil, fmt.Errorf("unprepare claims: %w", err)
+		}
+		d.install(next)
+	}
+	for _, c := range cs {
+		out[c.UID] = removeSpec(d.opts.CDIDir, d.opts.DriverName, string(c.UID))
+	}
+	return out, nil
+}
+
+// nodesOf returns the device nodes of st's devices by path.
+func nodesOf(st *node.State) map[string]inventory.DeviceNode {
+	out := map[string]inventory.DeviceNode{}
+	if st == nil {
+		return out
+	}
+	snap := st.Snapshot()
+	for _, g := range snap.GPUs {
+		out[g.Node.Path] = g.Node
+	}
+	for _, m := range snap.MIG {
+		out[m.GINode.Path] = m.GINode
+		out[m.CINode.Path] = m.CINode
+	}
+	return out
+}
+
+func names(byName map[string]unit) string {
+	if len(byName) == 0 {
+		return "no devices"
+	}
+	ns := make([]string, 0, len(byName))
+	for n := range byName {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return strings.Join(ns, ", ")
+}

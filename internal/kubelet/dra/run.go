@@ -1,0 +1,61 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+)
+
+// Run runs the DRA kubelet plugin of n's configuration until ctx ends:
+// the dra key, the node's name from NodeNameEnv, the API server through
+// dra.kubeconfig or the pod's service account. A configuration that
+// offers a GPU of the node to the device plugin too is refused.
+func Run(ctx context.Context, n *node.Node, log *logrus.Logger) error {
+	st := n.State()
+	cfg := st.Config
+	if err := cfg.OverlapOn(st.Snapshot().GPUs); err != nil {
+		return fmt.Errorf("start DRA: %w", err)
+	}
+	client, err := kubeClient(cfg.DRA.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("start DRA: %w", err)
+	}
+	d, err := New(Options{
+		DriverName:      cfg.DRA.DriverName,
+		NodeName:        os.Getenv(NodeNameEnv),
+		PluginDir:       cfg.DRA.PluginDir,
+		RegistrationDir: cfg.DRA.RegistrationDir,
+		CDIDir:          cfg.DRA.CDIDir,
+		DevRoot:         cfg.DevicePlugin.DevRoot,
+		SysRoot:         filepath.Join(cfg.HostRoot, "sys"),
+	}, n, client, log)
+	if err != nil {
+		return err
+	}
+	return d.Serve(ctx)
+}
+
+// kubeClient returns a client of the API server: through the kubeconfig
+// file when one is given, else in-cluster (the pod's service account).
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API server client (key dra.kubeconfig): %w", err)
+	}
+	cfg.UserAgent = "nri-gpu"
+	return newClientset(cfg)
+}
