@@ -9,7 +9,7 @@ import (
 
 // MIGResourcePrefix starts the resource of a MIG profile under the mixed
 // strategy: nvidia.com/mig-1g.10gb, as NVIDIA's device plugin names it.
-const MIGResourcePrefix = "nvidia.com/mig-"
+const MIGResourcePrefix = config.MIGResourcePrefix
 
 // Resources returns the device plugins a configuration asks for on a node
 // with snapshot snap, by devicePlugin.migStrategy:

@@ -113,6 +113,17 @@ type DevicePlugin struct {
 	// GPUs), single (MIG devices too, as resourceName) or mixed (each MIG
 	// profile as nvidia.com/mig-<profile>).
 	MIGStrategy string `json:"migStrategy,omitempty"`
+	// Sharing advertises GPUs as replicas that containers share
+	// (timeSlicing or mps), in NVIDIA's device plugin's shape.
+	Sharing DeviceSharing `json:"sharing,omitempty"`
+	// SharedDevicesAllocationPolicy says which GPU's replicas the
+	// kubelet is advised to give: distributed (the default: the GPU with
+	// the fewest given out) or packed (the one with the most).
+	SharedDevicesAllocationPolicy string `json:"sharedDevicesAllocationPolicy,omitempty"`
+	// MPSRoot is the host directory of the MPS daemons nri-gpu mps runs:
+	// <mpsRoot>/<GPU UUID>/{pipe,log}, and <mpsRoot>/shm, the daemons'
+	// and their clients' /dev/shm. Containers mount from it.
+	MPSRoot string `json:"mpsRoot,omitempty"`
 }
 
 // MIG strategies of the device plugin.
@@ -288,6 +299,13 @@ func (c *Config) setDefaults() {
 	if c.DevicePlugin.MIGStrategy == "" {
 		c.DevicePlugin.MIGStrategy = MIGStrategyNone
 	}
+	if c.DevicePlugin.SharedDevicesAllocationPolicy == "" {
+		c.DevicePlugin.SharedDevicesAllocationPolicy = PolicyDistributed
+	}
+	if c.DevicePlugin.MPSRoot == "" {
+		c.DevicePlugin.MPSRoot = DefaultMPSRoot
+	}
+	c.DevicePlugin.Sharing.setDefaults()
 	c.Policy.SetDefaults()
 	c.DevCharLinks.setDefaults()
 	c.Health.setDefaults()
@@ -312,6 +330,9 @@ func Load(path string) (Config, error) {
 func Parse(data []byte) (Config, error) {
 	var c Config
 	if err := decodeStrict(data, &c); err != nil {
+		return Config{}, err
+	}
+	if err := c.DevicePlugin.Sharing.parseDevices(); err != nil {
 		return Config{}, err
 	}
 	c.setDefaults()
@@ -524,7 +545,7 @@ func (d DevicePlugin) validate() error {
 	default:
 		return fmt.Errorf("key devicePlugin.migStrategy: unknown strategy %q (valid: none, single, mixed)", d.MIGStrategy)
 	}
-	return nil
+	return d.validateSharing()
 }
 
 // extendedResourceProblem says why name is not an extended resource name
