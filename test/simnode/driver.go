@@ -289,7 +289,7 @@ func writeDriver(root string, c *config) ([]File, error) {
 		case "nvidia-smi":
 			src = fmt.Sprintf(smiSource, c.version)
 		case "nvidia-cuda-mps-control":
-			src = mpsControlC
+			src = "#define NRI_GPU_SIM_DRIVER_VERSION \"" + c.version + "\"\n" + mpsControlC
 		}
 		jobs = append(jobs, elfJob{name: b.name, source: src})
 	}

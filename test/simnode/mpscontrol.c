@@ -14,6 +14,7 @@
  *                                writes nvidia-cuda-mps-control.pid there,
  *                                and returns once it accepts commands
  *   nvidia-cuda-mps-control -f   the same in the foreground
+ *   nvidia-cuda-mps-control -v   print the driver's version
  *   nvidia-cuda-mps-control      a client: sends each line of stdin to the
  *                                daemon and prints its answers; exit 1
  *                                when no daemon answers
@@ -322,6 +323,10 @@ int main(int argc, char **argv)
 		return daemon_main(1);
 	if (argc == 2 && strcmp(argv[1], "-f") == 0)
 		return daemon_main(0);
+	if (argc == 2 && strcmp(argv[1], "-v") == 0) {
+		printf("nvidia-cuda-mps-control %s\n", NRI_GPU_SIM_DRIVER_VERSION);
+		return 0;
+	}
 	if (argc == 1)
 		return client_main();
 	fprintf(stderr, "usage: nvidia-cuda-mps-control [-d | -f]\n");
