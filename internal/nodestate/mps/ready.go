@@ -81,7 +81,7 @@ func probe(uuid string, d *sharing.MPSDaemon, now time.Time) sharing.MPSStatus {
 			uuid, limits(r.ActiveThreadPercentage, r.PinnedMemoryMiB), limits(d.ActiveThreadPercentage, d.PinnedMemoryMiB))}
 	}
 	if age := now.Sub(mtime); age > StaleAfter || age < -StaleAfter {
-		return sharing.MPSStatus{Why: fmt.Sprintf("nri-gpu mps last reported the MPS control daemon of GPU %s ready %s ago (is nri-gpu mps running?)", uuid, age.Round(time.Second))}
+		return sharing.MPSStatus{Why: fmt.Sprintf("nri-gpu mps has not reported the MPS control daemon of GPU %s ready for more than %s (is nri-gpu mps running?)", uuid, StaleAfter)}
 	}
 	return sharing.MPSStatus{Ready: true}
 }
