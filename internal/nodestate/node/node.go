@@ -17,6 +17,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,6 +236,12 @@ func (n *Node) Reload(cfg config.Config) error {
 // caller holds mu. On error nothing changes.
 func (n *Node) install(cfg config.Config, d discovered) error {
 	snap := d.snap
+	if cur := n.state.Load(); cur != nil && !reflect.DeepEqual(cur.Config.DevicePlugin, cfg.DevicePlugin) {
+		// The device plugin reads its keys at start; the node's sharing
+		// plan must be the one it advertises.
+		n.log.Warn("config: the devicePlugin keys changed; they take effect when nri-gpu restarts (the device plugin and its sharing keep the running ones)")
+		cfg.DevicePlugin = cur.Config.DevicePlugin
+	}
 	for _, w := range snap.Warnings {
 		n.log.Warnf("inventory: %s", w)
 	}
