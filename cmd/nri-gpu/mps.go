@@ -82,11 +82,11 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 	if len(daemons) == 0 {
 		return nil, nil, func() {}, nil
 	}
-	bin, libs, err := mps.DriverFiles(cfg, snap)
+	drv, err := mps.PrepareDriver(cfg, snap)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	o := mps.Options{Binary: bin, LibraryDirs: libs}
+	o := mps.Options{Binary: drv.Binary, LibraryDirs: []string{drv.LibraryDir}}
 	closeNVML := func() {}
 	if path := node.NVMLPath(cfg, snap); path == "" {
 		log.Warn("NVML: discovery found no libnvidia-ml.so.1: the GPUs' compute mode cannot be set, and no MPS daemon starts")

@@ -37,9 +37,8 @@ type Options struct {
 	// Binary is the driver's nvidia-cuda-mps-control, as this process
 	// runs it (found by discovery under the driver root).
 	Binary string
-	// LibraryDirs are the directories of the driver's libraries, the
-	// daemon's LD_LIBRARY_PATH (it and the MPS servers it starts load
-	// libcuda.so.1).
+	// LibraryDirs are the daemon's LD_LIBRARY_PATH: it and the MPS
+	// servers it starts load libcuda.so.1 (Driver.LibraryDir).
 	LibraryDirs []string
 	// ComputeModes sets the GPUs' compute mode (NVML).
 	ComputeModes nvml.ComputeModes
