@@ -74,7 +74,7 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 	for _, w := range snap.Warnings {
 		log.Warnf("inventory: %s", w)
 	}
-	plan := sharing.NewPlan(cfg.DevicePlugin, adjust.Prepare(snap, adjust.Layout{}).Devices())
+	plan := sharing.NewPlan(cfg.DevicePlugin.SharingSpec(), adjust.Prepare(snap, adjust.Layout{}).Devices())
 	for _, w := range plan.Warnings {
 		log.Warn(w)
 	}

@@ -77,7 +77,7 @@ func newDevices(log *logrus.Entry, o Options) *devices {
 func (d *devices) units(st *node.State) []sharing.Unit {
 	plan := st.Shares
 	if plan == nil && d.cfg != nil {
-		plan = sharing.NewPlan(*d.cfg, st.Source.Devices())
+		plan = sharing.NewPlan(d.cfg.SharingSpec(), st.Source.Devices())
 	}
 	var out []sharing.Unit
 	if plan == nil {

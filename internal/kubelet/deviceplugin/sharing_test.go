@@ -41,7 +41,7 @@ func serveShared(t *testing.T, yaml string, gpus int) *shared {
 	}
 	st := stateOf(snap)
 	st.Config = cfg
-	st.Shares = sharing.NewPlan(cfg.DevicePlugin, st.Source.Devices())
+	st.Shares = sharing.NewPlan(cfg.DevicePlugin.SharingSpec(), st.Source.Devices())
 	s := &shared{snap: snap, node: node.Fixed(st, quietLog()), cfg: cfg, clients: map[string]pluginapi.DevicePluginClient{}}
 	k := startKubelet(t, dir, false)
 	opts := deviceplugin.Resources(cfg.DevicePlugin, snap)

@@ -31,7 +31,7 @@ const MIGResourcePrefix = config.MIGResourcePrefix
 // are those of snap; Supervise follows the node's, starting and stopping
 // the resources that a layout or configuration change made appear or go.
 func Resources(c config.DevicePlugin, snap *inventory.Snapshot) []Options {
-	return resourcesOf(c, sharing.NewPlan(c, snap.Units()))
+	return resourcesOf(c, sharing.NewPlan(c.SharingSpec(), snap.Units()))
 }
 
 // resourcesOf returns the device plugins of plan's resources, with

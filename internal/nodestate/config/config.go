@@ -15,6 +15,7 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -128,9 +129,9 @@ type DevicePlugin struct {
 
 // MIG strategies of the device plugin.
 const (
-	MIGStrategyNone   = "none"
-	MIGStrategySingle = "single"
-	MIGStrategyMixed  = "mixed"
+	MIGStrategyNone   = sharing.MIGStrategyNone
+	MIGStrategySingle = sharing.MIGStrategySingle
+	MIGStrategyMixed  = sharing.MIGStrategyMixed
 )
 
 // CDIImport says which CDI devices to serve.

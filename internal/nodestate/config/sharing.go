@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // DeviceSharing is devicePlugin.sharing: GPUs advertised as several devices
@@ -91,8 +93,8 @@ func (d ReplicatedDevices) MarshalJSON() ([]byte, error) {
 
 // Sharing strategies, as NVIDIA's device plugin names them.
 const (
-	StrategyTimeSlicing = "time-slicing"
-	StrategyMPS         = "mps"
+	StrategyTimeSlicing = sharing.TimeSlicing
+	StrategyMPS         = sharing.MPS
 )
 
 // Allocation policies of replicas (sharedDevicesAllocationPolicy).
@@ -262,7 +264,27 @@ func (d DevicePlugin) validateReplicated(key, strategy string, rr *ReplicatedRes
 
 // MIGResourcePrefix starts the resource of a MIG profile under migStrategy
 // mixed: nvidia.com/mig-1g.10gb, as NVIDIA's device plugin names it.
-const MIGResourcePrefix = "nvidia.com/mig-"
+const MIGResourcePrefix = sharing.MIGResourcePrefix
+
+// SharingSpec returns what the node's sharing plan is made from
+// (sharing.NewPlan): these keys as plain values.
+func (d DevicePlugin) SharingSpec() sharing.Spec {
+	spec := sharing.Spec{ResourceName: d.ResourceName, MIGStrategy: d.MIGStrategy, Policy: d.SharedDevicesAllocationPolicy, MPSRoot: d.MPSRoot}
+	strategy, rr := d.Sharing.Strategy()
+	if rr == nil {
+		return spec
+	}
+	spec.Strategy, spec.FailRequestsGreaterThanOne = strategy, rr.FailGreaterThanOne()
+	key := "devicePlugin.sharing.timeSlicing"
+	if strategy == StrategyMPS {
+		key = "devicePlugin.sharing.mps"
+	}
+	for i, r := range rr.Resources {
+		spec.Resources = append(spec.Resources, sharing.Resource{Name: r.Name, SharedName: r.SharedName(), Replicas: r.Replicas,
+			Count: r.Devices.Count, List: slices.Clone(r.Devices.List), Key: fmt.Sprintf("%s.resources[%d].devices", key, i)})
+	}
+	return spec
+}
 
 // migProfile matches a MIG profile name as NVML names them
 // (1g.10gb, 1c.2g.20gb, 1g.10gb+me).

@@ -86,7 +86,7 @@ func newFixture(t *testing.T, gpus, replicas int) *fixture {
 	for _, g := range n.GPUs {
 		units = append(units, inventory.GPU{Index: g.Index, UUID: g.UUID, MemoryMiB: 81559, NUMANode: -1})
 	}
-	f := &fixture{node: n, plan: sharing.NewPlan(c, units), modes: &modes{m: map[string]nvml.ComputeMode{}}, log: logrus.New()}
+	f := &fixture{node: n, plan: sharing.NewPlan(c.SharingSpec(), units), modes: &modes{m: map[string]nvml.ComputeMode{}}, log: logrus.New()}
 	f.log.SetOutput(io.Discard)
 	if os.Getenv("MPS_LOG") != "" {
 		f.log.SetOutput(os.Stderr)

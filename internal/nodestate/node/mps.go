@@ -17,7 +17,7 @@ import (
 // read at once (nri-gpu mps's ready files), and logs the plan's warnings
 // when they change. The caller holds mu.
 func (n *Node) plan(cfg config.Config, src adjust.Source) *sharing.Plan {
-	p := sharing.NewPlan(cfg.DevicePlugin, src.Devices())
+	p := sharing.NewPlan(cfg.DevicePlugin.SharingSpec(), src.Devices())
 	if w := strings.Join(p.Warnings, "\n"); w != n.lastPlanWarnings {
 		n.lastPlanWarnings = w
 		for _, msg := range p.Warnings {

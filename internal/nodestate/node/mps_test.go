@@ -34,7 +34,7 @@ func TestRunMPS(t *testing.T) {
 	snap := simnode.MemorySnapshot()
 	snap.GPUs = snap.GPUs[:1]
 	src := adjust.Prepare(snap, adjust.Layout{LibraryDir: "/l", Library32Dir: "/l32"})
-	st := &node.State{Config: cfg, Source: src, Shares: sharing.NewPlan(cfg.DevicePlugin, src.Devices())}
+	st := &node.State{Config: cfg, Source: src, Shares: sharing.NewPlan(cfg.DevicePlugin.SharingSpec(), src.Devices())}
 	uuid := snap.GPUs[0].UUID
 	log := logrus.New()
 	log.SetOutput(io.Discard)

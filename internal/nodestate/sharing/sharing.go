@@ -14,15 +14,55 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // Strategies, as NVIDIA's device plugin names them.
 const (
-	TimeSlicing = config.StrategyTimeSlicing
-	MPS         = config.StrategyMPS
+	TimeSlicing = "time-slicing"
+	MPS         = "mps"
 )
+
+// MIG strategies of the device plugin (devicePlugin.migStrategy).
+const (
+	MIGStrategyNone   = "none"
+	MIGStrategySingle = "single"
+	MIGStrategyMixed  = "mixed"
+)
+
+// MIGResourcePrefix starts the resource of a MIG profile under migStrategy
+// mixed: nvidia.com/mig-1g.10gb, as NVIDIA's device plugin names it.
+const MIGResourcePrefix = "nvidia.com/mig-"
+
+// Spec is what a plan is made from: the devicePlugin configuration's
+// keys that decide it (config.DevicePlugin.SharingSpec), as plain values,
+// so that this package, which the request path reads, imports no
+// configuration code.
+type Spec struct {
+	// ResourceName is devicePlugin.resourceName; MIGStrategy its
+	// migStrategy (MIGStrategyNone, ...).
+	ResourceName, MIGStrategy string
+	// Policy is sharedDevicesAllocationPolicy; MPSRoot mpsRoot.
+	Policy, MPSRoot string
+	// Strategy is TimeSlicing, MPS or "" (no sharing).
+	Strategy                   string
+	FailRequestsGreaterThanOne bool
+	Resources                  []Resource
+}
+
+// Resource is one replicated resource of a Spec.
+type Resource struct {
+	// Name is the resource replicated, SharedName the one its replicas
+	// are advertised as (Name unless renamed).
+	Name, SharedName string
+	Replicas         int
+	// Devices: the first Count of Name's devices when Count > 0, those
+	// List names when List is set, else all.
+	Count int
+	List  []string
+	// Key names the resource's devices key in messages.
+	Key string
+}
 
 // Unit is one device as the device plugin advertises it.
 type Unit struct {
@@ -133,16 +173,16 @@ func SplitReplicaID(id string) (uuid string, n int, ok bool) {
 // device as resourceName under single, as nvidia.com/mig-<profile> under
 // mixed, and not at all under none. A MIG-enabled GPU is never advertised
 // whole.
-func BaseResource(c config.DevicePlugin, g inventory.GPU) (string, bool) {
+func BaseResource(c Spec, g inventory.GPU) (string, bool) {
 	switch {
 	case g.MIGEnabled:
 		return "", false
 	case g.MIG == nil:
 		return c.ResourceName, true
-	case c.MIGStrategy == config.MIGStrategySingle:
+	case c.MIGStrategy == MIGStrategySingle:
 		return c.ResourceName, true
-	case c.MIGStrategy == config.MIGStrategyMixed:
-		return config.MIGResourcePrefix + g.MIG.Profile, true
+	case c.MIGStrategy == MIGStrategyMixed:
+		return MIGResourcePrefix + g.MIG.Profile, true
 	}
 	return "", false
 }
@@ -150,9 +190,8 @@ func BaseResource(c config.DevicePlugin, g inventory.GPU) (string, bool) {
 // NewPlan returns the sharing of units (what the node may hand out, as
 // adjust.Source.Devices lists them) under c. Every MPS daemon is planned
 // not ready until WithMPS says otherwise.
-func NewPlan(c config.DevicePlugin, units []inventory.GPU) *Plan {
-	p := &Plan{Shares: map[string]Share{}, Policy: c.SharedDevicesAllocationPolicy}
-	strategy, rr := c.Sharing.Strategy()
+func NewPlan(c Spec, units []inventory.GPU) *Plan {
+	p := &Plan{Shares: map[string]Share{}, Policy: c.Policy}
 	byBase := map[string][]int{} // unit positions by base resource
 	for _, g := range units {
 		res, ok := BaseResource(c, g)
@@ -162,21 +201,17 @@ func NewPlan(c config.DevicePlugin, units []inventory.GPU) *Plan {
 		byBase[res] = append(byBase[res], len(p.Units))
 		p.Units = append(p.Units, Unit{GPU: g, Resource: res, Replicas: 1})
 	}
-	if rr == nil {
+	if c.Strategy == "" {
 		return p
 	}
-	key := "devicePlugin.sharing.timeSlicing"
-	if strategy == MPS {
-		key = "devicePlugin.sharing.mps"
-	}
-	for i, r := range rr.Resources {
-		picked, warnings := pick(r, p.Units, byBase[r.Name], fmt.Sprintf("%s.resources[%d].devices", key, i))
+	for _, r := range c.Resources {
+		picked, warnings := pick(r, p.Units, byBase[r.Name])
 		p.Warnings = append(p.Warnings, warnings...)
 		for _, at := range picked {
 			u := &p.Units[at]
-			u.Resource, u.Replicas = r.SharedName(), r.Replicas
-			sh := Share{UUID: u.GPU.ID(), Resource: u.Resource, Strategy: strategy, Replicas: r.Replicas, FailRequestsGreaterThanOne: rr.FailGreaterThanOne()}
-			if strategy == MPS {
+			u.Resource, u.Replicas = r.SharedName, r.Replicas
+			sh := Share{UUID: u.GPU.ID(), Resource: u.Resource, Strategy: c.Strategy, Replicas: r.Replicas, FailRequestsGreaterThanOne: c.FailRequestsGreaterThanOne}
+			if c.Strategy == MPS {
 				sh.MPS = mpsDaemon(c.MPSRoot, u.GPU, r.Replicas)
 			}
 			p.Shares[sh.UUID] = sh
@@ -197,17 +232,17 @@ func mpsDaemon(root string, g inventory.GPU, replicas int) *MPSDaemon {
 // pick returns the positions among units (those of candidates, the
 // resource's devices in order) that r's devices select, and a warning for
 // each list entry that selects none.
-func pick(r config.ReplicatedResource, units []Unit, candidates []int, key string) ([]int, []string) {
+func pick(r Resource, units []Unit, candidates []int) ([]int, []string) {
 	switch {
-	case r.Devices.Count > 0:
-		return candidates[:min(r.Devices.Count, len(candidates))], nil
-	case r.Devices.List == nil:
+	case r.Count > 0:
+		return candidates[:min(r.Count, len(candidates))], nil
+	case r.List == nil:
 		return candidates, nil
 	}
 	var out []int
 	var warnings []string
 	taken := map[int]bool{}
-	for _, ref := range r.Devices.List {
+	for _, ref := range r.List {
 		found := false
 		for _, at := range candidates {
 			if names(units[at].GPU, ref) {
@@ -219,7 +254,7 @@ func pick(r config.ReplicatedResource, units []Unit, candidates []int, key strin
 			}
 		}
 		if !found {
-			warnings = append(warnings, fmt.Sprintf("%s: %s names no device of %s on this node: not replicated", key, ref, r.Name))
+			warnings = append(warnings, fmt.Sprintf("%s: %s names no device of %s on this node: not replicated", r.Key, ref, r.Name))
 		}
 	}
 	// In the units' order, whatever the list's.

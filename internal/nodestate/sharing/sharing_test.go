@@ -62,7 +62,7 @@ func TestPlan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := *tc.snap
 			s.GPUs = s.GPUs[:2]
-			p := sharing.NewPlan(parse(t, tc.yaml), s.Units())
+			p := sharing.NewPlan(parse(t, tc.yaml).SharingSpec(), s.Units())
 			if d := cmp.Diff(tc.want, advertised(p)); d != "" {
 				t.Errorf("advertised (-want +got):\n%s", d)
 			}
@@ -73,7 +73,7 @@ func TestPlan(t *testing.T) {
 	}
 
 	mig := simnode.MemoryMIGSnapshot()
-	p := sharing.NewPlan(parse(t, "devicePlugin:\n  enabled: true\n  migStrategy: mixed\n  sharing:\n    timeSlicing:\n      renameByDefault: true\n      resources: [{name: nvidia.com/mig-2g.20gb, replicas: 2, devices: [\"1:1\"]}]\n"), mig.Units())
+	p := sharing.NewPlan(parse(t, "devicePlugin:\n  enabled: true\n  migStrategy: mixed\n  sharing:\n    timeSlicing:\n      renameByDefault: true\n      resources: [{name: nvidia.com/mig-2g.20gb, replicas: 2, devices: [\"1:1\"]}]\n").SharingSpec(), mig.Units())
 	if d := cmp.Diff([]string{"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-2g.20gb.shared"}, sortedResources(p)); d != "" {
 		t.Errorf("MIG resources (-want +got):\n%s", d)
 	}
@@ -102,7 +102,7 @@ func TestPlanMPS(t *testing.T) {
 	units := snap.Units()[:2]
 	units[0].MemoryMiB = 81559
 	c := parse(t, "devicePlugin:\n  enabled: true\n  mpsRoot: /run/mps\n  sharing:\n    mps:\n      resources: [{name: nvidia.com/gpu, replicas: 3}]\n")
-	p := sharing.NewPlan(c, units)
+	p := sharing.NewPlan(c.SharingSpec(), units)
 	want := map[string]sharing.Share{
 		units[0].UUID: {UUID: units[0].UUID, Resource: "nvidia.com/gpu", Strategy: "mps", Replicas: 3, FailRequestsGreaterThanOne: true, MPS: &sharing.MPSDaemon{
 			PipeDir: "/run/mps/" + units[0].UUID + "/pipe", LogDir: "/run/mps/" + units[0].UUID + "/log", ShmDir: "/run/mps/shm",
