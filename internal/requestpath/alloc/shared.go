@@ -67,7 +67,7 @@ func ParseKubeletShares(v string) (KubeletShares, error) {
 	}
 	strategy, list, ok := strings.Cut(v, ":")
 	if !ok || (strategy != "time-slicing" && strategy != "mps") {
-		return KubeletShares{}, fmt.Errorf("%q does not start with time-slicing: or mps:", cut(v))
+		return KubeletShares{}, fmt.Errorf("%q does not start with a strategy (time-slicing or mps) and a colon", cut(v))
 	}
 	entries := strings.Split(list, ",")
 	if len(entries) > maxKubeletShares {

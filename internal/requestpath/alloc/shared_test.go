@@ -23,8 +23,8 @@ func TestKubeletShares(t *testing.T) {
 		t.Errorf("round trip (-want +got), %v:\n%s", err, d)
 	}
 	for _, tc := range []struct{ v, want string }{
-		{"", `"" does not start with time-slicing: or mps:`},
-		{"spatial:GPU-a=1/2", `does not start with time-slicing: or mps:`},
+		{"", `"" does not start with a strategy (time-slicing or mps) and a colon`},
+		{"spatial:GPU-a=1/2", `does not start with a strategy`},
 		{"mps:", `device "" is not <uuid>=<given>/<replicas>`},
 		{"mps:GPU-a=3/2", `device "GPU-a=3/2" is not`},
 		{"mps:GPU-a=0/2", `device "GPU-a=0/2" is not`},
