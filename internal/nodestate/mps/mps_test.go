@@ -315,3 +315,39 @@ func TestSupervisorRepairs(t *testing.T) {
 		t.Errorf("the daemon %d was replaced by %d", pid, got)
 	}
 }
+
+// TestSupervisorForgedPID: a PID file in the pipe directory (which client
+// containers can write) that names an MPS control daemon of another pipe
+// directory is not adopted: the supervisor starts the GPU's own daemon.
+func TestSupervisorForgedPID(t *testing.T) {
+	f := newFixture(t, 1, 2)
+	uuid := f.node.GPUs[0].UUID
+	d := f.daemons[uuid]
+	other := filepath.Join(filepath.Dir(mps.DaemonDir(d)), "other")
+	if err := os.MkdirAll(filepath.Join(other, "pipe"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(f.opts.Binary, "-d")
+	cmd.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(other, "pipe"), "CUDA_MPS_LOG_DIRECTORY=" + filepath.Join(other, "log")}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	impostor := &sharing.MPSDaemon{PipeDir: filepath.Join(other, "pipe")}
+	pid := f.pid(impostor)
+	defer syscall.Kill(pid, syscall.SIGTERM)
+	if err := os.MkdirAll(d.PipeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.PipeDir, simnode.MPSControlPID), []byte(fmt.Sprintln(pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := f.run(f.opts)
+	defer stop()
+	waitFor(t, "the daemon ready", func() bool { return f.ready(time.Now())[uuid].Ready })
+	if got := f.pid(d); got == pid || got == 0 {
+		t.Errorf("the GPU's daemon is %d; the impostor is %d", got, pid)
+	}
+	if !strings.Contains(controlLog(t, d), "Starting control daemon") {
+		t.Error("no daemon started for the GPU")
+	}
+}

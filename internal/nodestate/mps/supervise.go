@@ -375,18 +375,43 @@ func (s *Supervisor) watch(ctx context.Context, uuid string, d *sharing.MPSDaemo
 	}
 }
 
-// daemonPID returns the PID in the pipe directory's PID file when that
-// process is a live MPS control daemon, else 0.
+// daemonPID returns the PID of the live MPS control daemon of the pipe
+// directory pipe, else 0: the PID the ready file recorded (its directory
+// is nri-gpu's alone), or else the one in the pipe directory's PID file,
+// when that process is an MPS control daemon started with this pipe
+// directory. Client containers can write in the pipe directory: a PID
+// file they wrote names no such process.
 func daemonPID(pipe string) int {
-	data, err := os.ReadFile(filepath.Join(pipe, PIDFile))
-	if err != nil || len(data) > 32 {
-		return 0
+	var candidates []int
+	if r, _, err := readReady(filepath.Dir(pipe)); err == nil {
+		candidates = append(candidates, r.PID)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 1 || !alive(pid, ControlBinary) {
-		return 0
+	if data, err := os.ReadFile(filepath.Join(pipe, PIDFile)); err == nil && len(data) <= 32 {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			candidates = append(candidates, pid)
+		}
 	}
-	return pid
+	for _, pid := range candidates {
+		if pid > 1 && alive(pid, ControlBinary) && startedWith(pid, inventory.EnvMPSPipeDir+"="+pipe) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// startedWith reports whether process pid was started with the
+// environment entry env.
+func startedWith(pid int, env string) bool {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return false
+	}
+	for e := range bytes.SplitSeq(data, []byte{0}) {
+		if string(e) == env {
+			return true
+		}
+	}
+	return false
 }
 
 // alive reports whether pid is a running process (not a zombie) whose
