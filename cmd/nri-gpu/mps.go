@@ -55,17 +55,22 @@ func mpsCmd(args []string, stderr io.Writer) error {
 	defer closeNVML()
 	if len(daemons) == 0 {
 		log.Warn("no GPU of this node is shared with MPS (devicePlugin.sharing.mps names none of its devices); waiting for a signal")
+		if sup != nil {
+			sup.Retire(ctx, cfg.DevicePlugin.MPSRoot, nil)
+		}
 		<-ctx.Done()
 		return nil
 	}
 	log.Infof("nri-gpu %s: supervising %d MPS control daemons under %s", Version, len(daemons), cfg.DevicePlugin.MPSRoot)
+	sup.Retire(ctx, cfg.DevicePlugin.MPSRoot, daemons)
 	sup.Run(ctx, daemons)
 	log.Info("stopped; the MPS control daemons keep running")
 	return nil
 }
 
 // mpsSupervisor discovers the node and returns the supervisor of its MPS
-// daemons, the daemons, and a function that closes NVML.
+// daemons (nil without a driver to run them from, when none is planned),
+// the daemons, and a function that closes NVML.
 func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[string]*sharing.MPSDaemon, func(), error) {
 	snap, err := node.Discover(cfg)
 	if err != nil {
@@ -79,11 +84,11 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 		log.Warn(w)
 	}
 	daemons := plan.MPSDaemons()
-	if len(daemons) == 0 {
-		return nil, nil, func() {}, nil
-	}
 	drv, err := mps.PrepareDriver(cfg, snap)
-	if err != nil {
+	switch {
+	case err != nil && len(daemons) == 0:
+		return nil, nil, func() {}, nil
+	case err != nil:
 		return nil, nil, nil, err
 	}
 	o := mps.Options{Binary: drv.Binary, LibraryDirs: []string{drv.LibraryDir}}

@@ -351,3 +351,33 @@ func TestSupervisorForgedPID(t *testing.T) {
 		t.Error("no daemon started for the GPU")
 	}
 }
+
+// TestRetire: a GPU whose daemon runs but which the plan no longer shares
+// with MPS has its daemon told to quit, its ready file removed and its
+// compute mode set back to Default; a GPU the plan keeps is left alone.
+func TestRetire(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	stop := f.run(f.opts)
+	waitFor(t, "the daemons ready", func() bool { return allReady(f.ready(time.Now())) })
+	stop()
+	g0, g1 := f.node.GPUs[0].UUID, f.node.GPUs[1].UUID
+	pid1 := f.pid(f.daemons[g1])
+	keep := map[string]*sharing.MPSDaemon{g0: f.daemons[g0]}
+	mps.NewSupervisor(f.opts, f.log).Retire(context.Background(), filepath.Dir(mps.DaemonDir(f.daemons[g0])), keep)
+	waitFor(t, "GPU 1's daemon to quit", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid1))
+		return err != nil || strings.Contains(string(stat), ") Z")
+	})
+	if !strings.Contains(controlLog(t, f.daemons[g1]), "Cmd:quit") {
+		t.Error("GPU 1's daemon was not told to quit")
+	}
+	if m := f.modes.get(g1); m != nvml.ComputeModeDefault {
+		t.Errorf("GPU 1 in compute mode %s", m)
+	}
+	if _, err := os.Stat(filepath.Join(mps.DaemonDir(f.daemons[g1]), mps.ReadyFile)); !os.IsNotExist(err) {
+		t.Errorf("GPU 1's ready file: %v", err)
+	}
+	if m := f.modes.get(g0); m != nvml.ComputeModeExclusiveProcess || syscall.Kill(f.pid(f.daemons[g0]), 0) != nil {
+		t.Errorf("GPU 0, kept: compute mode %s, daemon %d", m, f.pid(f.daemons[g0]))
+	}
+}

@@ -475,3 +475,47 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// Retire undoes MPS for the GPUs that have a daemon directory under root
+// (from an earlier configuration) but are not among keep: when a
+// daemon that nri-gpu started still runs there and serves no client (no
+// MPS server runs), it is told to quit, its ready file goes, and the GPU's
+// compute mode is set back to Default. A daemon with servers is left
+// alone, with a warning: quitting it would end its clients.
+func (s *Supervisor) Retire(ctx context.Context, root string, keep map[string]*sharing.MPSDaemon) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		uuid := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(uuid, "GPU-") || keep[uuid] != nil {
+			continue
+		}
+		d := &sharing.MPSDaemon{PipeDir: filepath.Join(root, uuid, "pipe"), LogDir: filepath.Join(root, uuid, "log")}
+		log := s.log.WithField("gpu", uuid)
+		if pid := daemonPID(d.PipeDir); pid != 0 {
+			servers, err := s.output(ctx, d, "get_server_list")
+			if err != nil || strings.TrimSpace(servers) != "" {
+				log.WithError(err).Warnf("MPS is no longer configured for this GPU, but its MPS control daemon %d serves clients (servers %q): left running; quit it when they are done", pid, strings.TrimSpace(servers))
+				continue
+			}
+			if err := s.control(ctx, d, "quit"); err != nil {
+				log.WithError(err).Warn("MPS is no longer configured for this GPU: quitting its MPS control daemon")
+				continue
+			}
+		}
+		if err := removeReady(filepath.Join(root, uuid)); err != nil {
+			log.WithError(err).Warn("MPS")
+		}
+		if s.o.ComputeModes != nil {
+			if m, err := s.o.ComputeModes.ComputeMode(uuid); err == nil && m == nvml.ComputeModeExclusiveProcess {
+				if err := s.o.ComputeModes.SetComputeMode(uuid, nvml.ComputeModeDefault); err != nil {
+					log.WithError(err).Warn("MPS is no longer configured for this GPU: setting its compute mode back to Default")
+					continue
+				}
+			}
+		}
+		log.Info("MPS is no longer configured for this GPU: its daemon quit, compute mode Default")
+	}
+}
