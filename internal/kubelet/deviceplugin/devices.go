@@ -73,8 +73,9 @@ func newDevices(log *logrus.Entry, o Options) *devices {
 	return &devices{log: log, resource: o.ResourceName, cfg: o.Config, sel: o.Select, known: map[string]entry{}, present: map[string]bool{}, changed: make(chan struct{})}
 }
 
-// units returns the devices of st this resource advertises.
-func (d *devices) units(st *node.State) []sharing.Unit {
+// units returns the devices of st this resource advertises, and the
+// sharing plan they come from (nil without one: each device whole).
+func (d *devices) units(st *node.State) ([]sharing.Unit, *sharing.Plan) {
 	plan := st.Shares
 	if plan == nil && d.cfg != nil {
 		plan = sharing.NewPlan(d.cfg.SharingSpec(), st.Source.Devices())
@@ -86,7 +87,7 @@ func (d *devices) units(st *node.State) []sharing.Unit {
 				out = append(out, sharing.Unit{GPU: g, Resource: d.resource, Replicas: 1})
 			}
 		}
-		return out
+		return out, nil
 	}
 	d.policy = plan.Policy
 	for _, u := range plan.Units {
@@ -94,7 +95,7 @@ func (d *devices) units(st *node.State) []sharing.Unit {
 			out = append(out, u)
 		}
 	}
-	return out
+	return out, plan
 }
 
 // update takes the devices of a state that became current and, when their
@@ -106,14 +107,15 @@ func (d *devices) update(st *node.State) {
 	present, seen := map[string]bool{}, map[string]bool{}
 	unhealthy := maps.Clone(st.Unhealthy)
 	var current []string
-	for _, u := range d.units(st) {
+	units, plan := d.units(st)
+	for _, u := range units {
 		gid := u.GPU.ID()
 		if gid == "" || seen[gid] {
 			continue
 		}
 		seen[gid] = true
 		var share *sharing.Share
-		if sh, ok := st.Shares.Share(gid); ok {
+		if sh, ok := plan.Share(gid); ok {
 			share = &sh
 			if sh.MPS != nil && !sh.MPS.Ready && unhealthy[gid] == "" {
 				if unhealthy == nil {

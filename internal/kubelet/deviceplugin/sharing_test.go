@@ -29,6 +29,13 @@ type shared struct {
 
 func serveShared(t *testing.T, yaml string, gpus int) *shared {
 	t.Helper()
+	return serveSharedPlan(t, yaml, gpus, true)
+}
+
+// serveSharedPlan is serveShared; without withPlan the node's state has
+// no plan, and the plugins make theirs from their configuration.
+func serveSharedPlan(t *testing.T, yaml string, gpus int, withPlan bool) *shared {
+	t.Helper()
 	dir := socketDir(t)
 	cfg, err := config.Parse([]byte("devicePlugin:\n  enabled: true\n  socketDir: " + dir + "\n" + yaml))
 	if err != nil {
@@ -41,7 +48,9 @@ func serveShared(t *testing.T, yaml string, gpus int) *shared {
 	}
 	st := stateOf(snap)
 	st.Config = cfg
-	st.Shares = sharing.NewPlan(cfg.DevicePlugin.SharingSpec(), st.Source.Devices())
+	if withPlan {
+		st.Shares = sharing.NewPlan(cfg.DevicePlugin.SharingSpec(), st.Source.Devices())
+	}
 	s := &shared{snap: snap, node: node.Fixed(st, quietLog()), cfg: cfg, clients: map[string]pluginapi.DevicePluginClient{}}
 	k := startKubelet(t, dir, false)
 	opts := deviceplugin.Resources(cfg.DevicePlugin, snap)
@@ -151,6 +160,18 @@ func TestTimeSlicing(t *testing.T) {
 	}
 	if _, err := strict.allocate("nvidia.com/gpu", strict.replicas(0, 0)...); err != nil {
 		t.Errorf("one replica under failRequestsGreaterThanOne: %v", err)
+	}
+
+	// A state without a plan (built in memory): the plugin's own.
+	own := serveSharedPlan(t, "  sharing:\n    timeSlicing:\n      failRequestsGreaterThanOne: true\n      resources: [{name: nvidia.com/gpu, replicas: 2}]\n", 1, false)
+	if got := ids(watch(t, own.clients["nvidia.com/gpu"])()); !cmp.Equal(got, own.replicas(0, 0, 1)) {
+		t.Errorf("without the state's plan: %v", got)
+	}
+	if _, err := own.allocate("nvidia.com/gpu", own.replicas(0, 0, 1)...); err == nil || !strings.Contains(err.Error(), "maximum request size") {
+		t.Errorf("two replicas without the state's plan: %v", err)
+	}
+	if r, err := own.allocate("nvidia.com/gpu", own.replicas(0, 1)...); err != nil || r.Annotations[shareKey] == "" {
+		t.Errorf("a replica without the state's plan: %v, %v", r, err)
 	}
 }
 
