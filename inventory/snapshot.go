@@ -48,6 +48,9 @@ type GPU struct {
 	// MIGEnabled is set when NVML reports MIG mode on: the GPU is not
 	// handed out whole, only its MIG devices (Snapshot.MIG).
 	MIGEnabled bool
+	// MemoryMiB is the GPU's total memory as NVML reports it; 0 without
+	// NVML. (A MIG device's is in MIG.)
+	MemoryMiB uint64
 	// NUMANode is the NUMA node the GPU is attached to, as sysfs says
 	// (/sys/bus/pci/devices/<bus id>/numa_node); -1 when unknown: no
 	// NUMA, no sysfs, or a GPU that does not come from NVIDIA discovery.

@@ -5,6 +5,7 @@
 //	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
 //	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
 //	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
+//	nri-gpu mps [--config FILE] [--log-level LEVEL]
 //	nri-gpu version
 package main
 
@@ -40,6 +41,7 @@ Usage:
   nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
   nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
   nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
+  nri-gpu mps [--config FILE] [--log-level LEVEL]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -75,6 +77,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	case "doctor":
 		err = doctorCmd(args[1:], stdout, stderr)
+	case "mps":
+		err = mpsCmd(args[1:], stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":

@@ -57,5 +57,7 @@ func startWatcher(ctx context.Context, p *plugin.Plugin, cfgPath string, interva
 	go w.Run(ctx)
 	// XID health, where NVML is (or becomes) available.
 	go p.Node().RunHealth(ctx, 0)
+	// The readiness of the MPS control daemons nri-gpu mps runs.
+	go p.Node().RunMPS(ctx, 0)
 	return w, nil
 }

@@ -19,6 +19,8 @@ type NVMLGPU struct {
 	UUID       string
 	MIGEnabled bool
 	MIG        []NVMLMIG
+	// MemoryMiB is the GPU's total memory; 0 when NVML did not say.
+	MemoryMiB uint64
 }
 
 // NVMLMIG is one MIG device as NVML reports it.
@@ -140,6 +142,9 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 	for i := range out.GPUs {
 		g, ok := byUUID[strings.ToUpper(out.GPUs[i].UUID)]
 		out.GPUs[i].MIGEnabled = ok && g.MIGEnabled
+		if ok {
+			out.GPUs[i].MemoryMiB = g.MemoryMiB
+		}
 	}
 	if !anyMIG {
 		return &out

@@ -101,6 +101,9 @@ type dl struct {
 	hasMemoryInfo           bool
 	hasMIG                  bool
 	closed                  bool
+	// compute are the compute-mode functions, bound on first use
+	// (compute.go).
+	compute computeFuncs
 }
 
 // Open loads the NVML library at path (an absolute path found by

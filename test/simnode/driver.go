@@ -211,6 +211,24 @@ int main(int argc, char **argv)
 		fprintf(stderr, "Failed to initialize NVML: Unknown Error\n");
 		return 1;
 	}
+	if (argc == 3 && strcmp(argv[1], "--query-gpu=uuid,compute_mode") == 0 && strcmp(argv[2], "--format=csv,noheader") == 0) {
+		/* What mps-check.sh asks: each GPU's UUID and compute mode. */
+		int (*handle)(unsigned int, void **) = (int (*)(unsigned int, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+		int (*uuid)(void *, char *, unsigned int) = (int (*)(void *, char *, unsigned int))dlsym(h, "nvmlDeviceGetUUID");
+		int (*mode)(void *, unsigned int *) = (int (*)(void *, unsigned int *))dlsym(h, "nvmlDeviceGetComputeMode");
+		static const char *names[] = {"Default", "Exclusive_Thread", "Prohibited", "Exclusive_Process"};
+		for (unsigned int i = 0; handle != NULL && uuid != NULL && mode != NULL && i < n; i++) {
+			void *d;
+			char u[96];
+			unsigned int m;
+			if (handle(i, &d) != 0 || uuid(d, u, sizeof u) != 0 || mode(d, &m) != 0 || m > 3) {
+				printf("[Unknown Error], [Unknown Error]\n");
+				continue;
+			}
+			printf("%%s, %%s\n", u, names[m]);
+		}
+		return 0;
+	}
 	printf("NVIDIA-SMI %%s GPUs: %%u\n", buf, n);
 	return 0;
 }
@@ -267,8 +285,11 @@ func writeDriver(root string, c *config) ([]File, error) {
 	}
 	for _, b := range binaries {
 		src := fmt.Sprintf(toolSource, b.name, c.version)
-		if b.name == "nvidia-smi" {
+		switch b.name {
+		case "nvidia-smi":
 			src = fmt.Sprintf(smiSource, c.version)
+		case "nvidia-cuda-mps-control":
+			src = "#define NRI_GPU_SIM_DRIVER_VERSION \"" + c.version + "\"\n" + mpsControlC
 		}
 		jobs = append(jobs, elfJob{name: b.name, source: src})
 	}

@@ -227,6 +227,7 @@ const char *nvmlErrorString(nvmlReturn_t r)
 	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
 	case NVML_ERROR_TIMEOUT: return "Timeout";
 	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+	case 4: return "Insufficient Permissions"; /* NVML_ERROR_NO_PERMISSION */
 	}
 	return "Unknown Error";
 }
@@ -463,5 +464,108 @@ int nvmlEventSetFree(nvmlEventSet_t set)
 	if (set == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	set->used = 0;
+	return NVML_SUCCESS;
+}
+
+/*
+ * Compute modes (nvmlDeviceGetComputeMode, nvmlDeviceSetComputeMode,
+ * nvmlDeviceGetHandleByUUID), kept apart from the rest: a GPU's mode lives
+ * in the file ComputeModePath names beside the state file ("<uuid> <mode>"
+ * lines), so that it persists across processes as the driver's does until
+ * the module is reloaded. Setting one needs root, as with NVIDIA's NVML.
+ */
+#include <stdlib.h>
+#include <strings.h>
+
+#define NVML_ERROR_NO_PERMISSION 4
+#define SIM_COMPUTE_MODES 4 /* DEFAULT, EXCLUSIVE_THREAD, PROHIBITED, EXCLUSIVE_PROCESS */
+
+/* compute_path gives the compute-mode file: the state file's path with its
+ * last component replaced by NRI_GPU_SIM_COMPUTE_MODE_FILE. */
+static int compute_path(char *out, size_t n)
+{
+	char state[4096];
+	if (!state_path(state, sizeof state))
+		return 0;
+	char *slash = strrchr(state, '/');
+	if (slash == NULL)
+		return 0;
+	*slash = '\0';
+	snprintf(out, n, "%s/%s", state, NRI_GPU_SIM_COMPUTE_MODE_FILE);
+	return 1;
+}
+
+/* compute_mode_of returns the recorded mode of uuid, DEFAULT (0) if none. */
+static unsigned int compute_mode_of(const char *uuid)
+{
+	char p[4096], line[256], u[96];
+	unsigned int mode = 0, m;
+	if (!compute_path(p, sizeof p))
+		return 0;
+	FILE *f = fopen(p, "r");
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "%95s %u", u, &m) == 2 && strcmp(u, uuid) == 0)
+			mode = m;
+	fclose(f);
+	return mode;
+}
+
+int nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+	if (!initialized)
+		return NVML_ERROR_UNINITIALIZED;
+	if (uuid == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!from_state)
+		return NVML_ERROR_NOT_FOUND;
+	for (int i = 0; i < ngpus; i++) {
+		if (strcasecmp(gpus[i].uuid, uuid) == 0) {
+			*device = &gpus[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+int nvmlDeviceGetComputeMode(nvmlDevice_t d, unsigned int *mode)
+{
+	if (d == NULL || mode == NULL || d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	*mode = compute_mode_of(d->uuid);
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceSetComputeMode(nvmlDevice_t d, unsigned int mode)
+{
+	if (d == NULL || d->is_mig || mode >= SIM_COMPUTE_MODES)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->lost)
+		return NVML_ERROR_GPU_IS_LOST;
+	if (geteuid() != 0)
+		return NVML_ERROR_NO_PERMISSION;
+	char p[4096], tmp[4200], line[256], u[96];
+	unsigned int m;
+	if (!compute_path(p, sizeof p))
+		return NVML_ERROR_UNKNOWN;
+	snprintf(tmp, sizeof tmp, "%s.%d", p, (int)getpid());
+	FILE *out = fopen(tmp, "w");
+	if (out == NULL)
+		return NVML_ERROR_UNKNOWN;
+	FILE *in = fopen(p, "r");
+	if (in != NULL) {
+		while (fgets(line, sizeof line, in) != NULL)
+			if (sscanf(line, "%95s %u", u, &m) == 2 && strcmp(u, d->uuid) != 0)
+				fprintf(out, "%s %u\n", u, m);
+		fclose(in);
+	}
+	fprintf(out, "%s %u\n", d->uuid, mode);
+	if (fclose(out) != 0 || rename(tmp, p) != 0) {
+		unlink(tmp);
+		return NVML_ERROR_UNKNOWN;
+	}
 	return NVML_SUCCESS;
 }

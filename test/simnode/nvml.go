@@ -2,6 +2,7 @@ package simnode
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,9 +27,15 @@ const NVMLStateEnv = "NRI_GPU_SIM_NVML_STATE"
 //go:embed nvml.c
 var nvmlC string
 
+// ComputeModeFile is the file, beside the NVML state file, where the
+// simulated NVML keeps each GPU's compute mode ("<uuid> <mode>" lines;
+// nvmlDeviceSetComputeMode writes it, as root only).
+const ComputeModeFile = "compute-mode"
+
 // nvmlSource is nvml.c with the state file's variable and path it reads.
 var nvmlSource = "#define NRI_GPU_SIM_NVML_STATE_ENV \"" + NVMLStateEnv + "\"\n" +
-	"#define NRI_GPU_SIM_NVML_STATE_PATH \"" + NVMLStatePath + "\"\n" + nvmlC
+	"#define NRI_GPU_SIM_NVML_STATE_PATH \"" + NVMLStatePath + "\"\n" +
+	"#define NRI_GPU_SIM_COMPUTE_MODE_FILE \"" + ComputeModeFile + "\"\n" + nvmlC
 
 // MIG is one simulated MIG device: a compute instance CI of GPU instance
 // GI of its GPU.
@@ -118,4 +125,33 @@ func (n *Node) WriteNVMLState(st NVMLState) error {
 		return err
 	}
 	return os.Rename(tmp, p)
+}
+
+// Compute modes as NVML numbers them (nvmlComputeMode_t).
+const (
+	ComputeModeDefault          = 0
+	ComputeModeProhibited       = 2
+	ComputeModeExclusiveProcess = 3
+)
+
+// ComputeModes returns the compute mode of each GPU of the node that a
+// set made other than DEFAULT, by UUID, as the simulated NVML recorded
+// it.
+func (n *Node) ComputeModes() (map[string]int, error) {
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(n.HostPath(NVMLStatePath)), ComputeModeFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]int{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		var uuid string
+		var mode int
+		if _, err := fmt.Sscanf(line, "%s %d", &uuid, &mode); err == nil && mode != ComputeModeDefault {
+			out[uuid] = mode
+		}
+	}
+	return out, nil
 }

@@ -808,8 +808,9 @@ func checkTools(t *testing.T, n *Node) {
 	if want := "NVIDIA-SMI " + n.DriverVersion + " GPUs: " + strconv.Itoa(len(n.GPUs)) + "\n"; out != want {
 		t.Errorf("nvidia-smi printed %q, want %q", out, want)
 	}
-	for _, name := range []string{"nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"} {
-		if out, want := run(t, n.HostPath("/usr/bin/"+name), nil), name+" "+n.DriverVersion+"\n"; out != want {
+	for _, name := range []string{"nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control -v", "nvidia-cuda-mps-server"} {
+		bin, args, _ := strings.Cut(name, " ")
+		if out, want := run(t, n.HostPath("/usr/bin/"+bin), nil, strings.Fields(args)...), bin+" "+n.DriverVersion+"\n"; out != want {
 			t.Errorf("%s printed %q, want %q", name, out, want)
 		}
 	}
@@ -881,9 +882,9 @@ int main(void)
 	return out
 }
 
-func run(t *testing.T, bin string, env []string) string {
+func run(t *testing.T, bin string, env []string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

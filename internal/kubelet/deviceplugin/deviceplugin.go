@@ -80,8 +80,15 @@ type Options struct {
 	// DevRoot/<name> on the host: a simulated node keeps its devfs
 	// elsewhere.
 	DevRoot string
-	// Select, when set, picks the node's devices (GPUs, MIG devices)
-	// this resource advertises; nil advertises every one.
+	// Config, when set, is the device plugin configuration the resource
+	// comes from: the plugin then advertises the devices that the
+	// node's sharing plan (node.State.Shares, or for a state without
+	// one the plan of Config) gives ResourceName, each whole or as its
+	// replicas. Resources sets it.
+	Config *config.DevicePlugin
+	// Select, without Config, picks the node's devices (GPUs, MIG
+	// devices) this resource advertises, each whole; nil advertises
+	// every one.
 	Select func(inventory.GPU) bool
 }
 
@@ -120,7 +127,7 @@ func New(n *node.Node, o Options, log *logrus.Logger) *Plugin {
 		o:       o,
 		log:     log.WithFields(logrus.Fields{"component": "device plugin", "resource": o.ResourceName}),
 		socket:  filepath.Join(o.SocketDir, SocketName(o.ResourceName)),
-		devices: newDevices(log.WithFields(logrus.Fields{"component": "device plugin", "resource": o.ResourceName}), o.Select),
+		devices: newDevices(log.WithFields(logrus.Fields{"component": "device plugin", "resource": o.ResourceName}), o),
 	}
 }
 

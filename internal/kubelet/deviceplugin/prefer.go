@@ -9,19 +9,104 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
-// GetPreferredAllocation ranks, for each container, the GPUs the kubelet
-// may give it (see prefer).
+// GetPreferredAllocation ranks, for each container, the devices the
+// kubelet may give it: whole GPUs by topology (prefer), replicas of shared
+// GPUs by the allocation policy (preferReplicas).
 func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	gpus := p.devices.gpus()
+	known, policy := p.devices.snapshot()
+	gpus := make(map[string]inventory.GPU, len(known))
+	for id, e := range known {
+		gpus[id] = e.gpu
+	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
-		ids := prefer(gpus, cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
+		available, must, size := cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize())
+		var ids []string
+		if slices.ContainsFunc(available, func(id string) bool { return known[id].share != nil }) {
+			ids = preferReplicas(known, policy, available, must, size)
+		} else {
+			ids = prefer(gpus, available, must, size)
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
+}
+
+// preferReplicas picks size devices among available, with every one of
+// must, as NVIDIA's device plugin does for replicas: the devices that
+// must be included first, then one at a time the free replica of the GPU
+// that has the fewest of its replicas given out (distributed) or the most
+// (packed), counting those given out by this pick; among equals the GPU
+// this pick took the fewest from, then the first advertised. Under MPS a
+// container reaches one daemon, so there the GPUs this pick already took
+// from come first whatever the policy. IDs that are no device of the
+// resource are passed over.
+func preferReplicas(known map[string]entry, policy string, available, must []string, size int) []string {
+	taken := map[string]bool{}
+	var out []string
+	picked := map[string]int{} // by GPU, in this pick
+	for _, id := range must {
+		if !taken[id] {
+			taken[id] = true
+			out = append(out, id)
+			picked[known[id].gpu.ID()]++
+		}
+	}
+	free := map[string]int{} // free replicas by GPU
+	var candidates []string
+	for _, id := range available {
+		if e, ok := known[id]; ok && !taken[id] {
+			taken[id] = true
+			candidates = append(candidates, id)
+			free[e.gpu.ID()]++
+		}
+	}
+	givenOut := func(id string) int {
+		e := known[id]
+		replicas := 1
+		if e.share != nil {
+			replicas = e.share.Replicas
+		}
+		return replicas - free[e.gpu.ID()]
+	}
+	for len(out) < size && len(candidates) > 0 {
+		best := 0
+		for i := 1; i < len(candidates); i++ {
+			if better(known, policy, picked, givenOut, candidates[i], candidates[best]) {
+				best = i
+			}
+		}
+		id := candidates[best]
+		candidates = slices.Delete(candidates, best, best+1)
+		out = append(out, id)
+		g := known[id].gpu.ID()
+		picked[g]++
+		free[g]--
+	}
+	return out
+}
+
+// better reports whether replica a is to be picked before b.
+func better(known map[string]entry, policy string, picked map[string]int, givenOut func(string) int, a, b string) bool {
+	ga, gb := known[a].gpu.ID(), known[b].gpu.ID()
+	if sh := known[a].share; sh != nil && sh.Strategy == sharing.MPS && (picked[ga] > 0) != (picked[gb] > 0) {
+		return picked[ga] > 0
+	}
+	if oa, ob := givenOut(a), givenOut(b); oa != ob {
+		if policy == config.PolicyPacked {
+			return oa > ob
+		}
+		return oa < ob
+	}
+	if picked[ga] != picked[gb] {
+		return picked[ga] < picked[gb]
+	}
+	return false
 }
 
 // prefer picks size GPUs among available, with every one of must, by this

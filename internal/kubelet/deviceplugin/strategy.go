@@ -4,15 +4,18 @@ import (
 	"slices"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // MIGResourcePrefix starts the resource of a MIG profile under the mixed
 // strategy: nvidia.com/mig-1g.10gb, as NVIDIA's device plugin names it.
-const MIGResourcePrefix = "nvidia.com/mig-"
+const MIGResourcePrefix = config.MIGResourcePrefix
 
 // Resources returns the device plugins a configuration asks for on a node
-// with snapshot snap, by devicePlugin.migStrategy:
+// with snapshot snap: one per resource of the sharing plan of c
+// (sharing.NewPlan), and always resourceName. By devicePlugin.migStrategy
+// (sharing.BaseResource):
 //
 //   - none: resourceName advertises the GPUs without MIG; MIG devices are
 //     not advertised (a MIG-enabled GPU is never handed out whole);
@@ -21,61 +24,28 @@ const MIGResourcePrefix = "nvidia.com/mig-"
 //     NVIDIA's single strategy);
 //   - mixed: resourceName advertises the GPUs without MIG, and each MIG
 //     profile of the node is a resource of its own,
-//     nvidia.com/mig-<profile>. The profiles are those of snap; Supervise
-//     follows the node's, starting and stopping the resources of profiles
-//     that a layout change made appear or go.
+//     nvidia.com/mig-<profile>.
 //
-// With devicePlugin.devices, each resource advertises only the listed GPUs
-// and their MIG devices (the others are DRA's: one allocator per GPU).
+// devicePlugin.sharing then moves the devices it replicates to their
+// rename (or keeps them under their resource), as replicas. The resources
+// are those of snap; Supervise follows the node's, starting and stopping
+// the resources that a layout or configuration change made appear or go.
 func Resources(c config.DevicePlugin, snap *inventory.Snapshot) []Options {
-	out := resources(c, snap)
-	if len(c.Devices) == 0 {
-		return out
-	}
-	list := config.DeviceList(c.Devices)
-	for i := range out {
-		sel := out[i].Select
-		out[i].Select = func(g inventory.GPU) bool {
-			return (sel == nil || sel(g)) && list.Matches(g, parentOf(snap, g))
+	return resourcesOf(c, sharing.NewPlan(c.SharingSpec(), snap.Units()))
+}
+
+// resourcesOf returns the device plugins of plan's resources, with
+// resourceName first.
+func resourcesOf(c config.DevicePlugin, plan *sharing.Plan) []Options {
+	names := []string{c.ResourceName}
+	for _, r := range plan.Resources() {
+		if !slices.Contains(names, r) {
+			names = append(names, r)
 		}
+	}
+	out := make([]Options, 0, len(names))
+	for _, r := range names {
+		out = append(out, Options{ResourceName: r, SocketDir: c.SocketDir, DevRoot: c.DevRoot, Config: &c})
 	}
 	return out
-}
-
-// parentOf returns the GPU a MIG device belongs to in snap, or g itself.
-func parentOf(snap *inventory.Snapshot, g inventory.GPU) inventory.GPU {
-	if g.MIG == nil {
-		return g
-	}
-	for _, p := range snap.GPUs {
-		if p.Index == g.MIG.Parent {
-			return p
-		}
-	}
-	return inventory.GPU{Index: g.MIG.Parent, UUID: g.MIG.ParentUUID}
-}
-
-func resources(c config.DevicePlugin, snap *inventory.Snapshot) []Options {
-	whole := func(g inventory.GPU) bool { return g.MIG == nil }
-	base := Options{ResourceName: c.ResourceName, SocketDir: c.SocketDir, DevRoot: c.DevRoot, Select: whole}
-	switch c.MIGStrategy {
-	case config.MIGStrategySingle:
-		base.Select = nil
-		return []Options{base}
-	case config.MIGStrategyMixed:
-		out := []Options{base}
-		var profiles []string
-		for _, m := range snap.MIG {
-			if !slices.Contains(profiles, m.Profile) {
-				profiles = append(profiles, m.Profile)
-			}
-		}
-		slices.Sort(profiles)
-		for _, p := range profiles {
-			out = append(out, Options{ResourceName: MIGResourcePrefix + p, SocketDir: c.SocketDir, DevRoot: c.DevRoot,
-				Select: func(g inventory.GPU) bool { return g.MIG != nil && g.MIG.Profile == p }})
-		}
-		return out
-	}
-	return []Options{base}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -106,11 +107,13 @@ func TestResourcesDevices(t *testing.T) {
 		got := map[string]int{}
 		for _, o := range deviceplugin.Resources(c, snap) {
 			got[o.ResourceName] = 0
-			for _, g := range snap.Units() {
-				if o.Select == nil || o.Select(g) {
-					got[o.ResourceName]++
-				}
+		}
+		// What each resource advertises: the units the plan gives it.
+		for _, u := range sharing.NewPlan(c.SharingSpec(), snap.Units()).Units {
+			if _, ok := got[u.Resource]; !ok {
+				t.Errorf("%s %v: the plan gives %s to %s, which Resources does not serve", tc.strategy, tc.devices, u.GPU.ID(), u.Resource)
 			}
+			got[u.Resource]++
 		}
 		if !maps.Equal(got, tc.want) {
 			t.Errorf("%s %v: %v, want %v", tc.strategy, tc.devices, got, tc.want)

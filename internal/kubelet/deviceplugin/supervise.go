@@ -37,11 +37,12 @@ func Supervise(ctx context.Context, n *node.Node, c config.DevicePlugin, log *lo
 	defer unsubscribe()
 	var wg sync.WaitGroup
 	reconcile := func() {
-		snap := n.Snapshot()
-		if snap == nil {
-			snap = &inventory.Snapshot{}
+		want := Resources(c, &inventory.Snapshot{})
+		if st := n.State(); st != nil && st.Shares != nil {
+			want = resourcesOf(c, st.Shares)
+		} else if st != nil {
+			want = Resources(c, st.Snapshot())
 		}
-		want := Resources(c, snap)
 		var names []string
 		for _, o := range want {
 			names = append(names, o.ResourceName)
@@ -66,7 +67,7 @@ func Supervise(ctx context.Context, n *node.Node, c config.DevicePlugin, log *lo
 			if slices.Contains(names, name) {
 				continue
 			}
-			log.WithField("resource", name).Info("device plugin: the node has no device of this resource any more (MIG layout change): stopping it")
+			log.WithField("resource", name).Info("device plugin: the node has no device of this resource any more (MIG layout or sharing change): stopping it")
 			r.cancel()
 			<-r.done
 			delete(plugins, name)

@@ -31,8 +31,10 @@ func TestMixedFollowsLayout(t *testing.T) {
 	if err := sim.SetMIG(simnode.MixedMIG()); err != nil {
 		t.Fatal(err)
 	}
+	dir := socketDir(t)
 	cfg := config.Default()
 	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount = sim.Root, sim.Root, sim.Root
+	cfg.DevicePlugin.Enabled, cfg.DevicePlugin.SocketDir, cfg.DevicePlugin.MIGStrategy = true, dir, config.MIGStrategyMixed
 	n, err := node.New(cfg, quietLog())
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +42,8 @@ func TestMixedFollowsLayout(t *testing.T) {
 	if s := n.Snapshot(); s.NVML != "ok" || len(s.MIG) != 11 {
 		t.Fatalf("NVML %q, %d MIG devices", s.NVML, len(s.MIG))
 	}
-	dir := socketDir(t)
 	k := startKubelet(t, dir, false)
 	c := cfg.DevicePlugin
-	c.Enabled, c.SocketDir, c.MIGStrategy = true, dir, config.MIGStrategyMixed
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -15,6 +15,7 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -121,13 +122,24 @@ type DevicePlugin struct {
 	// the node's GPUs. With dra.enabled both lists must be given, and
 	// disjoint.
 	Devices []string `json:"devices,omitempty"`
+	// Sharing advertises GPUs as replicas that containers share
+	// (timeSlicing or mps), in NVIDIA's device plugin's shape.
+	Sharing DeviceSharing `json:"sharing,omitempty"`
+	// SharedDevicesAllocationPolicy says which GPU's replicas the
+	// kubelet is advised to give: distributed (the default: the GPU with
+	// the fewest given out) or packed (the one with the most).
+	SharedDevicesAllocationPolicy string `json:"sharedDevicesAllocationPolicy,omitempty"`
+	// MPSRoot is the host directory of the MPS daemons nri-gpu mps runs:
+	// <mpsRoot>/<GPU UUID>/{pipe,log}, and <mpsRoot>/shm, the daemons'
+	// and their clients' /dev/shm. Containers mount from it.
+	MPSRoot string `json:"mpsRoot,omitempty"`
 }
 
 // MIG strategies of the device plugin.
 const (
-	MIGStrategyNone   = "none"
-	MIGStrategySingle = "single"
-	MIGStrategyMixed  = "mixed"
+	MIGStrategyNone   = sharing.MIGStrategyNone
+	MIGStrategySingle = sharing.MIGStrategySingle
+	MIGStrategyMixed  = sharing.MIGStrategyMixed
 )
 
 // CDIImport says which CDI devices to serve.
@@ -296,6 +308,13 @@ func (c *Config) setDefaults() {
 	if c.DevicePlugin.MIGStrategy == "" {
 		c.DevicePlugin.MIGStrategy = MIGStrategyNone
 	}
+	if c.DevicePlugin.SharedDevicesAllocationPolicy == "" {
+		c.DevicePlugin.SharedDevicesAllocationPolicy = PolicyDistributed
+	}
+	if c.DevicePlugin.MPSRoot == "" {
+		c.DevicePlugin.MPSRoot = DefaultMPSRoot
+	}
+	c.DevicePlugin.Sharing.setDefaults()
 	c.DRA.setDefaults()
 	c.Policy.SetDefaults()
 	c.DevCharLinks.setDefaults()
@@ -321,6 +340,9 @@ func Load(path string) (Config, error) {
 func Parse(data []byte) (Config, error) {
 	var c Config
 	if err := decodeStrict(data, &c); err != nil {
+		return Config{}, err
+	}
+	if err := c.DevicePlugin.Sharing.parseDevices(); err != nil {
 		return Config{}, err
 	}
 	c.setDefaults()
@@ -539,7 +561,10 @@ func (d DevicePlugin) validate() error {
 	default:
 		return fmt.Errorf("key devicePlugin.migStrategy: unknown strategy %q (valid: none, single, mixed)", d.MIGStrategy)
 	}
-	return checkDeviceList("devicePlugin.devices", d.Devices)
+	if err := checkDeviceList("devicePlugin.devices", d.Devices); err != nil {
+		return err
+	}
+	return d.validateSharing()
 }
 
 // extendedResourceProblem says why name is not an extended resource name

@@ -23,7 +23,7 @@ func TestParse(t *testing.T) {
 		Layout: LayoutNVIDIA, BinaryDir: DefaultBinaryDir,
 		Emit: "edits", CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}, Sharing: "shared",
 		Policy:       policy.Policy{Default: "allow", VisibleDevices: "allow"},
-		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev", MIGStrategy: "none"},
+		DevicePlugin: DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev", MIGStrategy: "none", SharedDevicesAllocationPolicy: "distributed", MPSRoot: "/run/nri-gpu/mps"},
 		DevCharLinks: DevCharLinks{Enabled: ptr(true)},
 		Health:       Health{IgnoredXIDs: []uint64{13, 31, 43, 45, 68, 109}},
 		DRA: DRA{DriverName: "gpu.nri-gpu.dev", PluginDir: "/var/lib/kubelet/plugins/gpu.nri-gpu.dev",

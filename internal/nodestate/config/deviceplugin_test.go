@@ -10,15 +10,15 @@ import (
 // defaults, and the errors that name its bad keys and values.
 func TestDevicePlugin(t *testing.T) {
 	c, err := Parse(nil)
-	if err != nil || !reflect.DeepEqual(c.DevicePlugin, DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev", MIGStrategy: "none"}) {
+	if err != nil || !reflect.DeepEqual(c.DevicePlugin, DevicePlugin{ResourceName: "nvidia.com/gpu", SocketDir: "/var/lib/kubelet/device-plugins", DevRoot: "/dev", MIGStrategy: "none", SharedDevicesAllocationPolicy: "distributed", MPSRoot: "/run/nri-gpu/mps"}) {
 		t.Errorf("default devicePlugin: %+v, %v; want off, nvidia.com/gpu, /var/lib/kubelet/device-plugins, /dev, MIG strategy none", c.DevicePlugin, err)
 	}
 	c, err = Parse([]byte("devicePlugin:\n  enabled: true\n  resourceName: example.com/Accel_1\n  socketDir: /run/kubelet/dp\n  devRoot: /srv/node/dev\n  migStrategy: mixed\n"))
-	if err != nil || !reflect.DeepEqual(c.DevicePlugin, DevicePlugin{Enabled: true, ResourceName: "example.com/Accel_1", SocketDir: "/run/kubelet/dp", DevRoot: "/srv/node/dev", MIGStrategy: "mixed"}) {
+	if err != nil || !reflect.DeepEqual(c.DevicePlugin, DevicePlugin{Enabled: true, ResourceName: "example.com/Accel_1", SocketDir: "/run/kubelet/dp", DevRoot: "/srv/node/dev", MIGStrategy: "mixed", SharedDevicesAllocationPolicy: "distributed", MPSRoot: "/run/nri-gpu/mps"}) {
 		t.Errorf("devicePlugin set: %+v, %v", c.DevicePlugin, err)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{"devicePlugin:\n  enable: true\n", `key devicePlugin: unknown field "enable" (valid keys: enabled, resourceName, socketDir, devRoot, migStrategy, devices)`},
+		{"devicePlugin:\n  enable: true\n", `key devicePlugin: unknown field "enable" (valid keys: enabled, resourceName, socketDir, devRoot, migStrategy, devices, sharing, sharedDevicesAllocationPolicy, mpsRoot)`},
 		{"devicePlugin:\n  devRoot: dev\n", `key devicePlugin.devRoot: "dev" must be an absolute, clean path`},
 		{"devicePlugin:\n  migStrategy: Mixed\n", `key devicePlugin.migStrategy: unknown strategy "Mixed" (valid: none, single, mixed)`},
 		{"devicePlugin:\n  SocketDir: /x\n", `did you mean "socketDir"?`},

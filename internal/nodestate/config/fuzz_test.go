@@ -30,6 +30,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("binaryDir: /usr/local/nvidia/bin\nlibraryDir: \"/opt/lib\\u00e9\"\n"))
 	f.Add([]byte("ns: &ns [a, b]\npolicy: {cdiNamespaces: *ns}\n"))
 	f.Add([]byte("cdiImport: {kind: \"amd.com/gpu\\u0080\"}\n"))
+	f.Add([]byte("devicePlugin:\n  enabled: true\n  sharing:\n    timeSlicing:\n      renameByDefault: true\n      resources: [{name: nvidia.com/gpu, replicas: 4, devices: [0, \"1\"]}]\n"))
+	f.Add([]byte("devicePlugin:\n  enabled: true\n  mpsRoot: /run/mps\n  sharing:\n    mps:\n      resources: [{name: nvidia.com/gpu, replicas: 2, devices: 1}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
@@ -75,6 +77,18 @@ func checkModes(t *testing.T, data []byte, c Config) {
 	default:
 		t.Fatalf("Parse(%q) accepted sharing %q", data, c.Sharing)
 	}
+	switch c.DevicePlugin.SharedDevicesAllocationPolicy {
+	case PolicyDistributed, PolicyPacked:
+	default:
+		t.Fatalf("Parse(%q) accepted devicePlugin.sharedDevicesAllocationPolicy %q", data, c.DevicePlugin.SharedDevicesAllocationPolicy)
+	}
+	if _, rr := c.DevicePlugin.Sharing.Strategy(); rr != nil {
+		for _, r := range rr.Resources {
+			if r.Replicas < 2 || r.Devices.check("devices") != nil {
+				t.Fatalf("Parse(%q) accepted replicated resource %+v", data, r)
+			}
+		}
+	}
 	switch c.Policy.VisibleDevices {
 	case policy.VisibleDevicesAllow, policy.VisibleDevicesDeny, policy.VisibleDevicesNamespaces:
 	default:
@@ -97,6 +111,7 @@ func checkPaths(t *testing.T, data []byte, c Config) {
 		"library32Dir":    {c.Library32Dir},
 		"libraryCache":    {c.LibraryCache},
 		"cdiSpecDirs":     c.CDISpecDirs,
+		"mpsRoot":         {c.DevicePlugin.MPSRoot},
 	}
 	if c.BinaryDir != "" {
 		paths["binaryDir"] = []string{c.BinaryDir}

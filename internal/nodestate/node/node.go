@@ -17,6 +17,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/cdispec"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/libcache"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/discover"
@@ -48,6 +50,11 @@ type State struct {
 	// enumeration made unhealthy, by UUID, with why; count requests skip
 	// them and the device plugin reports them Unhealthy.
 	Unhealthy map[string]string
+	// Shares is how the device plugin advertises the devices: which
+	// resource, as how many replicas, and for MPS each GPU's daemon
+	// (pipe directory, limits, ready or not, as nri-gpu mps reports).
+	// nil in a state built in memory without one.
+	Shares *sharing.Plan
 }
 
 // Snapshot returns the discovery the state serves.
@@ -102,6 +109,9 @@ type Node struct {
 	nvml *nvmlHandle
 	// health follows the devices' health (XID events, lost GPUs).
 	health *health
+	// lastPlanWarnings are the sharing plan's last warnings, logged
+	// once; guarded by mu.
+	lastPlanWarnings string
 }
 
 // Option configures a Node.
@@ -226,6 +236,12 @@ func (n *Node) Reload(cfg config.Config) error {
 // caller holds mu. On error nothing changes.
 func (n *Node) install(cfg config.Config, d discovered) error {
 	snap := d.snap
+	if cur := n.state.Load(); cur != nil && !reflect.DeepEqual(cur.Config.DevicePlugin, cfg.DevicePlugin) {
+		// The device plugin reads its keys at start; the node's sharing
+		// plan must be the one it advertises.
+		n.log.Warn("config: the devicePlugin keys changed; they take effect when nri-gpu restarts (the device plugin and its sharing keep the running ones)")
+		cfg.DevicePlugin = cur.Config.DevicePlugin
+	}
 	for _, w := range snap.Warnings {
 		n.log.Warnf("inventory: %s", w)
 	}
@@ -244,11 +260,11 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		"mig":    len(snap.MIG),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
-	sharing, err := alloc.ParseMode(string(cfg.Sharing))
+	mode, err := alloc.ParseMode(string(cfg.Sharing))
 	if err != nil {
 		return fmt.Errorf("config: key sharing: %w", err)
 	}
-	st := &State{Config: cfg, Source: src, Sharing: sharing}
+	st := &State{Config: cfg, Source: src, Sharing: mode, Shares: n.plan(cfg, src)}
 	if n.health != nil {
 		st.Unhealthy = n.health.unhealthy(snap)
 		var old map[string]string

@@ -126,7 +126,7 @@ func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus 
 			continue
 		}
 		pr.usable[g.UUID] = true
-		ng := discover.NVMLGPU{UUID: g.UUID, MIGEnabled: g.MIGEnabled}
+		ng := discover.NVMLGPU{UUID: g.UUID, MIGEnabled: g.MIGEnabled, MemoryMiB: g.MemoryMiB}
 		for _, m := range g.MIG {
 			ng.MIG = append(ng.MIG, discover.NVMLMIG{UUID: m.UUID, Index: m.Index, GI: m.GI, CI: m.CI, Profile: m.Profile, MemoryMiB: m.MemoryMiB})
 		}

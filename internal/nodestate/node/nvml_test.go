@@ -52,6 +52,9 @@ func TestMIGLayoutChange(t *testing.T) {
 	if s.NVML != "ok" || len(s.MIG) != 11 || !s.GPUs[0].MIGEnabled || !s.GPUs[1].MIGEnabled || s.GPUs[2].MIGEnabled {
 		t.Fatalf("NVML %q, %d MIG devices, GPUs %+v", s.NVML, len(s.MIG), s.GPUs)
 	}
+	if s.GPUs[2].MemoryMiB != 81559 {
+		t.Errorf("GPU 2's memory from NVML: %d MiB, want 81559", s.GPUs[2].MemoryMiB)
+	}
 	if s.MIG[7].Profile != "2g.20gb" || s.MIG[7].Name() != "1:0" {
 		t.Errorf("MIG device 1:0: %+v", s.MIG[7])
 	}
