@@ -88,9 +88,12 @@ unit:
 # containerd 1.7.36 (NRI v0.8.0, config version 2), then CRI-O 1.34.0 (built from
 # source into the same cache). One line per runtime.
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
-# under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
-e2e: e2e-tools build
+# under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost;
+# then the release image (make image) loaded with ctr images import and
+# podman load, and run (test/e2e/releaseimage).
+e2e: e2e-tools build image
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
+	cd test/e2e && NRI_GPU_IMAGE=$(abspath $(IMAGE_TAR)) $(GO) test -v -count=1 -timeout 10m ./releaseimage/
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.4.2 NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
