@@ -17,12 +17,34 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build image test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nri-gpu ./cmd/nri-gpu
+
+# make image: the release image, an OCI archive written without a
+# container engine (deploy/cmd/mkimage; docs/install.md, "The image"):
+# IMAGE_TAR, named $(IMAGE_REPO):$(VERSION). Its VERSION is the chart's
+# appVersion (what the kustomization and the chart deploy) unless given
+# (make image VERSION=0.2.0); the binary in it reports that version.
+# Reproducible: the same commit, Go toolchain and libc6 give the same
+# bytes (every time in it is SOURCE_DATE_EPOCH, the commit's time).
+# glibc comes from the build machine's Debian libc6 (LIBC_ROOT=/), or
+# from a libc6 package unpacked with dpkg-deb -x into LIBC_ROOT.
+IMAGE_REPO        := ghcr.io/nri-gpu/nri-gpu
+CHART_VERSION     := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/nri-gpu/Chart.yaml)
+IMAGE_TAR         ?= bin/nri-gpu-image.tar
+IMAGE_BIN         ?= bin/image/nri-gpu
+LIBC_ROOT         ?= /
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+ifeq ($(filter command line environment,$(origin VERSION)),)
+image: VERSION = $(CHART_VERSION)
+endif
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.Version=$(VERSION)" -o $(IMAGE_BIN) ./cmd/nri-gpu
+	cd deploy && $(GO) run ./cmd/mkimage -binary $(abspath $(IMAGE_BIN)) -version $(VERSION) -ref $(IMAGE_REPO):$(VERSION) -epoch $(SOURCE_DATE_EPOCH) -libc-root $(LIBC_ROOT) -o $(abspath $(IMAGE_TAR))
 
 # Every test: formatting, vet, unit and protocol tests under the race
 # detector, a short fuzzing round, and the end-to-end suite against a real
@@ -49,9 +71,11 @@ lint: $(GOLANGCI_LINT)
 		(cd $$m && $(GO) vet ./... && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 # Unit tests, then the protocol tests (their own module), under the race
-# detector; then the manifests' test. bin/testreport prints go test's usual
-# lines (and failing tests' output), then which tests were skipped and why:
-# without root, the ones that need mknod or mounts.
+# detector; then the deploy module's tests: the manifests, and the release
+# image (deploy/image: make image, its files, reproducibility, Dockerfile,
+# versions; as root, run in its own root). bin/testreport prints go test's
+# usual lines (and failing tests' output), then which tests were skipped
+# and why: without root, the ones that need mknod or mounts.
 unit:
 	$(GO) build -o bin/testreport ./test/testreport
 	bin/testreport $(GO) test -json -race -count=1 $(PKGS)
@@ -64,9 +88,12 @@ unit:
 # containerd 1.7.36 (NRI v0.8.0, config version 2), then CRI-O 1.34.0 (built from
 # source into the same cache). One line per runtime.
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
-# under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
-e2e: e2e-tools build
+# under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost;
+# then the release image (make image) loaded with ctr images import and
+# podman load, and run (test/e2e/releaseimage).
+e2e: e2e-tools build image
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
+	cd test/e2e && NRI_GPU_IMAGE=$(abspath $(IMAGE_TAR)) $(GO) test -v -count=1 -timeout 10m ./releaseimage/
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.4.2 NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
