@@ -1,6 +1,8 @@
 package nvml_test
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -153,4 +155,62 @@ func upper(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// TestSimulatedFailures: the simulated NVML's failure modes, through the
+// binding: an enumeration that fails as a whole, one GPU that NVML cannot
+// query (an error other than a lost GPU).
+func TestSimulatedFailures(t *testing.T) {
+	n, lib := simNVML(t, 2, simnode.NVMLState{CountError: simnode.NVMLErrorUnknown})
+	if _, err := lib.Devices(); !nvml.IsCode(err, nvml.Return(simnode.NVMLErrorUnknown)) {
+		t.Errorf("failed enumeration: %v, want NVML_ERROR_UNKNOWN", err)
+	}
+	if err := n.WriteNVMLState(simnode.NVMLState{GPUs: []simnode.NVMLGPU{{Error: simnode.NVMLErrorUnknown}}}); err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := lib.Devices()
+	if err != nil || len(gpus) != 2 {
+		t.Fatalf("one GPU erring: %v, %d GPUs", err, len(gpus))
+	}
+	if got := fmt.Sprint(gpus[0].Err); got != "nvmlDeviceGetUUID: Unknown Error (999)" || gpus[1].Err != nil {
+		t.Errorf("GPU 0: %q, GPU 1: %v", got, gpus[1].Err)
+	}
+}
+
+// TestCloseDuringWait: Close while another goroutine waits for events
+// waits for the wait to return and frees the set before nvmlShutdown; the
+// set fails with ErrClosed after. The simulated NVML records any call in
+// the wrong order (a shutdown during a wait, a set used after it).
+func TestCloseDuringWait(t *testing.T) {
+	n, lib := simNVML(t, 2, simnode.NVMLState{})
+	ev, err := lib.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, _, err := ev.Wait(500 * time.Millisecond)
+		waited <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the wait is in NVML now
+	if err := lib.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("the wait in progress: %v", err)
+		}
+	default:
+		t.Error("Close returned before the wait in progress")
+	}
+	if _, _, err := ev.Wait(time.Millisecond); !errors.Is(err, nvml.ErrClosed) {
+		t.Errorf("Wait after Close: %v, want ErrClosed", err)
+	}
+	if err := ev.Close(); err != nil {
+		t.Errorf("Events.Close after Close: %v", err)
+	}
+	if v, err := n.NVMLViolations(); err != nil || len(v) > 0 {
+		t.Errorf("NVML used in the wrong order: %q %v", v, err)
+	}
 }
