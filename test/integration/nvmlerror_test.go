@@ -175,3 +175,49 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPreRegisteredSlowNVML: a pre-registered plugin gets its
+// configuration in Configure, which the runtime bounds (2 s); an
+// nvmlInit_v2 that takes 4 s does not make it miss that deadline: the
+// plugin registers, serves whole GPUs (as without NVML) until NVML answers,
+// then the node's MIG devices, without a restart.
+func TestPreRegisteredSlowNVML(t *testing.T) {
+	needRoot(t)
+	dir := shortTempDir(t)
+	n, cfg := simNodeN(t, dir, 3, "")
+	st := simnode.MixedMIG()
+	st.InitDelay = 4 * time.Second
+	if err := n.SetMIG(st); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"plugins", "conf.d"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "plugins", "10-nri-gpu"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "conf.d", "10-nri-gpu.conf"), conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := startRuntime(t, dir)
+	defer r.stop()
+	registered := time.Since(start)
+	adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/container.c": "device=2"}, "c")
+	t.Logf("the runtime started its plugins in %s, with nvmlInit_v2 taking %s", registered.Round(time.Millisecond), st.InitDelay)
+	if err != nil || len(adj.GetLinux().GetDevices()) == 0 {
+		t.Fatalf("the pre-registered plugin does not serve (did it miss the runtime's deadline?): %v %v", adj, err)
+	}
+	waitUntil(t, "MIG device 0:0 once NVML answered", func() bool {
+		adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/container.m": "device=0:0"}, "m")
+		return err == nil && len(adj.GetLinux().GetDevices()) > 0
+	})
+	t.Logf("MIG devices served %s after the runtime started", time.Since(start).Round(time.Millisecond))
+}
