@@ -5,6 +5,7 @@
 //	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
 //	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
 //	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
+//	nri-gpu cleanup [--config FILE] [--dry-run]
 //	nri-gpu version
 package main
 
@@ -39,6 +40,7 @@ Usage:
   nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
   nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
   nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
+  nri-gpu cleanup [--config FILE] [--dry-run]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -74,6 +76,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	case "doctor":
 		err = doctorCmd(args[1:], stdout, stderr)
+	case "cleanup":
+		err = cleanupCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
@@ -158,12 +162,12 @@ func runCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The /dev/char links nri-gpu makes (devCharLinks) stay when it
+	// stops: running containers need them (nri-gpu cleanup removes them).
 	p, err := plugin.New(cfg, log, node.KeepDevCharLinks())
 	if err != nil {
 		return err
 	}
-	// The /dev/char links nri-gpu made go when it stops (devCharLinks).
-	defer p.Node().RemoveDevCharLinks()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()

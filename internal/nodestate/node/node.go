@@ -99,8 +99,9 @@ type Node struct {
 	subMu  sync.Mutex
 	subs   map[int]func(*State)
 	nextID int
-	// devChar is set by KeepDevCharLinks (devchar.go).
-	devChar bool
+	// devChar is set by KeepDevCharLinks (devchar.go); devCharOff once
+	// the log has said that the links are off (guarded by mu).
+	devChar, devCharOff bool
 	// nvml is NVML loaded from the driver root, for MIG devices.
 	nvml *nvmlHandle
 	// health follows the devices' health (XID events, lost GPUs).
