@@ -175,7 +175,7 @@ func TestIgnoredXIDsAggregate(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	x := newIgnoredXIDs(time.Minute)
 	var got []xidLine
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 	got = append(got, x.note("GPU-a", 13, at(0))...)
 	for i := range 500 {
 		got = append(got, x.note("GPU-a", 13+uint64(i%2)*18, at(time.Duration(i)*time.Millisecond))...)

@@ -142,13 +142,6 @@ func (c *guardedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// held returns how many connections the guard counts.
-func (g *guard) held() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.conns)
-}
-
 // sourceOf returns the client's address without its port: one pod, or one
 // host.
 func sourceOf(a net.Addr) string {
