@@ -183,32 +183,50 @@ func TestSimulatedFailures(t *testing.T) {
 // the wrong order (a shutdown during a wait, a set used after it).
 func TestCloseDuringWait(t *testing.T) {
 	n, lib := simNVML(t, 2, simnode.NVMLState{})
-	ev, err := lib.Events()
-	if err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() {
-		_, _, err := ev.Wait(500 * time.Millisecond)
-		waited <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // the wait is in NVML now
-	if err := lib.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-waited:
+	path := filepath.Join(n.Root, n.LibDir, "libnvidia-ml.so.1")
+	// The wait must be in NVML when Close is called; on a loaded machine
+	// the goroutine may not have got there yet: then again.
+	for attempt := 0; ; attempt++ {
+		ev, err := lib.Events()
 		if err != nil {
-			t.Errorf("the wait in progress: %v", err)
+			t.Fatal(err)
 		}
-	default:
-		t.Error("Close returned before the wait in progress")
-	}
-	if _, _, err := ev.Wait(time.Millisecond); !errors.Is(err, nvml.ErrClosed) {
-		t.Errorf("Wait after Close: %v, want ErrClosed", err)
-	}
-	if err := ev.Close(); err != nil {
-		t.Errorf("Events.Close after Close: %v", err)
+		type result struct {
+			err error
+			end time.Time
+		}
+		waited := make(chan result, 1)
+		go func() {
+			_, _, err := ev.Wait(time.Second)
+			waited <- result{err, time.Now()}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		if err := lib.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closed := time.Now()
+		r := <-waited
+		werr := r.err
+		if werr == nil && r.end.After(closed) {
+			t.Fatal("Close returned before the wait in progress")
+		}
+		if errors.Is(werr, nvml.ErrClosed) && attempt < 5 {
+			// The wait started after Close: not the case under test.
+			if lib, err = nvml.Open(path); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if werr != nil {
+			t.Errorf("the wait in progress: %v", werr)
+		}
+		if _, _, err := ev.Wait(time.Millisecond); !errors.Is(err, nvml.ErrClosed) {
+			t.Errorf("Wait after Close: %v, want ErrClosed", err)
+		}
+		if err := ev.Close(); err != nil {
+			t.Errorf("Events.Close after Close: %v", err)
+		}
+		break
 	}
 	if v, err := n.NVMLViolations(); err != nil || len(v) > 0 {
 		t.Errorf("NVML used in the wrong order: %q %v", v, err)
