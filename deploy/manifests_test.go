@@ -406,6 +406,22 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		t.Error("no writable emptyDir at /run/nri-gpu for the status socket")
 	}
 
+	// The record of the /dev/char links is in a host directory, writable,
+	// so that a replaced pod finds it (an emptyDir goes with the pod, and
+	// the links it lists would never be cleaned up).
+	stateHost := ""
+	if cfg.DevCharLinks.On() {
+		dir := cfg.DevCharLinks.StateDirUnder(cfg.HostRoot)
+		for _, m := range c.VolumeMounts {
+			if v := volumes[m.Name]; (dir == m.MountPath || strings.HasPrefix(dir, m.MountPath+"/")) && v.HostPath != nil && !m.ReadOnly {
+				stateHost = v.HostPath.Path
+			}
+		}
+		if stateHost == "" {
+			t.Errorf("devCharLinks.stateDir %s is not in a writable host directory mount", dir)
+		}
+	}
+
 	// Host mounts: the ones hostRoot and driverRoot need and the library
 	// cache, all read-only but the NRI socket's directory and the cache,
 	// and nothing else. The cache is the host directory the runtime mounts
@@ -424,7 +440,7 @@ func checkDaemonSet(t *testing.T, objs objects) {
 			continue
 		}
 		hostMounts[v.HostPath.Path] = m.MountPath
-		isCache := usesCache && v.HostPath.Path == cacheHost
+		isCache := usesCache && v.HostPath.Path == cacheHost || v.HostPath.Path == stateHost
 		// The kubelet's device plugin directory: where the plugin's
 		// socket is made and the kubelet's is (devicePlugin.enabled).
 		isKubelet := cfg.DevicePlugin.Enabled && v.HostPath.Path == kubeletDevicePlugins
@@ -452,6 +468,9 @@ func checkDaemonSet(t *testing.T, objs objects) {
 			t.Errorf("the library cache %s is mounted at %s; nri-gpu writes it at %s (libraryCacheMount)", cacheHost, m.MountPath, cacheMount)
 		}
 	}
+	if _, ok := hostMounts["/dev/char"]; ok != cfg.DevCharLinks.On() {
+		t.Errorf("devCharLinks.enabled is %v, and the host's /dev/char mounted: %v", cfg.DevCharLinks.On(), ok)
+	}
 	if _, ok := hostMounts[kubeletDevicePlugins]; ok != cfg.DevicePlugin.Enabled {
 		t.Errorf("devicePlugin.enabled is %v, and the kubelet's %s mounted: %v", cfg.DevicePlugin.Enabled, kubeletDevicePlugins, ok)
 	}
@@ -465,6 +484,9 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		"/var/run/nri": "/var/run/nri", // the default --socket /var/run/nri/nri.sock
 		"/dev/char":    filepath.Join(cfg.HostRoot, "dev", "char"),
 	} {
+		if _, ok := hostMounts[host]; host == "/dev/char" && !ok && !cfg.DevCharLinks.On() {
+			continue
+		}
 		if hostMounts[host] != want {
 			t.Errorf("host %s is mounted at %q; the configuration reads it at %q", host, hostMounts[host], want)
 		}
@@ -490,15 +512,52 @@ func checkDaemonSet(t *testing.T, objs objects) {
 }
 
 // TestHelmLibraryModeFiles renders the chart with libraryMode files: no
-// library cache, so no host directory is writable but the NRI socket's.
+// library cache; the host's /var/lib/nri-gpu stays mounted for the record
+// of the /dev/char links, and goes with them (devCharLinks.enabled:
+// false), with the host's /dev/char.
 func TestHelmLibraryModeFiles(t *testing.T) {
+	for _, devChar := range []bool{true, false} {
+		objs, _ := renderHelm(t, func(v map[string]any) {
+			v["config"].(map[string]any)["libraryMode"] = "files"
+			v["config"].(map[string]any)["devCharLinks"].(map[string]any)["enabled"] = devChar
+		})
+		checkDaemonSet(t, objs)
+		var mounted []string
+		for _, m := range objs.daemonSet.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if m.Name == "library-cache" || m.Name == "host-dev-char" {
+				mounted = append(mounted, m.Name)
+			}
+		}
+		want := []string{"host-dev-char", "library-cache"}
+		if !devChar {
+			want = nil
+		}
+		if !slices.Equal(sorted(mounted), want) {
+			t.Errorf("libraryMode files, devCharLinks.enabled %v: mounted %q, want %q", devChar, mounted, want)
+		}
+	}
+}
+
+// TestHelmDevCharLinksOff: devCharLinks.enabled: false renders a
+// configuration with the links off and no mount of the host's /dev/char
+// (docs/security.md), volume included.
+func TestHelmDevCharLinksOff(t *testing.T) {
 	objs, _ := renderHelm(t, func(v map[string]any) {
-		v["config"].(map[string]any)["libraryMode"] = "files"
+		v["config"].(map[string]any)["devCharLinks"].(map[string]any)["enabled"] = false
 	})
 	checkDaemonSet(t, objs)
-	for _, m := range objs.daemonSet.Spec.Template.Spec.Containers[0].VolumeMounts {
-		if m.Name == "library-cache" {
-			t.Error("libraryMode files: the library cache is mounted")
+	if parseShipped(t, objs).DevCharLinks.On() {
+		t.Error("devCharLinks.enabled: false renders a configuration with the links on")
+	}
+	spec := objs.daemonSet.Spec.Template.Spec
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/dev/char" {
+			t.Errorf("devCharLinks off: volume %s still mounts the host's /dev/char", v.Name)
+		}
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.MountPath == "/host/dev/char" {
+			t.Error("devCharLinks off: /host/dev/char still mounted")
 		}
 	}
 }

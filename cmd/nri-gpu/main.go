@@ -6,6 +6,7 @@
 //	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
 //	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
 //	nri-gpu mps [--config FILE] [--log-level LEVEL]
+//	nri-gpu cleanup [--config FILE] [--dry-run]
 //	nri-gpu version
 package main
 
@@ -42,6 +43,7 @@ Usage:
   nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
   nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
   nri-gpu mps [--config FILE] [--log-level LEVEL]
+  nri-gpu cleanup [--config FILE] [--dry-run]
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -79,6 +81,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = doctorCmd(args[1:], stdout, stderr)
 	case "mps":
 		err = mpsCmd(args[1:], stderr)
+	case "cleanup":
+		err = cleanupCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
@@ -163,12 +167,12 @@ func runCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The /dev/char links nri-gpu makes (devCharLinks) stay when it
+	// stops: running containers need them (nri-gpu cleanup removes them).
 	p, err := plugin.New(cfg, log, node.KeepDevCharLinks())
 	if err != nil {
 		return err
 	}
-	// The /dev/char links nri-gpu made go when it stops (devCharLinks).
-	defer p.Node().RemoveDevCharLinks()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()

@@ -3,8 +3,10 @@ package nvml
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -73,8 +75,13 @@ const MaxGPUs = 256
 type dl struct {
 	handle uintptr
 	// mu serializes Devices with itself; NVML is thread-safe, but
-	// the handle map of Events is built from one enumeration.
+	// the handle map of Events is built from one enumeration. It also
+	// guards closed and sets.
 	mu sync.Mutex
+	// sets are the event sets Events made, freed or not: Close frees
+	// those still in use, each once its wait has returned, before it
+	// shuts NVML down.
+	sets []*events
 
 	errorString             func(Return) string
 	shutdown                func() Return
@@ -219,7 +226,7 @@ func (l *dl) Devices() ([]GPU, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, fmt.Errorf("nvml: closed")
+		return nil, ErrClosed
 	}
 	var n uint32
 	if r := l.getCount(&n); r != Success {
@@ -331,8 +338,12 @@ func (l *dl) mig(h uintptr, parentMiB uint64) (MIG, error) {
 	return m, nil
 }
 
-// Close implements Lib. The library stays mapped: unloading code that
-// other threads may still be returning through is never worth the bytes.
+// Close implements Lib. NVML frees an event set's memory at nvmlShutdown,
+// and a wait on a set is a call that lasts up to its timeout (a second for
+// the health goroutine's): Close first waits for each set's wait in
+// progress to return and frees the set (a later Wait on it fails), then
+// shuts NVML down. The library stays mapped: unloading code that other
+// threads may still be returning through is never worth the bytes.
 func (l *dl) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -340,6 +351,10 @@ func (l *dl) Close() error {
 		return nil
 	}
 	l.closed = true
+	for _, e := range l.sets {
+		_ = e.free()
+	}
+	l.sets = nil
 	if r := l.shutdown(); r != Success {
 		return l.err("nvmlShutdown", r)
 	}
@@ -351,8 +366,10 @@ type events struct {
 	l     *dl
 	set   uintptr
 	uuids map[uintptr]string
+	// mu is held for the whole of a wait, so that freeing the set (Close,
+	// or the library's) waits for the wait to return.
 	mu    sync.Mutex
-	freed bool
+	freed atomic.Bool
 }
 
 // Events implements Lib: it registers every GPU for critical XID events.
@@ -364,6 +381,10 @@ func (l *dl) Events() (Events, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	l.sets = slices.DeleteFunc(l.sets, func(e *events) bool { return e.freed.Load() })
 	var n uint32
 	if r := l.getCount(&n); r != Success {
 		return nil, l.err("nvmlDeviceGetCount_v2", r)
@@ -404,6 +425,7 @@ func (l *dl) Events() (Events, error) {
 		}
 		return nil, firstErr
 	}
+	l.sets = append(l.sets, e)
 	return e, nil
 }
 
@@ -411,8 +433,8 @@ func (l *dl) Events() (Events, error) {
 func (e *events) Wait(timeout time.Duration) (Event, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.freed {
-		return Event{}, false, fmt.Errorf("nvml: event set freed")
+	if e.freed.Load() {
+		return Event{}, false, fmt.Errorf("nvml: event set freed: %w", ErrClosed)
 	}
 	ms := uint32(min(max(timeout.Milliseconds(), 0), 1<<31))
 	var d eventData
@@ -430,13 +452,16 @@ func (e *events) Wait(timeout time.Duration) (Event, bool, error) {
 }
 
 // Close implements Events.
-func (e *events) Close() error {
+func (e *events) Close() error { return e.free() }
+
+// free frees the set once, after the wait in progress (if any) returned.
+func (e *events) free() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.freed {
+	if e.freed.Load() {
 		return nil
 	}
-	e.freed = true
+	e.freed.Store(true)
 	if r := e.l.eventSetFree(e.set); r != Success {
 		return e.l.err("nvmlEventSetFree", r)
 	}

@@ -83,6 +83,10 @@ type Event struct {
 	GI, CI uint32
 }
 
+// ErrClosed is the error of a Lib used after Close, and of an Events
+// waited on after it (or its own Close).
+var ErrClosed = errors.New("nvml: closed")
+
 // NoInstance is Event.GI/CI where the event is not attributable to a MIG
 // instance (NVML's 0xFFFFFFFF).
 const NoInstance = 0xFFFFFFFF

@@ -1,6 +1,8 @@
 package nvml_test
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -153,4 +155,80 @@ func upper(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// TestSimulatedFailures: the simulated NVML's failure modes, through the
+// binding: an enumeration that fails as a whole, one GPU that NVML cannot
+// query (an error other than a lost GPU).
+func TestSimulatedFailures(t *testing.T) {
+	n, lib := simNVML(t, 2, simnode.NVMLState{CountError: simnode.NVMLErrorUnknown})
+	if _, err := lib.Devices(); !nvml.IsCode(err, nvml.Return(simnode.NVMLErrorUnknown)) {
+		t.Errorf("failed enumeration: %v, want NVML_ERROR_UNKNOWN", err)
+	}
+	if err := n.WriteNVMLState(simnode.NVMLState{GPUs: []simnode.NVMLGPU{{Error: simnode.NVMLErrorUnknown}}}); err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := lib.Devices()
+	if err != nil || len(gpus) != 2 {
+		t.Fatalf("one GPU erring: %v, %d GPUs", err, len(gpus))
+	}
+	if got := fmt.Sprint(gpus[0].Err); got != "nvmlDeviceGetUUID: Unknown Error (999)" || gpus[1].Err != nil {
+		t.Errorf("GPU 0: %q, GPU 1: %v", got, gpus[1].Err)
+	}
+}
+
+// TestCloseDuringWait: Close while another goroutine waits for events
+// waits for the wait to return and frees the set before nvmlShutdown; the
+// set fails with ErrClosed after. The simulated NVML records any call in
+// the wrong order (a shutdown during a wait, a set used after it).
+func TestCloseDuringWait(t *testing.T) {
+	n, lib := simNVML(t, 2, simnode.NVMLState{})
+	path := filepath.Join(n.Root, n.LibDir, "libnvidia-ml.so.1")
+	// The wait must be in NVML when Close is called; on a loaded machine
+	// the goroutine may not have got there yet: then again.
+	for attempt := 0; ; attempt++ {
+		ev, err := lib.Events()
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			err error
+			end time.Time
+		}
+		waited := make(chan result, 1)
+		go func() {
+			_, _, err := ev.Wait(time.Second)
+			waited <- result{err, time.Now()}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		if err := lib.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closed := time.Now()
+		r := <-waited
+		werr := r.err
+		if werr == nil && r.end.After(closed) {
+			t.Fatal("Close returned before the wait in progress")
+		}
+		if errors.Is(werr, nvml.ErrClosed) && attempt < 5 {
+			// The wait started after Close: not the case under test.
+			if lib, err = nvml.Open(path); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if werr != nil {
+			t.Errorf("the wait in progress: %v", werr)
+		}
+		if _, _, err := ev.Wait(time.Millisecond); !errors.Is(err, nvml.ErrClosed) {
+			t.Errorf("Wait after Close: %v, want ErrClosed", err)
+		}
+		if err := ev.Close(); err != nil {
+			t.Errorf("Events.Close after Close: %v", err)
+		}
+		break
+	}
+	if v, err := n.NVMLViolations(); err != nil || len(v) > 0 {
+		t.Errorf("NVML used in the wrong order: %q %v", v, err)
+	}
 }

@@ -97,6 +97,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"status", "-o", "yaml"}, 2, `unknown format "yaml" (valid: table, json)`},
 		{[]string{"status", "--status-socket", "/nonexistent/status.sock"}, 1, "cannot reach the plugin on /nonexistent/status.sock"},
 		{[]string{"status", "--ready", "--status-socket", "/nonexistent/status.sock"}, 1, "cannot reach the plugin"},
+		{[]string{"cleanup", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"cleanup", "--config", "/nonexistent/config.yaml"}, 1, "/nonexistent/config.yaml"},
 	} {
 		out, err := exec.Command(binary, tc.args...).CombinedOutput()
 		code := 0

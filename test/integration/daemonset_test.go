@@ -203,6 +203,11 @@ func TestDaemonSetLayout(t *testing.T) {
 			t.Errorf("host %s -> %q (%v), want ../nvidia%d", link, target, err, g.Minor)
 		}
 	}
+	// Their record is in the host's /var/lib/nri-gpu, beside the library
+	// cache, where a replaced pod finds it (not in the pod's emptyDir).
+	if data, err := os.ReadFile(n.HostPath("/var/lib/nri-gpu/devchar-links.json")); err != nil || !strings.Contains(string(data), `"195:`) {
+		t.Errorf("no record of the /dev/char links in the host's /var/lib/nri-gpu: %v %s", err, data)
+	}
 
 	// The shipped policy is closed: an annotation is refused, the
 	// image's NVIDIA_VISIBLE_DEVICES=all is voided.

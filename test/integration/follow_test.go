@@ -245,3 +245,55 @@ func TestRunBadMetricsAddr(t *testing.T) {
 		t.Errorf("--metrics-addr in use: %v\n%s", err, out)
 	}
 }
+
+// TestProbesThroughIdleClients: the built plugin's metrics listener keeps
+// answering /healthz and /readyz, each on a new connection as the
+// kubelet's prober asks, within the probe's 1 s timeout while one client
+// (another address) holds 300 connections: a third idle after a request,
+// a third sending headers a byte every 100 ms, a third silent.
+func TestProbesThroughIdleClients(t *testing.T) {
+	needRoot(t)
+	dir := shortTempDir(t)
+	_, cfg := simNode(t, dir, simnode.LayoutDebian)
+	r := startRuntime(t, dir)
+	defer r.stop()
+	p := startPlugin(t, "run", "--config", cfg, "--socket", r.socket, "--status-socket", "", "--metrics-addr", "127.0.0.1:0")
+	url := metricsURL(t, p)
+	r.waitSynced(20 * time.Second)
+	addr := strings.TrimPrefix(url, "http://")
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, 1)}}
+	for i := range 300 {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		switch i % 3 {
+		case 0:
+			fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: nri-gpu\r\n\r\n")
+		case 1:
+			go func() {
+				for _, b := range []byte("GET /healthz HTTP/1.1\r\nHost: nri-gpu\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") {
+					if _, err := c.Write([]byte{b}); err != nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+		}
+	}
+	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 10 {
+		path := []string{"/healthz", "/readyz"}[i%2]
+		resp, err := probe.Get(url + path)
+		if err != nil {
+			t.Fatalf("probe %d, %s, with 300 connections of one client held: %v", i, path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("probe %d, %s: %s", i, path, resp.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

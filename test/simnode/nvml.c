@@ -25,6 +25,14 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_UNKNOWN 999
 
+/* Failure modes of the state file (simnode.NVMLState): a GPU whose every
+ * query fails with a code (NVML_ERROR_GPU_IS_LOST for a lost GPU), an
+ * enumeration that fails (nvmlDeviceGetCount_v2), an nvmlInit_v2 that takes
+ * a while. Misuse of the library by its caller (a shutdown while an event
+ * wait runs, an event set used after the shutdown) is what the real library
+ * does not survive: it is recorded, one line each, in the state file's
+ * path + ".violations" (simnode.Node.NVMLViolations). */
+
 typedef struct nvmlPciInfo_st {
 	char busIdLegacy[16];
 	unsigned int domain;
@@ -85,7 +93,7 @@ struct sim_dev {
 	char name[96];
 	unsigned long long mem;
 	int mig_mode;
-	int lost;
+	int err; /* every query fails with this code (0: none) */
 	unsigned int gi, ci, gi_slices, ci_slices;
 	int nmig;
 	struct sim_dev *mig[SIM_MAX_MIG];
@@ -94,6 +102,9 @@ struct sim_dev {
 static struct sim_dev gpus[SIM_MAX_GPUS];
 static struct sim_dev migs[SIM_MAX_GPUS * SIM_MAX_MIG];
 static int ngpus, nmigs, from_state, initialized;
+/* fail_count: the code nvmlDeviceGetCount_v2 fails with; init_delay_ms:
+ * how long nvmlInit_v2 takes; waiting: event waits in progress. */
+static int fail_count, init_delay_ms, waiting;
 
 struct sim_set {
 	int used;
@@ -134,6 +145,7 @@ static void load(void)
 	memset(migs, 0, sizeof migs);
 	ngpus = nmigs = 0;
 	from_state = 0;
+	fail_count = init_delay_ms = 0;
 	if (!state_path(p, sizeof p))
 		return;
 	FILE *f = fopen(p, "r");
@@ -143,10 +155,18 @@ static void load(void)
 	char line[512];
 	while (fgets(line, sizeof line, f) != NULL) {
 		line[strcspn(line, "\n")] = '\0';
-		int idx, mig, lost, n;
+		int idx, mig, err, n;
 		unsigned long long mem;
 		char uuid[96], bus[32];
-		if (sscanf(line, "gpu %d %95s %31s %llu %d %d %n", &idx, uuid, bus, &mem, &mig, &lost, &n) == 6) {
+		if (sscanf(line, "fail count %d", &err) == 1) {
+			fail_count = err;
+			continue;
+		}
+		if (sscanf(line, "init delay %d", &n) == 1) {
+			init_delay_ms = n;
+			continue;
+		}
+		if (sscanf(line, "gpu %d %95s %31s %llu %d %d %n", &idx, uuid, bus, &mem, &mig, &err, &n) == 6) {
 			if (ngpus == SIM_MAX_GPUS)
 				continue;
 			struct sim_dev *g = &gpus[ngpus++];
@@ -157,7 +177,7 @@ static void load(void)
 			snprintf(g->name, sizeof g->name, "%s", line + n);
 			g->mem = mem;
 			g->mig_mode = mig;
-			g->lost = lost;
+			g->err = err;
 			continue;
 		}
 		int gpu;
@@ -181,6 +201,22 @@ static void load(void)
 	}
 	fclose(f);
 }
+
+/* violation records a misuse of the library (see the top). */
+static void violation(const char *what)
+{
+	char p[4096];
+	if (!state_path(p, sizeof p))
+		return;
+	strncat(p, ".violations", sizeof p - strlen(p) - 1);
+	FILE *f = fopen(p, "a");
+	if (f == NULL)
+		return;
+	fprintf(f, "%s\n", what);
+	fclose(f);
+}
+
+static int is_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_SEQ_CST); }
 
 /* next_event finds the first XID event after seq for a device registered
  * in s, reading the state file again. */
@@ -235,13 +271,17 @@ const char *nvmlErrorString(nvmlReturn_t r)
 int nvmlInit_v2(void)
 {
 	load();
-	initialized = 1;
+	for (int waited = 0; waited < init_delay_ms; waited += 10)
+		usleep(10000);
+	__atomic_store_n(&initialized, 1, __ATOMIC_SEQ_CST);
 	return NVML_SUCCESS;
 }
 
 int nvmlShutdown(void)
 {
-	initialized = 0;
+	if (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) > 0)
+		violation("nvmlShutdown while nvmlEventSetWait_v2 waits");
+	__atomic_store_n(&initialized, 0, __ATOMIC_SEQ_CST);
 	return NVML_SUCCESS;
 }
 
@@ -274,15 +314,17 @@ int nvmlDeviceGetCount_v2(unsigned int *count)
 {
 	if (count == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (initialized)
+	if (is_initialized())
 		load();
+	if (fail_count != 0)
+		return fail_count;
 	*count = from_state ? (unsigned int)ngpus : (unsigned int)nri_gpu_sim_count_gpus();
 	return NVML_SUCCESS;
 }
 
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
-	if (!initialized)
+	if (!is_initialized())
 		return NVML_ERROR_UNINITIALIZED;
 	if (device == NULL || !from_state || index >= (unsigned int)ngpus)
 		return NVML_ERROR_INVALID_ARGUMENT;
@@ -295,8 +337,8 @@ static int str_out(const struct sim_dev *d, const char *s, char *out, unsigned i
 	if (d == NULL || out == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	const struct sim_dev *g = d->is_mig ? d->parent : d;
-	if (g->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if (g->err)
+		return g->err;
 	if (length < strlen(s) + 1)
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	strcpy(out, s);
@@ -323,8 +365,8 @@ int nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 	if (d == NULL || pci == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	const struct sim_dev *g = d->is_mig ? d->parent : d;
-	if (g->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if (g->err)
+		return g->err;
 	memset(pci, 0, sizeof *pci);
 	snprintf(pci->busId, sizeof pci->busId, "%s", g->bus);
 	snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", g->bus + 4);
@@ -341,8 +383,8 @@ int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 {
 	if (d == NULL || m == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if ((d->is_mig ? d->parent : d)->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if ((d->is_mig ? d->parent : d)->err)
+		return (d->is_mig ? d->parent : d)->err;
 	m->total = d->mem << 20;
 	m->free = m->total;
 	m->used = 0;
@@ -353,8 +395,8 @@ int nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pe
 {
 	if (d == NULL || current == NULL || pending == NULL || d->is_mig)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if (d->err)
+		return d->err;
 	if (d->mig_mode < 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	*current = *pending = (unsigned int)d->mig_mode;
@@ -375,8 +417,8 @@ int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvml
 {
 	if (d == NULL || mig == NULL || d->is_mig)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if (d->err)
+		return d->err;
 	if (index >= (unsigned int)d->nmig)
 		return NVML_ERROR_NOT_FOUND;
 	*mig = d->mig[index];
@@ -450,19 +492,31 @@ int nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int 
 {
 	if (set == NULL || data == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!is_initialized()) {
+		violation("nvmlEventSetWait_v2 after nvmlShutdown");
+		return NVML_ERROR_UNINITIALIZED;
+	}
+	__atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+	int r = NVML_ERROR_TIMEOUT;
 	for (unsigned int waited = 0;; waited += 10) {
-		if (next_event(set, data))
-			return NVML_SUCCESS;
+		if (next_event(set, data)) {
+			r = NVML_SUCCESS;
+			break;
+		}
 		if (waited >= timeoutms)
-			return NVML_ERROR_TIMEOUT;
+			break;
 		usleep(10000);
 	}
+	__atomic_sub_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+	return r;
 }
 
 int nvmlEventSetFree(nvmlEventSet_t set)
 {
 	if (set == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!is_initialized())
+		violation("nvmlEventSetFree after nvmlShutdown");
 	set->used = 0;
 	return NVML_SUCCESS;
 }
@@ -533,8 +587,8 @@ int nvmlDeviceGetComputeMode(nvmlDevice_t d, unsigned int *mode)
 {
 	if (d == NULL || mode == NULL || d->is_mig)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if (d->err)
+		return d->err;
 	*mode = compute_mode_of(d->uuid);
 	return NVML_SUCCESS;
 }
@@ -543,8 +597,8 @@ int nvmlDeviceSetComputeMode(nvmlDevice_t d, unsigned int mode)
 {
 	if (d == NULL || d->is_mig || mode >= SIM_COMPUTE_MODES)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (d->lost)
-		return NVML_ERROR_GPU_IS_LOST;
+	if (d->err)
+		return d->err;
 	if (geteuid() != 0)
 		return NVML_ERROR_NO_PERMISSION;
 	char p[4096], tmp[4200], line[256], u[96];

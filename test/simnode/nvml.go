@@ -4,9 +4,11 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // NVMLStatePath is where, inside the node tree, the simulated
@@ -58,6 +60,10 @@ type NVMLGPU struct {
 	MIG     []MIG
 	// Lost makes NVML report the GPU lost (NVML_ERROR_GPU_IS_LOST).
 	Lost bool
+	// Error makes every query of the GPU fail with this NVML return code
+	// (999: NVML_ERROR_UNKNOWN), as when the driver cannot answer for
+	// it; Lost wins over it.
+	Error int
 	// MemoryMiB is the GPU's memory; 0 gives 81559 (an H100 80GB).
 	MemoryMiB uint64
 }
@@ -71,10 +77,38 @@ type XID struct {
 }
 
 // NVMLState is what the simulated NVML reports: per GPU (by index), and
-// the XID events so far.
+// the XID events so far; and how it fails.
 type NVMLState struct {
 	GPUs   []NVMLGPU
 	Events []XID
+	// CountError makes nvmlDeviceGetCount_v2 fail with this NVML return
+	// code: an enumeration that fails as a whole.
+	CountError int
+	// InitDelay is how long nvmlInit_v2 takes (a driver that is slow to
+	// initialize, or hangs for a while).
+	InitDelay time.Duration
+}
+
+// nvmlErrorGPUIsLost is NVML_ERROR_GPU_IS_LOST.
+const nvmlErrorGPUIsLost = 15
+
+// NVMLErrorUnknown is NVML_ERROR_UNKNOWN, for NVMLGPU.Error and
+// NVMLState.CountError.
+const NVMLErrorUnknown = 999
+
+// NVMLViolations returns what the simulated NVML recorded as misuse by its
+// callers, one line each: an nvmlShutdown while an event wait runs, an
+// event set waited on or freed after the shutdown. The real library does
+// not survive these (it frees what the wait uses).
+func (n *Node) NVMLViolations() ([]string, error) {
+	data, err := os.ReadFile(n.HostPath(NVMLStatePath) + ".violations")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil || len(data) == 0 {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n"), nil
 }
 
 // MIGUUIDFor returns the deterministic UUID of a MIG device.
@@ -99,11 +133,11 @@ func (n *Node) WriteNVMLState(st NVMLState) error {
 		if mem == 0 {
 			mem = 81559
 		}
-		lost := 0
+		code := ng.Error
 		if ng.Lost {
-			lost = 1
+			code = nvmlErrorGPUIsLost
 		}
-		fmt.Fprintf(&b, "gpu %d %s 0000%s %d %d %d %s\n", g.Index, g.UUID, strings.ToUpper(g.BusID), mem, ng.MIGMode, lost, g.Model)
+		fmt.Fprintf(&b, "gpu %d %s 0000%s %d %d %d %s\n", g.Index, g.UUID, strings.ToUpper(g.BusID), mem, ng.MIGMode, code, g.Model)
 		for _, m := range ng.MIG {
 			uuid := m.UUID
 			if uuid == "" {
@@ -111,6 +145,12 @@ func (n *Node) WriteNVMLState(st NVMLState) error {
 			}
 			fmt.Fprintf(&b, "mig %d %d %d %d %d %d %s\n", g.Index, m.GI, m.CI, m.GISlices, m.CISlices, m.MemoryMiB, uuid)
 		}
+	}
+	if st.CountError != 0 {
+		fmt.Fprintf(&b, "fail count %d\n", st.CountError)
+	}
+	if st.InitDelay > 0 {
+		fmt.Fprintf(&b, "init delay %d\n", st.InitDelay.Milliseconds())
 	}
 	for i, e := range st.Events {
 		gi, ci := uint32(e.GI), uint32(e.CI)

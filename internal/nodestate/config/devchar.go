@@ -8,16 +8,22 @@ import "path/filepath"
 // daemon-reload`.
 type DevCharLinks struct {
 	// Enabled makes nri-gpu create the missing links when it discovers
-	// the node, and remove those it made when it stops; default true.
+	// the node; default true. The links outlive nri-gpu: one goes only
+	// when its device node is gone from the host (nri-gpu cleanup removes
+	// them at an uninstall).
 	Enabled *bool `json:"enabled,omitempty"`
 	// StateDir is where nri-gpu records the links it made, as nri-gpu
-	// sees it; empty (the default) is hostRoot + DefaultDevCharStateDir.
+	// sees it: a host directory, so that the next nri-gpu (a restart, a
+	// replaced pod) finds the record; empty (the default) is hostRoot +
+	// DefaultDevCharStateDir.
 	StateDir string `json:"stateDir,omitempty"`
 }
 
 // DefaultDevCharStateDir is where the record is by default, under
-// hostRoot: a tmpfs on systemd hosts, gone at a reboot with the links it
-// lists.
+// hostRoot: the host's /run, which outlives nri-gpu's stops and restarts
+// and, a tmpfs, goes at a reboot with the links it lists (the systemd unit
+// keeps it: RuntimeDirectoryPreserve). The shipped DaemonSet sets
+// /var/lib/nri-gpu, its host directory.
 const DefaultDevCharStateDir = "/run/nri-gpu"
 
 // StateDirUnder returns the state directory for a node whose host root is

@@ -6,9 +6,12 @@
 // it leaves the entry out: the next `systemctl daemon-reload` rewrites the
 // container's device cgroup without its GPUs ("Failed to initialize NVML:
 // Unknown Error"). Ensure makes each missing link, relative (../nvidia0),
-// and records what it made in its state directory; Remove takes away only
-// links the record lists that are still as made. An existing link or file
-// is never replaced. Every path is resolved inside the host root.
+// and records what it made in its state directory. The links outlive
+// nri-gpu: Ensure removes one of its own only when the device node is gone
+// from the host, and nothing removes them when nri-gpu stops; Remove (the
+// `nri-gpu cleanup` command) takes away the links the record lists that
+// are still as made. An existing link or file is never replaced. Every
+// path is resolved inside the host root.
 package devchar
 
 import (
@@ -35,6 +38,15 @@ const Dir = "/dev/char"
 // RecordName is the file, in the state directory, that lists the links
 // nri-gpu made.
 const RecordName = "devchar-links.json"
+
+// tempPrefix starts the names of the record's temporary files.
+const tempPrefix = ".devchar-"
+
+// IsRecordFile reports whether name, an entry of the state directory, is
+// the record or one of its temporary files: what the library cache, which
+// may share the directory (/var/lib/nri-gpu in the DaemonSet), leaves
+// alone.
+func IsRecordFile(name string) bool { return name == RecordName || strings.HasPrefix(name, tempPrefix) }
 
 // bootIDPath is the kernel's id of the running boot, under the host root:
 // a record of another boot lists links that vanished with its /dev.
@@ -81,9 +93,9 @@ type Result struct {
 	// Foreign are links or files at a node's name that do not point at
 	// the node: left alone, reported.
 	Foreign []string
-	// Removed are links nri-gpu made earlier for nodes that are no longer
-	// among those asked for (a GPU gone, a driver reload that moved a
-	// major): removed now.
+	// Removed are links nri-gpu made earlier whose device node is gone
+	// from the host (a GPU gone, a driver reload that moved a major):
+	// removed now.
 	Removed []Link
 }
 
@@ -169,9 +181,11 @@ func hostHasNode(hostRoot string, n inventory.DeviceNode) bool {
 
 // Ensure makes the missing /dev/char links of nodes and adds them to the
 // record. A name that exists (a link, whatever its target, or a file) is
-// left as it is. Links of the record that are gone are dropped from it; a
-// record of an earlier boot is dropped whole. It stops at the first error
-// of the file system, with the record written for what it made.
+// left as it is. A recorded link is removed only when its device node is
+// gone from the host, whether nodes lists it or not. Links of the record
+// that are gone are dropped from it; a record of an earlier boot is
+// dropped whole. It stops at the first error of the file system, with the
+// record written for what it made.
 func Ensure(o Options, nodes []inventory.DeviceNode) (Result, error) {
 	var res Result
 	root, err := os.OpenRoot(o.HostRoot)
@@ -223,7 +237,7 @@ func Ensure(o Options, nodes []inventory.DeviceNode) (Result, error) {
 		}
 	}
 	if ferr == nil {
-		ferr = dropStale(root, &rec, nodes, &res)
+		ferr = dropStale(root, &rec, &res)
 	}
 	if err := save(o, rec); err != nil && ferr == nil {
 		ferr = err
@@ -231,19 +245,17 @@ func Ensure(o Options, nodes []inventory.DeviceNode) (Result, error) {
 	return res, ferr
 }
 
-// dropStale removes the recorded links that no node of nodes has, from
-// the host and from the record.
-func dropStale(root *os.Root, rec *record, nodes []inventory.DeviceNode, res *Result) error {
-	wanted := make(map[Link]bool, len(nodes))
-	for _, n := range nodes {
-		if l, ok := LinkFor(n); ok {
-			wanted[l] = true
-		}
-	}
+// dropStale removes the recorded links whose device node is gone from
+// the host (a GPU removed, a driver reload that moved a major, a MIG
+// instance destroyed), from the host and from the record. A node that is
+// still there keeps its link whatever the snapshot says: a container
+// that was given it still has it, and a discovery can see less than the
+// host has (an NVML that does not answer for a while).
+func dropStale(root *os.Root, rec *record, res *Result) error {
 	kept := rec.Links[:0]
 	var err error
 	for _, l := range rec.Links {
-		if wanted[l] || err != nil {
+		if err != nil || nodeOnHost(root, l) {
 			kept = append(kept, l)
 			continue
 		}
@@ -256,6 +268,25 @@ func dropStale(root *os.Root, rec *record, nodes []inventory.DeviceNode, res *Re
 	}
 	rec.Links = kept
 	return err
+}
+
+// nodeOnHost reports whether l's target, under the host's /dev, is a
+// character device with the numbers of l's name.
+func nodeOnHost(root *os.Root, l Link) bool {
+	var major, minor int64
+	if _, err := fmt.Sscanf(l.Name, "%d:%d", &major, &minor); err != nil {
+		return false
+	}
+	rel, ok := strings.CutPrefix(l.Target, "../")
+	if !ok || rel == "" {
+		return false
+	}
+	fi, err := root.Lstat(path.Join("dev", rel))
+	if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int64(unix.Major(uint64(st.Rdev))) == major && int64(unix.Minor(uint64(st.Rdev))) == minor
 }
 
 // Remove removes the links the record lists that are still links with the
@@ -353,7 +384,7 @@ func save(o Options, rec record) error {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(o.StateDir, ".devchar-")
+	tmp, err := os.CreateTemp(o.StateDir, tempPrefix)
 	if err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}

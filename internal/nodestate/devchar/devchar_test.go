@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/devchar"
@@ -129,14 +130,37 @@ func TestEnsureAndRemove(t *testing.T) {
 		t.Errorf("Check: %+v, %v", problems, err)
 	}
 
-	// A rediscovery without IMEX channel 1 (say, the driver made fewer):
-	// nri-gpu's link of it goes, the others stay.
+	// A rediscovery that no longer lists IMEX channel 1 while the host
+	// still has its node (a discovery that sees less for a while): the
+	// link stays, and stays recorded.
 	res, err = devchar.Ensure(o, nodes[:len(nodes)-1])
+	if err != nil || len(res.Removed) != 0 {
+		t.Errorf("Ensure without a node the host has: %+v, %v", res, err)
+	}
+	if got := readlink(t, n.Root, imex.Name); got != "../nvidia-caps-imex-channels/channel1" {
+		t.Errorf("the link of a node the host still has went: %s", got)
+	}
+	// The node gone from the host (the driver made fewer channels): its
+	// link goes at the next Ensure, whatever it is asked for; the others
+	// stay.
+	chPath := filepath.Join(n.Root, s.IMEXChannels[1].Node.Path)
+	chInfo, _ := os.Lstat(chPath)
+	if err := os.Remove(chPath); err != nil {
+		t.Fatal(err)
+	}
+	res, err = devchar.Ensure(o, nodes)
 	if err != nil || len(res.Removed) != 1 || res.Removed[0] != imex {
 		t.Errorf("Ensure with a node gone: %+v, %v", res, err)
 	}
 	if got := readlink(t, n.Root, imex.Name); got == "../nvidia-caps-imex-channels/channel1" {
 		t.Errorf("the link of a node gone stays")
+	}
+	if rec, _ := devchar.Recorded(o); len(rec) != 8 {
+		t.Errorf("record after the node went: %v", rec)
+	}
+	st := chInfo.Sys().(*syscall.Stat_t)
+	if err := syscall.Mknod(chPath, syscall.S_IFCHR|0o666, int(st.Rdev)); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := devchar.Ensure(o, nodes); err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/devchar"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -179,7 +180,7 @@ func openCache(o Options, create bool) (*os.Root, error) {
 
 // claim makes sure that nri-gpu owns the cache directory: it holds the
 // root marker and nothing but marked version directories (and a file
-// system's lost+found). An empty directory, or one that holds only an
+// system's lost+found, and nri-gpu's record of /dev/char links). An empty directory, or one that holds only an
 // older nri-gpu's unmarked directories, is marked; anything else is a
 // ForeignError.
 func claim(cache *os.Root, dir string) error {
@@ -192,6 +193,9 @@ func claim(cache *os.Root, dir string) error {
 	for _, n := range names {
 		switch {
 		case n == RootMarker || n == lostFound:
+		case devchar.IsRecordFile(n) && isRegular(cache, n):
+			// The record of /dev/char links, when devCharLinks.stateDir
+			// is this directory too (/var/lib/nri-gpu in the DaemonSet).
 		case isVersionDir(cache, n):
 		case !marked && isLegacyVersionDir(cache, n):
 			legacy = append(legacy, n)
@@ -215,6 +219,12 @@ func claim(cache *os.Root, dir string) error {
 		return cache.WriteFile(RootMarker, []byte(rootMarkerText), 0o444)
 	}
 	return nil
+}
+
+// isRegular reports whether name is a regular file.
+func isRegular(cache *os.Root, name string) bool {
+	fi, err := cache.Lstat(name)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // isVersionDir reports whether name is a directory with a version marker.

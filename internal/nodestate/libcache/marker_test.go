@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/devchar"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/libcache"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -125,5 +126,43 @@ func TestBuildRefusesBadVersion(t *testing.T) {
 	s.DriverVersion = "../../etc"
 	if _, err := libcache.Build(&s, o); err == nil || !strings.Contains(err.Error(), "cannot name a directory") {
 		t.Fatalf("Build with version %q: %v", s.DriverVersion, err)
+	}
+}
+
+// TestCacheSharesDirWithDevCharRecord: the record of /dev/char links (and
+// a temporary file of its writing) in the cache directory, as in the
+// DaemonSet where both are the host's /var/lib/nri-gpu, is nri-gpu's own:
+// Build uses the directory, Build and Clean leave the files as they are;
+// a directory of that name is still foreign.
+func TestCacheSharesDirWithDevCharRecord(t *testing.T) {
+	n, snap, o := setup(t)
+	cache := filepath.Join(n.Root, o.Dir)
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	own := map[string]string{devchar.RecordName: `{"bootID":"b","links":[]}`, ".devchar-123": "partial"}
+	for name, data := range own {
+		if err := os.WriteFile(filepath.Join(cache, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := libcache.Build(snap, o); err != nil {
+		t.Fatalf("Build beside the /dev/char record: %v", err)
+	}
+	if _, err := libcache.Clean(o, snap.DriverVersion, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range own {
+		if got, err := os.ReadFile(filepath.Join(cache, name)); err != nil || string(got) != data {
+			t.Errorf("%s: %q, %v", name, got, err)
+		}
+	}
+	os.Remove(filepath.Join(cache, devchar.RecordName))
+	if err := os.Mkdir(filepath.Join(cache, devchar.RecordName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var fe *libcache.ForeignError
+	if _, err := libcache.Build(snap, o); !errors.As(err, &fe) {
+		t.Errorf("a directory named as the record: %v, want a ForeignError", err)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -17,9 +19,11 @@ import (
 )
 
 // TestDevCharLinks: a node that keeps /dev/char links (nri-gpu run) makes
-// one per node it serves when it starts, leaves a foreign link alone,
-// removes its own when it stops, and when a configuration switches them
-// off; a node without the option (nri-gpu inventory, doctor) makes none.
+// one per node it serves when it starts and leaves a foreign link alone;
+// its links outlive it (a replaced nri-gpu picks up the record) and a
+// configuration that switches them off; one goes only when its device node
+// is gone from the host; Remove (nri-gpu cleanup) takes only nri-gpu's. A
+// node without the option (nri-gpu inventory, doctor) makes none.
 func TestDevCharLinks(t *testing.T) {
 	needRoot(t)
 	sn, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, DeviceNodes: true, IMEXChannels: 1})
@@ -96,26 +100,52 @@ func TestDevCharLinks(t *testing.T) {
 		t.Errorf("no record under hostRoot: %v", err)
 	}
 
-	n.RemoveDevCharLinks()
-	if got := links(); len(got) != 1 || got[0] != "195:255 -> ../foreign" {
-		t.Errorf("after stop: %q, want only the foreign link", got)
+	// A replaced nri-gpu (a restart, a new pod) finds the record and the
+	// links as they are: it makes none and loses none.
+	buf := &logBuffer{}
+	log2 := logrus.New()
+	log2.SetOutput(buf)
+	if _, err := New(cfg, log2, KeepDevCharLinks()); err != nil {
+		t.Fatal(err)
+	}
+	if got := links(); len(got) != 11 || strings.Contains(buf.String(), "devCharLinks: created") {
+		t.Errorf("after a restart: %q\n%s", got, buf)
+	}
+	if rec, err := devchar.Recorded(DevCharOptions(cfg)); err != nil || len(rec) != 10 {
+		t.Errorf("the record after a restart: %v, %v", rec, err)
 	}
 
-	// Made again by a rediscovery; a configuration that switches them
-	// off removes them.
+	// A configuration that switches them off leaves them (containers
+	// were given the nodes), and says so once.
+	off := cfg
+	off.DevCharLinks.Enabled = new(bool)
+	for range 2 {
+		if err := n.Reload(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := links(); len(got) != 11 {
+		t.Errorf("after devCharLinks.enabled: false: %q", got)
+	}
+
+	// A node gone from the host loses its link at the next discovery.
+	uvmTools := filepath.Join(sn.Root, "dev", "nvidia-uvm-tools")
+	if err := os.Remove(uvmTools); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := links(); len(got) != 11 {
-		t.Errorf("after reload: %q", got)
+	if got := links(); len(got) != 10 || slices.Contains(got, itoa(sn.UVMMajor)+":1 -> ../nvidia-uvm-tools") {
+		t.Errorf("after nvidia-uvm-tools went: %q", got)
 	}
-	off := cfg
-	off.DevCharLinks.Enabled = new(bool)
-	if err := n.Reload(off); err != nil {
-		t.Fatal(err)
+
+	// nri-gpu cleanup: only nri-gpu's go.
+	if removed, err := devchar.Remove(DevCharOptions(cfg)); err != nil || len(removed) != 9 {
+		t.Errorf("Remove: %v, %v", removed, err)
 	}
-	if got := links(); len(got) != 1 {
-		t.Errorf("after devCharLinks.enabled: false: %q", got)
+	if got := links(); len(got) != 1 || got[0] != "195:255 -> ../foreign" {
+		t.Errorf("after cleanup: %q, want only the foreign link", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -178,7 +179,7 @@ func (n *Node) logHealth(old, bad map[string]string) {
 			n.log.WithField("device", id).Info("healthy again: NVML reports it usable")
 		}
 	}
-	if ho, ok := n.obs.(HealthObserver); ok {
+	if ho, ok := n.observer().(HealthObserver); ok {
 		ho.Unhealthy(bad)
 	}
 }
@@ -193,6 +194,7 @@ func (n *Node) RunHealth(ctx context.Context, retry time.Duration) {
 		retry = 5 * time.Second
 	}
 	logged := ""
+	ignored := newIgnoredXIDs(n.xidLogInterval)
 	for ctx.Err() == nil {
 		lib := n.nvml.Lib()
 		if lib == nil {
@@ -200,6 +202,11 @@ func (n *Node) RunHealth(ctx context.Context, retry time.Duration) {
 			continue
 		}
 		evs, err := lib.Events()
+		if errors.Is(err, nvml.ErrClosed) {
+			// A rediscovery is replacing the library: take the new one.
+			sleep(ctx, min(retry, 100*time.Millisecond))
+			continue
+		}
 		if err != nil {
 			if msg := err.Error(); msg != logged {
 				n.log.WithError(err).Warn("NVML: no XID events: GPU health follows NVML's enumeration only")
@@ -212,38 +219,144 @@ func (n *Node) RunHealth(ctx context.Context, retry time.Duration) {
 			n.log.Infof("NVML: listening for XID events (ignoring application XIDs %v)", n.Config().Health.IgnoredXIDs)
 			logged = "listening"
 		}
-		n.followEvents(ctx, evs)
+		n.followEvents(ctx, evs, ignored)
 		_ = evs.Close()
 	}
+	n.logIgnored(ignored.due(time.Now(), true))
 }
 
-// followEvents handles the events of evs until ctx ends or NVML fails.
-func (n *Node) followEvents(ctx context.Context, evs nvml.Events) {
+// followEvents handles the events of evs until ctx ends or NVML fails
+// (or is shut down by a rediscovery that replaces it).
+func (n *Node) followEvents(ctx context.Context, evs nvml.Events, ignored *ignoredXIDs) {
 	for ctx.Err() == nil {
 		ev, ok, err := evs.Wait(time.Second)
-		if err != nil {
+		n.logIgnored(ignored.due(time.Now(), false))
+		switch {
+		case errors.Is(err, nvml.ErrClosed):
+			n.log.Debug("NVML: shut down by a rediscovery; following the events of the library it loads")
+			return
+		case err != nil:
 			n.log.WithError(err).Warn("NVML: waiting for XID events")
 			return
-		}
-		if !ok {
+		case !ok:
 			continue
 		}
 		critical := !slices.Contains(n.Config().Health.IgnoredXIDs, ev.XID)
-		n.mu.Lock()
-		if ho, ok := n.obs.(HealthObserver); ok {
+		if ho, ok := n.observer().(HealthObserver); ok {
 			ho.XID(ev.XID, critical)
 		}
 		if !critical {
-			n.mu.Unlock()
-			n.log.WithFields(logrus.Fields{"device": ev.UUID, "xid": ev.XID}).Info("XID event: an application error, ignored (health.ignoredXIDs)")
+			// Application errors that user code can cause at will:
+			// counted (nri_gpu_xid_events_total), logged at most once per
+			// GPU per interval, and never under the node's lock.
+			n.logIgnored(ignored.note(ev.UUID, ev.XID, time.Now()))
 			continue
 		}
+		n.mu.Lock()
 		if st := n.state.Load(); st != nil {
 			n.health.xid(st.Snapshot(), ev)
 			n.applyHealth()
 		}
 		n.mu.Unlock()
 	}
+}
+
+// logIgnored logs lines of ignored XIDs.
+func (n *Node) logIgnored(lines []xidLine) {
+	for _, l := range lines {
+		n.log.WithFields(logrus.Fields{"device": l.GPU, "xids": l.XIDs}).
+			Infof("XID events: application errors, ignored (health.ignoredXIDs); counted in nri_gpu_xid_events_total, logged at most once per GPU every %s", l.Interval)
+	}
+}
+
+// DefaultXIDLogInterval is how often, at most, the ignored XIDs of one GPU
+// are logged: the first at once, those that follow within the interval in
+// one line at its end.
+const DefaultXIDLogInterval = time.Minute
+
+// maxXIDKinds bounds the distinct XIDs counted per GPU between two lines;
+// more are counted as "other".
+const maxXIDKinds = 16
+
+// ignoredXIDs aggregates the ignored XIDs of each GPU for the log.
+type ignoredXIDs struct {
+	interval time.Duration
+	byGPU    map[string]*xidTally
+}
+
+// xidTally is one GPU's ignored XIDs since its last line.
+type xidTally struct {
+	logged time.Time
+	counts map[uint64]int
+	other  int
+}
+
+// xidLine is one log line: a GPU's ignored XIDs ("13 x120, 31 x2").
+type xidLine struct {
+	GPU, XIDs string
+	Interval  time.Duration
+}
+
+func newIgnoredXIDs(interval time.Duration) *ignoredXIDs {
+	if interval <= 0 {
+		interval = DefaultXIDLogInterval
+	}
+	return &ignoredXIDs{interval: interval, byGPU: map[string]*xidTally{}}
+}
+
+// note counts an ignored XID of gpu at now and returns the line to log
+// now: the XID itself when the GPU's last line is an interval old, else
+// none (it is counted for the line at the interval's end).
+func (x *ignoredXIDs) note(gpu string, xid uint64, now time.Time) []xidLine {
+	t := x.byGPU[gpu]
+	if t == nil {
+		if len(x.byGPU) >= nvml.MaxGPUs {
+			return nil // counted by the metric; NVML has no more GPUs than that
+		}
+		t = &xidTally{counts: map[uint64]int{}}
+		x.byGPU[gpu] = t
+	}
+	switch _, seen := t.counts[xid]; {
+	case seen || len(t.counts) < maxXIDKinds:
+		t.counts[xid]++
+	default:
+		t.other++
+	}
+	if !t.logged.IsZero() && now.Sub(t.logged) < x.interval {
+		return nil
+	}
+	return []xidLine{x.flush(gpu, t, now)}
+}
+
+// due returns the lines of the GPUs whose XIDs have waited an interval
+// (all of them with force), and forgets GPUs quiet for an interval.
+func (x *ignoredXIDs) due(now time.Time, force bool) []xidLine {
+	var out []xidLine
+	for _, gpu := range slices.Sorted(maps.Keys(x.byGPU)) {
+		t := x.byGPU[gpu]
+		if !force && now.Sub(t.logged) < x.interval {
+			continue
+		}
+		if len(t.counts) == 0 && t.other == 0 {
+			delete(x.byGPU, gpu)
+			continue
+		}
+		out = append(out, x.flush(gpu, t, now))
+	}
+	return out
+}
+
+// flush makes t's line and starts a new interval.
+func (x *ignoredXIDs) flush(gpu string, t *xidTally, now time.Time) xidLine {
+	var parts []string
+	for _, xid := range slices.Sorted(maps.Keys(t.counts)) {
+		parts = append(parts, fmt.Sprintf("%d x%d", xid, t.counts[xid]))
+	}
+	if t.other > 0 {
+		parts = append(parts, fmt.Sprintf("others x%d", t.other))
+	}
+	t.logged, t.counts, t.other = now, map[uint64]int{}, 0
+	return xidLine{GPU: gpu, XIDs: strings.Join(parts, ", "), Interval: x.interval}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ type healthObserver struct {
 	countingObserver
 	hmu       sync.Mutex
 	xids      map[uint64]bool
+	counts    map[uint64]int // when not nil
 	unhealthy map[string]string
 }
 
@@ -24,6 +26,15 @@ func (o *healthObserver) XID(xid uint64, critical bool) {
 	o.hmu.Lock()
 	defer o.hmu.Unlock()
 	o.xids[xid] = critical
+	if o.counts != nil {
+		o.counts[xid]++
+	}
+}
+
+func (o *healthObserver) count(xid uint64) int {
+	o.hmu.Lock()
+	defer o.hmu.Unlock()
+	return o.counts[xid]
 }
 
 func (o *healthObserver) Unhealthy(bad map[string]string) {
@@ -127,21 +138,19 @@ func (l erringLib) Devices() ([]nvml.GPU, error) {
 func (erringLib) Events() (nvml.Events, error) { return nil, errors.New("no events") }
 func (erringLib) Close() error                 { return nil }
 
-// TestNVMLErrorsHealth: a GPU NVML reports lost or in need of a reset
-// is unhealthy; any other error on it is only a warning (it was all of
-// them, which made a simulated node without NVML state unusable).
+// TestNVMLErrorsHealth: a GPU NVML cannot query is unhealthy whatever the
+// error (lost, in need of a reset, or any other: its MIG mode is then not
+// known), with NVML's error as the reason and a warning naming the GPU.
 func TestNVMLErrorsHealth(t *testing.T) {
-	for _, tc := range []struct {
-		code      nvml.Return
-		unhealthy bool
-	}{{nvml.ErrInvalidArg, false}, {nvml.ErrNotSupported, false}, {nvml.ErrGPUIsLost, true}, {nvml.ErrResetRequired, true}} {
-		p, n, _, _ := newMIGNode(t, func(string) (nvml.Lib, error) { return erringLib{tc.code}, nil })
+	for _, code := range []nvml.Return{nvml.ErrInvalidArg, nvml.ErrNotSupported, nvml.ErrGPUIsLost, nvml.ErrResetRequired} {
+		p, n, _, _ := newMIGNode(t, func(string) (nvml.Lib, error) { return erringLib{code}, nil })
 		bad := p.State().Unhealthy
-		if got := bad[n.GPUs[0].UUID] != ""; got != tc.unhealthy {
-			t.Errorf("code %d: unhealthy %v, want %v (%v)", tc.code, got, tc.unhealthy, bad)
+		want := fmt.Sprintf("NVML: nvmlDeviceGetUUID: NVML error %d", code)
+		if got := bad[n.GPUs[0].UUID]; got != want {
+			t.Errorf("code %d: GPU 0 unhealthy %q, want %q (%v)", code, got, want, bad)
 		}
-		if !strings.Contains(strings.Join(p.Snapshot().Warnings, "\n"), "NVML: GPU 0") {
-			t.Errorf("code %d: no warning names the GPU: %q", tc.code, p.Snapshot().Warnings)
+		if w := strings.Join(p.Snapshot().Warnings, "\n"); !strings.Contains(w, "NVML: GPU 0 ("+n.GPUs[0].UUID+"): "+want[len("NVML: "):]) {
+			t.Errorf("code %d: no warning names the GPU and the error: %q", code, w)
 		}
 	}
 }

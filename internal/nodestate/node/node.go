@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -96,15 +97,18 @@ type Node struct {
 	// lastSetsNote is the last gpuSetsNote logged, logged once; guarded
 	// by mu.
 	lastSetsNote string
-	obs          Observer
-	onChange     func(*State)
+	// obs holds the Observer (an observerBox), read without mu by the
+	// health goroutine.
+	obs      atomic.Value
+	onChange func(*State)
 	// subs are the functions Subscribe registered, by id; guarded by
 	// subMu (not mu, so that a subscriber may read the node).
 	subMu  sync.Mutex
 	subs   map[int]func(*State)
 	nextID int
-	// devChar is set by KeepDevCharLinks (devchar.go).
-	devChar bool
+	// devChar is set by KeepDevCharLinks (devchar.go); devCharOff once
+	// the log has said that the links are off (guarded by mu).
+	devChar, devCharOff bool
 	// nvml is NVML loaded from the driver root, for MIG devices.
 	nvml *nvmlHandle
 	// health follows the devices' health (XID events, lost GPUs).
@@ -112,6 +116,9 @@ type Node struct {
 	// lastPlanWarnings are the sharing plan's last warnings, logged
 	// once; guarded by mu.
 	lastPlanWarnings string
+	// xidLogInterval is how often ignored XIDs of a GPU are logged at
+	// most (zero: DefaultXIDLogInterval).
+	xidLogInterval time.Duration
 }
 
 // Option configures a Node.
@@ -124,6 +131,10 @@ func OnChange(f func(*State)) Option { return func(n *Node) { n.onChange = f } }
 // New discovers the node with cfg and returns it with that state current.
 func New(cfg config.Config, log *logrus.Logger, opts ...Option) (*Node, error) {
 	n := &Node{log: log, nvml: newNVMLHandle(), health: &health{}}
+	// NVML waits at most DefaultNVMLBound; when it answers later, the
+	// node is rediscovered with its answer.
+	n.nvml.bound = DefaultNVMLBound
+	n.nvml.late = func() { go n.refresh("NVML answered") }
 	for _, o := range opts {
 		o(n)
 	}
@@ -138,17 +149,21 @@ func New(cfg config.Config, log *logrus.Logger, opts ...Option) (*Node, error) {
 func (n *Node) SetObserver(o Observer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.obs = o
+	n.obs.Store(observerBox{o})
 	if st := n.state.Load(); st != nil {
 		o.Inventory(st.Snapshot())
 	}
 }
 
+// observerBox holds an Observer in Node.obs (an atomic.Value holds one
+// concrete type).
+type observerBox struct{ Observer }
+
 func (n *Node) observer() Observer {
-	if n.obs == nil {
-		return nopObserver{}
+	if b, ok := n.obs.Load().(observerBox); ok && b.Observer != nil {
+		return b.Observer
 	}
-	return n.obs
+	return nopObserver{}
 }
 
 type nopObserver struct{}

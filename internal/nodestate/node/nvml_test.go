@@ -18,12 +18,18 @@ import (
 // on them with open as NVML's loader (nil: the real one).
 func newMIGNode(t *testing.T, open func(string) (nvml.Lib, error)) (*Node, *simnode.Node, config.Config, *logBuffer) {
 	t.Helper()
+	return newMIGNodeWith(t, simnode.MixedMIG(), open)
+}
+
+// newMIGNodeWith is newMIGNode with the simulated NVML in state st.
+func newMIGNodeWith(t *testing.T, st simnode.NVMLState, open func(string) (nvml.Lib, error)) (*Node, *simnode.Node, config.Config, *logBuffer) {
+	t.Helper()
 	needRoot(t)
 	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 3, DeviceNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.SetMIG(simnode.MixedMIG()); err != nil {
+	if err := n.SetMIG(st); err != nil {
 		t.Fatal(err)
 	}
 	cfg := config.Default()

@@ -41,6 +41,21 @@ const (
 func (n *Node) Update(cfg config.Config, why string) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.update(cfg, why)
+}
+
+// refresh rediscovers the node with its current configuration, as Update
+// does.
+func (n *Node) refresh(why string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cur := n.state.Load(); cur != nil {
+		_, _ = n.update(cur.Config, why)
+	}
+}
+
+// update is Update; the caller holds mu.
+func (n *Node) update(cfg config.Config, why string) (string, error) {
 	cur := n.state.Load()
 	log := n.log.WithField("cause", why)
 	d, err := n.discover(cfg)

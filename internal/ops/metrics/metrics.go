@@ -85,7 +85,7 @@ func New(version string) *Metrics {
 	}, []string{"xid", "critical"})
 	m.unhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nri_gpu_device_unhealthy",
-		Help: "GPUs and MIG devices that are unhealthy (value 1), by UUID and why (an XID, a lost GPU); count requests skip them.",
+		Help: "GPUs and MIG devices that are unhealthy (value 1), by UUID and why (an XID, a GPU NVML cannot query); count requests skip them.",
 	}, []string{"uuid", "reason"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nri_gpu_build_info",

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 )
 
 // DefaultHost is where the listener binds when --metrics-addr names only
@@ -59,10 +58,11 @@ func Handler(m *Metrics, notReady func() error) http.Handler {
 }
 
 // Limits bound what clients of the listener can hold. Anything that can
-// reach the port can open connections (in a DaemonSet with host networking,
-// any pod of the node), and each held connection costs a goroutine and its
-// buffers; without these bounds thousands of idle keep-alive connections
-// exhaust the DaemonSet's memory limit.
+// reach the port can open connections (the shipped DaemonSet listens on
+// the pod's address, which every pod of the cluster can reach), and each
+// held connection costs a goroutine and its buffers; the kubelet's probes
+// and Prometheus must get through whatever one client does. See guard for
+// how the connection limits are kept without making a connection wait.
 type Limits struct {
 	// ReadHeaderTimeout bounds how long a client may take to send a
 	// request's headers, from its first byte.
@@ -75,15 +75,21 @@ type Limits struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's headers.
 	MaxHeaderBytes int
-	// MaxConns is the most connections served at once; more wait in the
-	// kernel's accept queue (not in this process) until one closes.
+	// MaxConns is the most connections held at once: at the cap, a new
+	// connection replaces the one idle longest (or waiting longest for
+	// its first request); none waits in the kernel's accept queue.
 	MaxConns int
+	// MaxConnsPerSource is the most connections held at once from one
+	// client address; more are closed as they come.
+	MaxConnsPerSource int
 }
 
 // DefaultLimits are the listener's bounds: room for the kubelet's probes
 // and a few Prometheus scrapers (a scrape takes milliseconds), while 64
 // held connections cost this process about 2 MiB at most (4 KiB read and
-// write buffers, 8 KiB of headers and a goroutine each).
+// write buffers, 8 KiB of headers and a goroutine each). One client
+// holds at most 8 of them: the kubelet opens one connection per probe, a
+// Prometheus one per scrape.
 var DefaultLimits = Limits{
 	ReadHeaderTimeout: 5 * time.Second,
 	ReadTimeout:       10 * time.Second,
@@ -91,6 +97,7 @@ var DefaultLimits = Limits{
 	IdleTimeout:       30 * time.Second,
 	MaxHeaderBytes:    8 << 10,
 	MaxConns:          64,
+	MaxConnsPerSource: 8,
 }
 
 // Serve listens on addr and serves h until ctx is cancelled, within
@@ -112,13 +119,9 @@ func ServeLimits(ctx context.Context, addr string, h http.Handler, lim Limits) (
 
 // serveListener serves h on l within lim until ctx is cancelled.
 func serveListener(ctx context.Context, l net.Listener, h http.Handler, lim Limits) <-chan error {
-	if lim.MaxConns > 0 {
-		// netutil.LimitListener (golang.org/x/net, maintained with Go)
-		// blocks Accept at the cap and frees a slot when the
-		// connection is closed, by either side.
-		l = netutil.LimitListener(l, lim.MaxConns)
-	}
+	g := newGuard(l, lim)
 	srv := &http.Server{
+		ConnState:         g.track,
 		Handler:           h,
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       lim.ReadTimeout,
@@ -128,7 +131,7 @@ func serveListener(ctx context.Context, l net.Listener, h http.Handler, lim Limi
 	}
 	errc := make(chan error, 1)
 	go func() {
-		err := srv.Serve(l)
+		err := srv.Serve(g)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}

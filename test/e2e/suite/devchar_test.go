@@ -3,6 +3,7 @@ package suite
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"reflect"
 	"runtime"
 	"slices"
@@ -22,8 +23,9 @@ import (
 )
 
 // TestDevCharLinks: nri-gpu run makes the /dev/char links of the nodes it
-// injects when it starts and removes them when it stops; and what that
-// means for runc's systemd cgroup driver. A container is created on a
+// injects when it starts, they stay when it stops (the container keeps
+// running) and nri-gpu cleanup removes them; and what that means for
+// runc's systemd cgroup driver. A container is created on a
 // real containerd; the device rules of its OCI spec (what nri-gpu's
 // answer became) are fed into runc's translation to systemd properties
 // (github.com/opencontainers/cgroups/devices, as runc v1.5.3 vendors it)
@@ -76,7 +78,10 @@ func TestDevCharLinks(t *testing.T) {
 		}
 	}
 
-	// nri-gpu stops (SIGTERM): its links go.
+	// nri-gpu stops (SIGTERM, as at a rolling update or an uninstall)
+	// while the container runs: its links stay, so that the container
+	// keeps its GPU through a daemon-reload.
+	before, _ := os.ReadDir(charDir)
 	if err := w.plugin.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +90,25 @@ func TestDevCharLinks(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("nri-gpu did not stop on SIGTERM")
 	}
+	after, _ := os.ReadDir(charDir)
+	t.Logf("/dev/char links: %d before nri-gpu stopped, %d after", len(before), len(after))
+	if len(after) != len(before) {
+		t.Errorf("links lost when nri-gpu stopped: %d of %d left\n%s", len(after), len(before), w.plugin.log.String())
+	}
+	kept239, _ := deviceAllow(t, sn.HostPath("/dev"), rules)
+	for _, p := range ours {
+		if !slices.Contains(kept239, p) {
+			t.Errorf("after nri-gpu stopped, systemd 239: DeviceAllow lacks %s", p)
+		}
+	}
+
+	// The uninstall's cleanup removes them.
+	out, err := exec.Command(nriGPU(t), "cleanup", "--config", w.node.config).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nri-gpu cleanup: %v\n%s", err, out)
+	}
 	if left, _ := os.ReadDir(charDir); len(left) != 0 {
-		t.Errorf("links left after nri-gpu stopped: %v\n%s", left, w.plugin.log.String())
+		t.Errorf("links left after nri-gpu cleanup: %v\n%s", left, out)
 	}
 
 	without239, without255 := deviceAllow(t, sn.HostPath("/dev"), rules)
@@ -99,7 +121,7 @@ func TestDevCharLinks(t *testing.T) {
 		}
 	}
 	t.Logf("DeviceAllow for systemd 239 with the links: %q", with239)
-	t.Logf("DeviceAllow for systemd 239 without them:  %q", without239)
+	t.Logf("DeviceAllow for systemd 239 without them (after nri-gpu cleanup):  %q", without239)
 }
 
 // specRules returns the device cgroup rules of the container's OCI spec,
