@@ -234,4 +234,3 @@ func (c *Cluster) WaitDaemonSetReady(ctx context.Context, ns, name string, want 
 			s.NumberReady == want && s.NumberAvailable == want, msg, nil
 	})
 }
-
