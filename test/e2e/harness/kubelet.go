@@ -374,8 +374,12 @@ type DeviceEntry struct {
 }
 
 // ReadDeviceCheckpoint reads and decodes KubeletCheckpoint.
-func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
-	data, err := os.ReadFile(KubeletCheckpoint)
+func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) { return ReadDeviceCheckpointAt(KubeletCheckpoint) }
+
+// ReadDeviceCheckpointAt reads and decodes a kubelet's device manager
+// checkpoint at path (a cluster node's: Node.HostPath(KubeletCheckpoint)).
+func ReadDeviceCheckpointAt(path string) (*DeviceCheckpoint, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +395,7 @@ func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
 		}
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", KubeletCheckpoint, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	cp := &DeviceCheckpoint{Registered: raw.Data.RegisteredDevices}
 	for _, e := range raw.Data.PodDeviceEntries {
@@ -403,7 +407,7 @@ func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
 				de.DeviceIDs = append(de.DeviceIDs, ids...)
 			}
 		} else if err := json.Unmarshal(e.DeviceIDs, &de.DeviceIDs); err != nil {
-			return nil, fmt.Errorf("%s: DeviceIDs %s: %w", KubeletCheckpoint, e.DeviceIDs, err)
+			return nil, fmt.Errorf("%s: DeviceIDs %s: %w", path, e.DeviceIDs, err)
 		}
 		cp.Entries = append(cp.Entries, de)
 	}

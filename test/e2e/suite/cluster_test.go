@@ -1,0 +1,690 @@
+package suite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// clusterOptIn is the env var that runs the cluster phase: the Kubernetes
+// version(s) to run it on, e.g. "v1.37.2" (make e2e passes
+// $(CLUSTER_VERSIONS)).
+const clusterOptIn = "NRI_GPU_E2E_CLUSTER"
+
+// The nri-gpu images the cluster phase installs: the kustomize overlay's
+// and the chart's first tag, and the tag helm upgrade moves to.
+const (
+	imageTag        = "0.1.0-e2e"
+	imageUpgradeTag = "0.1.1-e2e"
+)
+
+// repoRoot is the checkout's root.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// clusterVersions are the Kubernetes versions of $NRI_GPU_E2E_CLUSTER; the
+// test skips without it.
+func clusterVersions(t *testing.T) []string {
+	v := strings.Fields(os.Getenv(clusterOptIn))
+	if len(v) == 0 {
+		t.Skipf("runs only with %s=<Kubernetes version> (make e2e sets it: %s; it builds the control plane on first use, about 12 min per version on 2 cores)", clusterOptIn, harness.KubernetesVersion)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs a cluster with real runtimes, kubelets and namespaces (CI runs as root)")
+	}
+	return v
+}
+
+// clusterNodes are the cluster phase's two worker nodes: gpu-a on containerd
+// with four GPUs, gpu-b on CRI-O with three of which the driver excludes
+// the second (two usable).
+func clusterNodes() []harness.NodeOptions {
+	return []harness.NodeOptions{
+		{Name: "gpu-a", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL}},
+		{Name: "gpu-b", Runtime: harness.RuntimeCRIO, GPUs: &simnode.Options{Layout: simnode.LayoutDebian, GPUs: []simnode.GPU{
+			{BusID: simnode.DefaultBusID(0)}, {BusID: simnode.DefaultBusID(1), Excluded: true}, {BusID: simnode.DefaultBusID(2)},
+		}}},
+	}
+}
+
+// startTestCluster starts the cluster phase's cluster at version with the
+// nri-gpu images and the CUDA-like image on every node, and stops it when
+// the test ends (printing the control plane's and nodes' log tails if the
+// test failed).
+func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions) *harness.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	var images []*harness.Image
+	for _, tag := range []string{imageTag, imageUpgradeTag} {
+		img, err := harness.NRIGPUImage(ctx, repoRoot(), "", tag, tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images = append(images, img)
+	}
+	std, err := harness.BuildImages(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	images = append(images, std.GlibcCUDA)
+	start := time.Now()
+	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, Nodes: nodes, Images: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster %s with %d nodes: built and started in %s, started in %s", version, len(nodes),
+		time.Since(start).Round(time.Millisecond), c.StartupDuration.Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				t.Logf("--- tail of %s ---\n%s", name, c.LogTail(name, 3000))
+			}
+			for _, n := range c.Nodes {
+				if n != nil && n.Kubelet != nil {
+					t.Logf("--- node %s: tail of the kubelet's log ---\n%s", n.Name, n.Kubelet.LogTail(6000))
+				}
+				if n != nil && n.Runtime != nil {
+					t.Logf("--- node %s: tail of %s's log ---\n%s", n.Name, n.Runtime.Name(), n.Runtime.LogTail(4000))
+				}
+			}
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	return c
+}
+
+// kc is kubectl on the test's cluster that fails the test on error.
+type kc struct {
+	t   *testing.T
+	c   *harness.Cluster
+	ctx context.Context
+}
+
+func (k kc) run(args ...string) string {
+	k.t.Helper()
+	out, err := k.c.Kubectl(k.ctx, args...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return out
+}
+
+func (k kc) apply(manifest string) {
+	k.t.Helper()
+	if err := k.c.Apply(k.ctx, manifest); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func (k kc) helm(args ...string) string {
+	k.t.Helper()
+	out, err := k.c.Helm(k.ctx, args...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return out
+}
+
+func (k kc) wait(timeout time.Duration, what string, cond func() (bool, string, error)) {
+	k.t.Helper()
+	if err := harness.WaitFor(k.ctx, timeout, what, cond); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// TestCluster installs nri-gpu on a real two-node cluster per Kubernetes
+// version of NRI_GPU_E2E_CLUSTER, once with kubectl apply -k and once with
+// the Helm CLI, and checks what users check (docs/install.md).
+func TestCluster(t *testing.T) {
+	for _, v := range clusterVersions(t) {
+		t.Run(v, func(t *testing.T) {
+			c := startTestCluster(t, v, clusterNodes())
+			k := kc{t: t, c: c, ctx: context.Background()}
+			for _, n := range c.Nodes {
+				k.run("label", "node", n.Name, "nvidia.com/gpu.present=true")
+			}
+			t.Run("kubectl apply -k", func(t *testing.T) { testKustomize(kc{t: t, c: c, ctx: k.ctx}) })
+			t.Run("helm", func(t *testing.T) { testHelm(kc{t: t, c: c, ctx: k.ctx}) })
+		})
+	}
+}
+
+// usableGPUs is how many GPUs of n nri-gpu may hand out (not excluded).
+func usableGPUs(n *harness.Node) int {
+	count := 0
+	for _, g := range n.GPU.GPUs {
+		if !g.Excluded {
+			count++
+		}
+	}
+	return count
+}
+
+// checkInstalled checks what a user checks after an install: the
+// DaemonSet's pod Running and Ready on every node, each node's allocatable
+// nvidia.com/gpu its usable GPUs, and nri-gpu doctor passing in each pod.
+func checkInstalled(k kc) {
+	t := k.t
+	t.Helper()
+	if err := k.c.WaitDaemonSetReady(k.ctx, "nri-gpu", "nri-gpu", int32(len(k.c.Nodes)), 3*time.Minute); err != nil {
+		pods, _ := k.c.ListPods(k.ctx, "nri-gpu", "")
+		for i := range pods {
+			t.Logf("pod %s: %s", pods[i].Name, harness.PodSummary(&pods[i]))
+		}
+		t.Fatal(err)
+	}
+	for _, n := range k.c.Nodes {
+		want := fmt.Sprint(usableGPUs(n))
+		k.wait(time.Minute, "node "+n.Name+" allocatable nvidia.com/gpu = "+want, func() (bool, string, error) {
+			node, err := k.c.GetNode(k.ctx, n.Name)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			got := node.Status.Allocatable["nvidia.com/gpu"]
+			return got.String() == want, "allocatable " + got.String(), nil
+		})
+		pod := daemonPod(k, n.Name)
+		out, err := k.c.Exec(k.ctx, "nri-gpu", pod, "", "nri-gpu", "doctor")
+		if err != nil {
+			t.Errorf("node %s: kubectl exec %s -- nri-gpu doctor: %v\n%s", n.Name, pod, err, out)
+		} else {
+			t.Logf("node %s: nri-gpu doctor:\n%s", n.Name, out)
+		}
+	}
+}
+
+// daemonPod is the name of nri-gpu's pod on node.
+func daemonPod(k kc, node string) string {
+	k.t.Helper()
+	pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return p.Name
+		}
+	}
+	k.t.Fatalf("no running nri-gpu pod on node %s", node)
+	return ""
+}
+
+// gpuDeployment is a Deployment of replicas pods in ns, each one glibc
+// container "main" sleeping, with limits nvidia.com/gpu: gpus.
+func gpuDeployment(name, ns string, replicas, gpus int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  replicas: %[3]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: %[4]s
+        imagePullPolicy: Never
+        command: [sleep, "3600"]
+        resources: {limits: {nvidia.com/gpu: %[5]d}}
+`, name, ns, replicas, harness.GlibcImage, gpus)
+}
+
+// gpuPodView is what a GPU pod's container sees and what its node's kubelet
+// assigned it.
+type gpuPodView struct {
+	pod         corev1.Pod
+	assigned    []string // the kubelet's checkpoint: GPU UUIDs, sorted
+	visible     []string // NVIDIA_VISIBLE_DEVICES, sorted
+	devices     []string // /dev/nvidia<N> (GPU nodes only), sorted
+	cudaDevices string   // gpucheck cuda: devices=N
+}
+
+var cudaDevicesRE = regexp.MustCompile(`libcuda\.so\.1: ok .*devices=(\d+)`)
+
+// viewGPUPod execs into pod's container main and reads its node's
+// checkpoint.
+func viewGPUPod(k kc, p corev1.Pod) gpuPodView {
+	k.t.Helper()
+	v := gpuPodView{pod: p}
+	out, err := k.c.Exec(k.ctx, p.Namespace, p.Name, "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; gpucheck cuda`)
+	if err != nil {
+		k.t.Errorf("pod %s: exec: %v\n%s", p.Name, err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, "NVD="); ok && rest != "" {
+			v.visible = strings.Split(rest, ",")
+		}
+		if regexp.MustCompile(`^nvidia\d+$`).MatchString(l) {
+			v.devices = append(v.devices, "/dev/"+l)
+		}
+	}
+	if m := cudaDevicesRE.FindStringSubmatch(out); m != nil {
+		v.cudaDevices = m[1]
+	}
+	sort.Strings(v.visible)
+	sort.Strings(v.devices)
+	n := k.c.Node(p.Spec.NodeName)
+	cp, err := harness.ReadDeviceCheckpointAt(n.HostPath(harness.KubeletCheckpoint))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	for _, e := range cp.Entries {
+		if e.PodUID == string(p.UID) && e.ResourceName == "nvidia.com/gpu" {
+			v.assigned = append(v.assigned, e.DeviceIDs...)
+		}
+	}
+	sort.Strings(v.assigned)
+	return v
+}
+
+// checkSeesExactly checks that a GPU pod's container sees exactly the
+// gpus the kubelet assigned it: their UUIDs in NVIDIA_VISIBLE_DEVICES,
+// their /dev/nvidia<minor> and no other, libcuda.so.1 loading and counting
+// them.
+func checkSeesExactly(k kc, v gpuPodView, gpus int) {
+	t := k.t
+	t.Helper()
+	n := k.c.Node(v.pod.Spec.NodeName)
+	var wantDevs []string
+	for _, u := range v.assigned {
+		for _, g := range n.GPU.GPUs {
+			if g.UUID == u {
+				wantDevs = append(wantDevs, fmt.Sprintf("/dev/nvidia%d", g.Minor))
+			}
+		}
+	}
+	sort.Strings(wantDevs)
+	if len(v.assigned) != gpus || !slices.Equal(v.visible, v.assigned) || !slices.Equal(v.devices, wantDevs) || v.cudaDevices != fmt.Sprint(gpus) {
+		t.Errorf("pod %s on %s: kubelet assigned %v; container sees NVIDIA_VISIBLE_DEVICES %v, device nodes %v (want %v), libcuda devices=%q (want %d)",
+			v.pod.Name, n.Name, v.assigned, v.visible, v.devices, wantDevs, v.cudaDevices, gpus)
+	}
+}
+
+// runningPods waits until the pods matching selector in ns are want and
+// all Running, and returns them.
+func runningPods(k kc, ns, selector string, want int) []corev1.Pod {
+	k.t.Helper()
+	var pods []corev1.Pod
+	k.wait(3*time.Minute, fmt.Sprintf("%d pods %s Running", want, selector), func() (bool, string, error) {
+		all, err := k.c.ListPods(k.ctx, ns, selector)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pods = pods[:0]
+		var msgs []string
+		for i := range all {
+			if all[i].DeletionTimestamp != nil {
+				continue
+			}
+			pods = append(pods, all[i])
+			msgs = append(msgs, all[i].Name+": "+harness.PodSummary(&all[i]))
+			if all[i].Status.Phase != corev1.PodRunning {
+				return false, strings.Join(msgs, "; "), nil
+			}
+		}
+		return len(pods) == want, fmt.Sprintf("%d of %d: %s", len(pods), want, strings.Join(msgs, "; ")), nil
+	})
+	return pods
+}
+
+// checkPlacement checks that no node holds more GPUs than it has usable
+// and no GPU is given to two containers.
+func checkPlacement(k kc, views []gpuPodView) {
+	k.t.Helper()
+	perNode := map[string]int{}
+	owner := map[string]string{}
+	for _, v := range views {
+		perNode[v.pod.Spec.NodeName] += len(v.assigned)
+		for _, u := range v.assigned {
+			if o, ok := owner[u]; ok {
+				k.t.Errorf("GPU %s assigned to %s and %s", u, o, v.pod.Name)
+			}
+			owner[u] = v.pod.Name
+		}
+	}
+	for _, n := range k.c.Nodes {
+		if perNode[n.Name] > usableGPUs(n) {
+			k.t.Errorf("node %s: %d GPUs assigned, %d usable", n.Name, perNode[n.Name], usableGPUs(n))
+		}
+	}
+	k.t.Logf("GPUs per node: %v", perNode)
+}
+
+// checkTableIsCheckpoints checks on every node that nri-gpu's table
+// (nri-gpu status -o json in its pod) holds exactly the kubelet's
+// assignments of the node's running pods.
+func checkTableIsCheckpoints(k kc) {
+	t := k.t
+	t.Helper()
+	for _, n := range k.c.Nodes {
+		pod := daemonPod(k, n.Name)
+		out, err := k.c.Exec(k.ctx, "nri-gpu", pod, "", "nri-gpu", "status", "-o", "json")
+		var st struct {
+			GPUs []statusGPU `json:"gpus"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("node %s: nri-gpu status: %v\n%s", n.Name, err, out)
+		}
+		table := map[string][]string{}
+		for _, g := range st.GPUs {
+			for _, h := range g.Holders {
+				key := h.Namespace + "/" + h.Pod + "/" + h.Container
+				table[key] = append(table[key], g.UUID)
+			}
+		}
+		var pods corev1.PodList
+		if err := k.c.GetJSON(k.ctx, &pods, "pods", "-A", "--field-selector", "spec.nodeName="+n.Name+",status.phase=Running"); err != nil {
+			t.Fatal(err)
+		}
+		byUID := map[string]string{}
+		for _, p := range pods.Items {
+			byUID[string(p.UID)] = p.Namespace + "/" + p.Name
+		}
+		cp, err := harness.ReadDeviceCheckpointAt(n.HostPath(harness.KubeletCheckpoint))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubelet := map[string][]string{}
+		for _, e := range cp.Entries {
+			if p, ok := byUID[e.PodUID]; ok && e.ResourceName == "nvidia.com/gpu" {
+				kubelet[p+"/"+e.ContainerName] = append(kubelet[p+"/"+e.ContainerName], e.DeviceIDs...)
+			}
+		}
+		for _, m := range []map[string][]string{table, kubelet} {
+			for key := range m {
+				sort.Strings(m[key])
+			}
+		}
+		if fmt.Sprint(table) != fmt.Sprint(kubelet) {
+			t.Errorf("node %s: nri-gpu's table %v\nthe kubelet's checkpoint %v", n.Name, table, kubelet)
+		} else {
+			t.Logf("node %s: nri-gpu's table = the kubelet's checkpoint: %v", n.Name, table)
+		}
+	}
+}
+
+// testGPUWorkloads runs Deployments of 1- and 2-GPU pods in ns, checks
+// where the scheduler put them and what each container sees, and that a
+// pod asking for more GPUs than any node has stays Pending with the
+// scheduler's reason. It returns the GPU pods' views.
+func testGPUWorkloads(k kc, ns string) []gpuPodView {
+	t := k.t
+	t.Helper()
+	k.apply(gpuDeployment("gpu1", ns, 2, 1) + "---\n" + gpuDeployment("gpu2", ns, 1, 2))
+	var views []gpuPodView
+	for _, d := range []struct {
+		app  string
+		n, g int
+	}{{"gpu1", 2, 1}, {"gpu2", 1, 2}} {
+		for _, p := range runningPods(k, ns, "app="+d.app, d.n) {
+			v := viewGPUPod(k, p)
+			checkSeesExactly(k, v, d.g)
+			views = append(views, v)
+		}
+	}
+	checkPlacement(k, views)
+
+	k.apply(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: too-many, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    resources: {limits: {nvidia.com/gpu: 5}}
+`, ns, harness.GlibcImage))
+	k.wait(time.Minute, "too-many: FailedScheduling with Insufficient nvidia.com/gpu", func() (bool, string, error) {
+		evs, err := k.c.Events(k.ctx, ns, "involvedObject.name=too-many")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var msgs []string
+		for _, e := range evs {
+			msgs = append(msgs, e.Reason+": "+e.Message)
+			if e.Reason == "FailedScheduling" && strings.Contains(e.Message, "Insufficient nvidia.com/gpu") {
+				return true, "", nil
+			}
+		}
+		return false, strings.Join(msgs, "; "), nil
+	})
+	time.Sleep(3 * time.Second)
+	p, err := k.c.GetPod(k.ctx, ns, "too-many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" || len(p.Status.ContainerStatuses) != 0 {
+		t.Errorf("too-many: %s, want Pending on no node with no container", harness.PodSummary(p))
+	}
+	k.run("delete", "pod", "-n", ns, "too-many", "--wait=false")
+	return views
+}
+
+// testClosedPolicy checks the shipped closed policy in a tenant
+// namespace: a pod without a GPU limit, from an image whose config says
+// NVIDIA_VISIBLE_DEVICES=all and with a gpus.nri-gpu.dev annotation, gets
+// no GPU, no driver file, and NVIDIA_VISIBLE_DEVICES=void.
+func testClosedPolicy(k kc) {
+	t := k.t
+	k.run("create", "namespace", "tenant")
+	k.apply(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: sneaky
+  namespace: tenant
+  annotations: {gpus.nri-gpu.dev/container.main: all}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+`, harness.GlibcCUDAImage))
+	if _, err := k.c.WaitPodRunning(k.ctx, "tenant", "sneaky", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := k.c.Exec(k.ctx, "tenant", "sneaky", "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; gpucheck cuda`)
+	if !strings.Contains(out, "NVD=void\n") || regexp.MustCompile(`(?m)^nvidia`).MatchString(out) || !strings.Contains(out, "libcuda.so.1: FAIL") {
+		t.Errorf("tenant pod with NVIDIA_VISIBLE_DEVICES=all and a gpus.nri-gpu.dev annotation got something:\n%s", out)
+	}
+	k.run("delete", "namespace", "tenant", "--wait=false")
+}
+
+// testKustomize installs nri-gpu with kubectl apply -k of the test
+// overlay, checks the install, GPU workloads and the closed policy, and
+// deletes it again.
+func testKustomize(k kc) {
+	overlay := filepath.Join(repoRoot(), "test", "e2e", "cluster", "kustomize")
+	k.run("apply", "-k", overlay)
+	checkInstalled(k)
+	k.run("create", "namespace", "ml")
+	testGPUWorkloads(k, "ml")
+	checkTableIsCheckpoints(k)
+	testClosedPolicy(k)
+	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
+	k.run("delete", "-k", overlay, "--wait=true", "--timeout=2m")
+}
+
+// chartDir is the chart in this checkout.
+func chartDir() string { return filepath.Join(repoRoot(), "deploy", "helm", "nri-gpu") }
+
+// testHelm installs nri-gpu with the Helm CLI, restarts and upgrades it
+// with GPU pods running, drains and uncordons a node, and uninstalls it.
+func testHelm(k kc) {
+	t := k.t
+	values := filepath.Join(repoRoot(), "test", "e2e", "cluster", "helm-values.yaml")
+	k.helm("lint", chartDir(), "-f", values)
+	rendered := k.helm("template", "nri-gpu", chartDir(), "-n", "nri-gpu", "-f", values)
+	if !strings.Contains(rendered, "image: ghcr.io/nri-gpu/nri-gpu:"+imageTag) || !strings.Contains(rendered, "path: /run/nvidia/driver/proc") {
+		t.Errorf("helm template: no image %s or /run/nvidia/driver/proc in\n%s", imageTag, rendered)
+	}
+	k.helm("install", "nri-gpu", chartDir(), "-n", "nri-gpu", "--create-namespace", "-f", values)
+	checkInstalled(k)
+	k.run("create", "namespace", "ml")
+	views := testGPUWorkloads(k, "ml")
+	checkTableIsCheckpoints(k)
+
+	before := containerIDs(k, views)
+	t.Run("rollout restart", func(t *testing.T) {
+		k := kc{t: t, c: k.c, ctx: k.ctx}
+		k.run("rollout", "restart", "daemonset/nri-gpu", "-n", "nri-gpu")
+		k.run("rollout", "status", "daemonset/nri-gpu", "-n", "nri-gpu", "--timeout=3m")
+		checkUndisturbed(k, views, before)
+	})
+	t.Run("helm upgrade to a new image tag", func(t *testing.T) {
+		k := kc{t: t, c: k.c, ctx: k.ctx}
+		k.helm("upgrade", "nri-gpu", chartDir(), "-n", "nri-gpu", "-f", values, "--set", "image.tag="+imageUpgradeTag)
+		k.run("rollout", "status", "daemonset/nri-gpu", "-n", "nri-gpu", "--timeout=3m")
+		checkInstalled(k)
+		for _, n := range k.c.Nodes {
+			out, err := k.c.Exec(k.ctx, "nri-gpu", daemonPod(k, n.Name), "", "nri-gpu", "--version")
+			if err != nil || !strings.Contains(out, imageUpgradeTag) {
+				t.Errorf("node %s: nri-gpu --version after the upgrade: %v %q, want %s", n.Name, err, out, imageUpgradeTag)
+			}
+		}
+		checkUndisturbed(k, views, before)
+	})
+	t.Run("drain and uncordon", func(t *testing.T) { testDrain(kc{t: t, c: k.c, ctx: k.ctx}) })
+	t.Run("helm uninstall", func(t *testing.T) { testUninstall(kc{t: t, c: k.c, ctx: k.ctx}) })
+	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
+}
+
+// containerIDs are the GPU pods' container IDs and restart counts.
+func containerIDs(k kc, views []gpuPodView) map[string]string {
+	ids := map[string]string{}
+	for _, v := range views {
+		p, err := k.c.GetPod(k.ctx, v.pod.Namespace, v.pod.Name)
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			ids[p.Name+"/"+s.Name] = fmt.Sprintf("%s restarts=%d", s.ContainerID, s.RestartCount)
+		}
+	}
+	return ids
+}
+
+// checkUndisturbed checks after a restart or upgrade of nri-gpu that the
+// GPU pods kept their containers (no restart) and see the same GPUs,
+// nri-gpu's table equals the checkpoints, and a new pod gets free GPUs.
+func checkUndisturbed(k kc, views []gpuPodView, before map[string]string) {
+	t := k.t
+	t.Helper()
+	if after := containerIDs(k, views); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("GPU pods' containers changed:\nbefore %v\nafter  %v", before, after)
+	}
+	for _, v := range views {
+		now := viewGPUPod(k, v.pod)
+		checkSeesExactly(k, now, len(v.assigned))
+		if !slices.Equal(now.assigned, v.assigned) {
+			t.Errorf("pod %s: assigned %v, was %v", v.pod.Name, now.assigned, v.assigned)
+		}
+	}
+	checkTableIsCheckpoints(k)
+	k.apply(gpuDeployment("fresh", "ml", 1, 1))
+	p := runningPods(k, "ml", "app=fresh", 1)[0]
+	fresh := viewGPUPod(k, p)
+	checkSeesExactly(k, fresh, 1)
+	checkPlacement(k, append(slices.Clone(views), fresh))
+	k.run("delete", "deployment", "-n", "ml", "fresh", "--wait=true")
+	k.wait(time.Minute, "fresh's pod gone", func() (bool, string, error) {
+		pods, err := k.c.ListPods(k.ctx, "ml", "app=fresh")
+		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), err), nil
+	})
+}
+
+// testDrain drains gpu-a: its GPU pods go (the Deployments' replacements
+// land where GPUs are free or wait), its GPUs are free (nri-gpu's table and
+// the kubelet's checkpoint empty); after uncordon its GPUs are used again.
+func testDrain(k kc) {
+	t := k.t
+	k.run("drain", "gpu-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=2m")
+	k.wait(2*time.Minute, "no GPU pod on gpu-a", func() (bool, string, error) {
+		var pods corev1.PodList
+		if err := k.c.GetJSON(k.ctx, &pods, "pods", "-n", "ml", "--field-selector", "spec.nodeName=gpu-a"); err != nil {
+			return false, err.Error(), nil
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items)), nil
+	})
+	checkTableIsCheckpoints(k)
+	pending := 0
+	pods, err := k.c.ListPods(k.ctx, "ml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			pending++
+		}
+	}
+	t.Logf("after the drain: %d GPU pods wait for GPUs", pending)
+	k.run("uncordon", "gpu-a")
+	var views []gpuPodView
+	for _, d := range []struct {
+		app  string
+		n, g int
+	}{{"gpu1", 2, 1}, {"gpu2", 1, 2}} {
+		for _, p := range runningPods(k, "ml", "app="+d.app, d.n) {
+			v := viewGPUPod(k, p)
+			checkSeesExactly(k, v, d.g)
+			views = append(views, v)
+		}
+	}
+	checkPlacement(k, views)
+	checkTableIsCheckpoints(k)
+}
+
+// testUninstall uninstalls the chart with GPU pods running: they keep
+// running with their GPUs; what nri-gpu leaves on the nodes is what
+// docs/install.md says stays.
+func testUninstall(k kc) {
+	t := k.t
+	k.helm("uninstall", "nri-gpu", "-n", "nri-gpu", "--wait", "--timeout", "2m")
+	k.wait(2*time.Minute, "nri-gpu's pods gone", func() (bool, string, error) {
+		pods, err := k.c.ListPods(k.ctx, "nri-gpu", "")
+		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), err), nil
+	})
+	pods := runningPods(k, "ml", "app=gpu2", 1)
+	v := viewGPUPod(k, pods[0])
+	checkSeesExactly(k, v, 2)
+	for _, n := range k.c.Nodes {
+		sock := n.HostPath("/var/lib/kubelet/device-plugins/nri-gpu-nvidia.com-gpu.sock")
+		if _, err := os.Lstat(sock); err == nil {
+			t.Errorf("node %s: %s left after uninstall", n.Name, sock)
+		}
+		links, _ := filepath.Glob(n.HostPath(harness.NodeDriverRoot + "/dev/char/*"))
+		cache, _ := os.ReadDir(n.HostPath(harness.NodeDriverRoot + "/var/lib/nri-gpu"))
+		var names []string
+		for _, e := range cache {
+			names = append(names, e.Name())
+		}
+		t.Logf("node %s after uninstall: /dev/char links %v; library cache %v", n.Name, links, names)
+		if len(links) != 0 {
+			t.Errorf("node %s: /dev/char links left after uninstall: %v", n.Name, links)
+		}
+	}
+}
