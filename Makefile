@@ -17,7 +17,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build test lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
@@ -72,15 +72,35 @@ e2e: e2e-tools build
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-1.7.36 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=crio-1.34.0 $(GO) test -v -count=1 -timeout 30m ./suite/
+	$(MAKE) --no-print-directory e2e-cluster
 
 e2e-tools:
-	NRI_GPU_E2E_KUBELET=1 test/e2e/install-tools.sh
+	NRI_GPU_E2E_KUBELET=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" test/e2e/install-tools.sh
+
+# The cluster phase (TestCluster): nri-gpu installed with kubectl apply -k
+# and Helm on a real two-node cluster (containerd and CRI-O), once per
+# Kubernetes version in CLUSTER_VERSIONS (the newest the module proxy
+# serves, and the oldest with resource.k8s.io/v1). Each version's binaries
+# are built into the e2e cache on first use (install-cluster.sh).
+# CLUSTER_VERSIONS=v1.37.2 runs only the newest; CLUSTER_VERSIONS= none.
+CLUSTER_VERSIONS ?= v1.37.2 v1.34.4
+e2e-cluster: e2e-tools
+	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" $(GO) test -v -count=1 -timeout 60m -run '^TestCluster$$' ./suite/; \
+	else echo "make e2e-cluster: CLUSTER_VERSIONS is empty: no cluster phase"; fi
 
 # One command to a working demo on a machine without a GPU (root).
 # RUNTIME=containerd-2.2.9, containerd-1.7.36 or crio-1.34.0 runs it on another runtime.
 RUNTIME ?= containerd-2.4.2
 demo: build
 	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu -runtime $(RUNTIME)
+
+# The same on a real two-node Kubernetes cluster (root): nri-gpu applied
+# with kubectl apply -k, three GPU pods placed by the scheduler, what each
+# container sees, everything torn down. CLUSTER_VERSION picks the version.
+CLUSTER_VERSION ?= v1.37.2
+demo-cluster:
+	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
+	cd test/e2e && $(GO) run ./cmd/demo-cluster -version $(CLUSTER_VERSION)
 
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
-	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
 // clusterOptIn is the env var that runs the cluster phase: the Kubernetes
@@ -51,18 +50,6 @@ func clusterVersions(t *testing.T) []string {
 	return v
 }
 
-// clusterNodes are the cluster phase's two worker nodes: gpu-a on containerd
-// with four GPUs, gpu-b on CRI-O with three of which the driver excludes
-// the second (two usable).
-func clusterNodes() []harness.NodeOptions {
-	return []harness.NodeOptions{
-		{Name: "gpu-a", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL}},
-		{Name: "gpu-b", Runtime: harness.RuntimeCRIO, GPUs: &simnode.Options{Layout: simnode.LayoutDebian, GPUs: []simnode.GPU{
-			{BusID: simnode.DefaultBusID(0)}, {BusID: simnode.DefaultBusID(1), Excluded: true}, {BusID: simnode.DefaultBusID(2)},
-		}}},
-	}
-}
-
 // startTestCluster starts the cluster phase's cluster at version with the
 // nri-gpu images and the CUDA-like image on every node, and stops it when
 // the test ends (printing the control plane's and nodes' log tails if the
@@ -71,19 +58,10 @@ func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	var images []*harness.Image
-	for _, tag := range []string{imageTag, imageUpgradeTag} {
-		img, err := harness.NRIGPUImage(ctx, repoRoot(), "", tag, tag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		images = append(images, img)
-	}
-	std, err := harness.BuildImages(ctx, "")
+	images, err := harness.ClusterImages(ctx, repoRoot(), imageTag, imageUpgradeTag)
 	if err != nil {
 		t.Fatal(err)
 	}
-	images = append(images, std.GlibcCUDA)
 	start := time.Now()
 	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, Nodes: nodes, Images: images})
 	if err != nil {
@@ -157,7 +135,7 @@ func (k kc) wait(timeout time.Duration, what string, cond func() (bool, string, 
 func TestCluster(t *testing.T) {
 	for _, v := range clusterVersions(t) {
 		t.Run(v, func(t *testing.T) {
-			c := startTestCluster(t, v, clusterNodes())
+			c := startTestCluster(t, v, harness.GPUNodes())
 			k := kc{t: t, c: c, ctx: context.Background()}
 			for _, n := range c.Nodes {
 				k.run("label", "node", n.Name, "nvidia.com/gpu.present=true")
@@ -518,7 +496,7 @@ spec:
 // overlay, checks the install, GPU workloads and the closed policy, and
 // deletes it again.
 func testKustomize(k kc) {
-	overlay := filepath.Join(repoRoot(), "test", "e2e", "cluster", "kustomize")
+	overlay := harness.KustomizeOverlay(repoRoot())
 	k.run("apply", "-k", overlay)
 	checkInstalled(k)
 	k.run("create", "namespace", "ml")
@@ -536,7 +514,7 @@ func chartDir() string { return filepath.Join(repoRoot(), "deploy", "helm", "nri
 // with GPU pods running, drains and uncordons a node, and uninstalls it.
 func testHelm(k kc) {
 	t := k.t
-	values := filepath.Join(repoRoot(), "test", "e2e", "cluster", "helm-values.yaml")
+	values := harness.HelmValues(repoRoot())
 	k.helm("lint", chartDir(), "-f", values)
 	rendered := k.helm("template", "nri-gpu", chartDir(), "-n", "nri-gpu", "-f", values)
 	if !strings.Contains(rendered, "image: ghcr.io/nri-gpu/nri-gpu:"+imageTag) || !strings.Contains(rendered, "path: /run/nvidia/driver/proc") {
