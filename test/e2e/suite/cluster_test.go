@@ -122,6 +122,17 @@ func (k kc) helm(args ...string) string {
 	return out
 }
 
+// doc runs installCommands[name] (docs/install.md's command) as the
+// cluster phase does (installCommand) and returns its output.
+func (k kc) doc(name string, fill map[string]string) string {
+	k.t.Helper()
+	argv := installCommand(name, fill, harness.KustomizeOverlay(repoRoot()), chartDir(), harness.HelmValues(repoRoot()))
+	if argv[0] == "helm" {
+		return k.helm(argv[1:]...)
+	}
+	return k.run(argv[1:]...)
+}
+
 func (k kc) wait(timeout time.Duration, what string, cond func() (bool, string, error)) {
 	k.t.Helper()
 	if err := harness.WaitFor(k.ctx, timeout, what, cond); err != nil {
@@ -138,7 +149,7 @@ func TestCluster(t *testing.T) {
 			c := startTestCluster(t, v, harness.GPUNodes())
 			k := kc{t: t, c: c, ctx: context.Background()}
 			for _, n := range c.Nodes {
-				k.run("label", "node", n.Name, "nvidia.com/gpu.present=true")
+				k.doc("label", map[string]string{"node": n.Name})
 			}
 			t.Run("kubectl apply -k", func(t *testing.T) { testKustomize(kc{t: t, c: c, ctx: k.ctx}) })
 			t.Run("helm", func(t *testing.T) { testHelm(kc{t: t, c: c, ctx: k.ctx}) })
@@ -163,6 +174,7 @@ func usableGPUs(n *harness.Node) int {
 func checkInstalled(k kc) {
 	t := k.t
 	t.Helper()
+	k.doc("status", nil)
 	if err := k.c.WaitDaemonSetReady(k.ctx, "nri-gpu", "nri-gpu", int32(len(k.c.Nodes)), 3*time.Minute); err != nil {
 		pods, _ := k.c.ListPods(k.ctx, "nri-gpu", "")
 		for i := range pods {
@@ -181,13 +193,15 @@ func checkInstalled(k kc) {
 			return got.String() == want, "allocatable " + got.String(), nil
 		})
 		pod := daemonPod(k, n.Name)
-		out, err := k.c.Exec(k.ctx, "nri-gpu", pod, "", "nri-gpu", "doctor")
+		argv := installCommand("doctor", map[string]string{"pod": pod}, "", "", "")
+		out, err := k.c.Kubectl(k.ctx, argv[1:]...)
 		if err != nil {
-			t.Errorf("node %s: kubectl exec %s -- nri-gpu doctor: %v\n%s", n.Name, pod, err, out)
+			t.Errorf("node %s: %s: %v\n%s", n.Name, strings.Join(argv, " "), err, out)
 		} else {
 			t.Logf("node %s: nri-gpu doctor:\n%s", n.Name, out)
 		}
 	}
+	t.Logf("%s%s", k.doc("pods", nil), k.doc("gpus", nil))
 }
 
 // daemonPod is the name of nri-gpu's pod on node.
@@ -357,7 +371,8 @@ func checkTableIsCheckpoints(k kc) {
 	t.Helper()
 	for _, n := range k.c.Nodes {
 		pod := daemonPod(k, n.Name)
-		out, err := k.c.Exec(k.ctx, "nri-gpu", pod, "", "nri-gpu", "status", "-o", "json")
+		argv := append(installCommand("table", map[string]string{"pod": pod}, "", "", ""), "-o", "json")
+		out, err := k.c.Kubectl(k.ctx, argv[1:]...)
 		var st struct {
 			GPUs []statusGPU `json:"gpus"`
 		}
@@ -496,15 +511,14 @@ spec:
 // overlay, checks the install, GPU workloads and the closed policy, and
 // deletes it again.
 func testKustomize(k kc) {
-	overlay := harness.KustomizeOverlay(repoRoot())
-	k.run("apply", "-k", overlay)
+	k.doc("apply", nil)
 	checkInstalled(k)
 	k.run("create", "namespace", "ml")
 	testGPUWorkloads(k, "ml")
 	checkTableIsCheckpoints(k)
 	testClosedPolicy(k)
 	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
-	k.run("delete", "-k", overlay, "--wait=true", "--timeout=2m")
+	k.doc("delete", nil)
 }
 
 // chartDir is the chart in this checkout.
@@ -514,13 +528,12 @@ func chartDir() string { return filepath.Join(repoRoot(), "deploy", "helm", "nri
 // with GPU pods running, drains and uncordons a node, and uninstalls it.
 func testHelm(k kc) {
 	t := k.t
-	values := harness.HelmValues(repoRoot())
-	k.helm("lint", chartDir(), "-f", values)
-	rendered := k.helm("template", "nri-gpu", chartDir(), "-n", "nri-gpu", "-f", values)
+	k.doc("lint", nil)
+	rendered := k.doc("template", nil)
 	if !strings.Contains(rendered, "image: ghcr.io/nri-gpu/nri-gpu:"+imageTag) || !strings.Contains(rendered, "path: /run/nvidia/driver/proc") {
 		t.Errorf("helm template: no image %s or /run/nvidia/driver/proc in\n%s", imageTag, rendered)
 	}
-	k.helm("install", "nri-gpu", chartDir(), "-n", "nri-gpu", "--create-namespace", "-f", values)
+	k.doc("install", nil)
 	checkInstalled(k)
 	k.run("create", "namespace", "ml")
 	views := testGPUWorkloads(k, "ml")
@@ -529,14 +542,14 @@ func testHelm(k kc) {
 	before := containerIDs(k, views)
 	t.Run("rollout restart", func(t *testing.T) {
 		k := kc{t: t, c: k.c, ctx: k.ctx}
-		k.run("rollout", "restart", "daemonset/nri-gpu", "-n", "nri-gpu")
-		k.run("rollout", "status", "daemonset/nri-gpu", "-n", "nri-gpu", "--timeout=3m")
+		k.doc("restart", nil)
+		k.doc("status", nil)
 		checkUndisturbed(k, views, before)
 	})
 	t.Run("helm upgrade to a new image tag", func(t *testing.T) {
 		k := kc{t: t, c: k.c, ctx: k.ctx}
-		k.helm("upgrade", "nri-gpu", chartDir(), "-n", "nri-gpu", "-f", values, "--set", "image.tag="+imageUpgradeTag)
-		k.run("rollout", "status", "daemonset/nri-gpu", "-n", "nri-gpu", "--timeout=3m")
+		k.doc("upgrade", map[string]string{"tag": imageUpgradeTag})
+		k.doc("status", nil)
 		checkInstalled(k)
 		for _, n := range k.c.Nodes {
 			out, err := k.c.Exec(k.ctx, "nri-gpu", daemonPod(k, n.Name), "", "nri-gpu", "--version")
@@ -600,7 +613,7 @@ func checkUndisturbed(k kc, views []gpuPodView, before map[string]string) {
 // the kubelet's checkpoint empty); after uncordon its GPUs are used again.
 func testDrain(k kc) {
 	t := k.t
-	k.run("drain", "gpu-a", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=2m")
+	k.doc("drain", map[string]string{"node": "gpu-a"})
 	k.wait(2*time.Minute, "no GPU pod on gpu-a", func() (bool, string, error) {
 		var pods corev1.PodList
 		if err := k.c.GetJSON(k.ctx, &pods, "pods", "-n", "ml", "--field-selector", "spec.nodeName=gpu-a"); err != nil {
@@ -620,7 +633,7 @@ func testDrain(k kc) {
 		}
 	}
 	t.Logf("after the drain: %d GPU pods wait for GPUs", pending)
-	k.run("uncordon", "gpu-a")
+	k.doc("uncordon", map[string]string{"node": "gpu-a"})
 	var views []gpuPodView
 	for _, d := range []struct {
 		app  string
@@ -641,7 +654,7 @@ func testDrain(k kc) {
 // docs/install.md says stays.
 func testUninstall(k kc) {
 	t := k.t
-	k.helm("uninstall", "nri-gpu", "-n", "nri-gpu", "--wait", "--timeout", "2m")
+	k.doc("uninstall", nil)
 	k.wait(2*time.Minute, "nri-gpu's pods gone", func() (bool, string, error) {
 		pods, err := k.c.ListPods(k.ctx, "nri-gpu", "")
 		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), err), nil
