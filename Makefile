@@ -174,5 +174,15 @@ bench-e2e: build
 	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu $(BENCH_FLAGS)
 	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu -runtime containerd-1.7.36 -phases main -paths nri-gpu,toolkit $(BENCH_FLAGS)
 
+# Pod start as the cluster sees it (root): creation to Running from the
+# API server's watch, paired rounds of a GPU-less pod, a 1-GPU pod through
+# nri-gpu, and the NVIDIA path (its device plugin's envvar answer +
+# nvidia-container-runtime as a runtime class) on the cluster of
+# make e2e-cluster. BENCH_ROUNDS=5 for a quick run.
+BENCH_ROUNDS ?= 50
+bench-cluster:
+	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CRIO=0 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
+	cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" NRI_GPU_E2E_CLUSTER_BENCH=$(BENCH_ROUNDS) $(GO) test -v -count=1 -timeout 90m -run '^TestClusterPodStart$$' ./suite/
+
 clean:
 	rm -rf bin

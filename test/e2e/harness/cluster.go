@@ -55,6 +55,15 @@ type NodeOptions struct {
 	// GPUs, when set, lays out a simulated GPU node at NodeDriverRoot
 	// (DeviceNodes is forced on).
 	GPUs *simnode.Options
+	// Prepare, when set, runs once the node's namespace and simulated GPUs
+	// exist and before its runtime starts: to write files under the node
+	// and set o's RuntimeExtraConfig and RuntimeEnv that name them (a
+	// runtime handler).
+	Prepare func(n *Node, o *NodeOptions) error
+	// RuntimeExtraConfig is TOML merged over the runtime's generated
+	// config; RuntimeEnv is added to the runtime's environment.
+	RuntimeExtraConfig string
+	RuntimeEnv         []string
 }
 
 // Cluster is a running Kubernetes cluster of its own: etcd, kube-apiserver,
@@ -341,12 +350,17 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 			return n, err
 		}
 	}
+	if o.Prepare != nil {
+		if err := o.Prepare(n, &o); err != nil {
+			return n, err
+		}
+	}
 	cni := filepath.Join(dir, "cni")
 	if err := writeCNIConfig(cni, i); err != nil {
 		return n, err
 	}
 	node := &NodeRuntime{NS: n.NS.NS, NRISocket: n.HostPath(NodeNRISocket), CNIBinDirs: []string{"/usr/lib/cni"}, CNIConfDir: cni}
-	if n.Runtime, err = startNodeRuntime(ctx, o.Runtime, node, c.Opts.Images); err != nil {
+	if n.Runtime, err = startNodeRuntime(ctx, o, node, c.Opts.Images); err != nil {
 		return n, err
 	}
 	ep, ok := n.Runtime.(CRIEndpointer)
@@ -394,9 +408,10 @@ func writeCNIConfig(dir string, i int) error {
 	return os.WriteFile(filepath.Join(dir, "10-nri-gpu-e2e.conflist"), data, 0o644)
 }
 
-// startNodeRuntime starts the runtime called name on a node with the
-// standard images and extra imported.
-func startNodeRuntime(ctx context.Context, name string, node *NodeRuntime, extra []*Image) (Runtime, error) {
+// startNodeRuntime starts o's runtime on a node with the standard images
+// and extra imported.
+func startNodeRuntime(ctx context.Context, o NodeOptions, node *NodeRuntime, extra []*Image) (Runtime, error) {
+	name := o.Runtime
 	imgs, err := BuildImages(ctx, "")
 	if err != nil {
 		return nil, err
@@ -411,13 +426,15 @@ func startNodeRuntime(ctx context.Context, name string, node *NodeRuntime, extra
 		if err != nil {
 			return nil, err
 		}
-		return StartCRIO(ctx, CRIOOptions{Tools: tools, CRIO: crio, Images: imgs, ExtraImages: extra, Node: node})
+		return StartCRIO(ctx, CRIOOptions{Tools: tools, CRIO: crio, Images: imgs, ExtraImages: extra, Node: node,
+			ExtraConfig: o.RuntimeExtraConfig, Env: o.RuntimeEnv})
 	case strings.HasPrefix(name, "containerd-2."):
 		tools, err := InstallTools(ctx, "", ContainerdVersionOf(name))
 		if err != nil {
 			return nil, err
 		}
-		return StartContainerd(ctx, ContainerdOptions{Tools: tools, Images: imgs, ExtraImages: extra, Node: node})
+		return StartContainerd(ctx, ContainerdOptions{Tools: tools, Images: imgs, ExtraImages: extra, Node: node,
+			ExtraConfig: o.RuntimeExtraConfig, Env: o.RuntimeEnv})
 	default:
 		return nil, fmt.Errorf("node runtime %q: want %s, %s or %s", name, RuntimeContainerd24, RuntimeContainerd22, RuntimeCRIO)
 	}
