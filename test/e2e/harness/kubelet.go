@@ -374,7 +374,9 @@ type DeviceEntry struct {
 }
 
 // ReadDeviceCheckpoint reads and decodes KubeletCheckpoint.
-func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) { return ReadDeviceCheckpointAt(KubeletCheckpoint) }
+func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
+	return ReadDeviceCheckpointAt(KubeletCheckpoint)
+}
 
 // ReadDeviceCheckpointAt reads and decodes a kubelet's device manager
 // checkpoint at path (a cluster node's: Node.HostPath(KubeletCheckpoint)).
