@@ -21,7 +21,7 @@ var installCommands = map[string]string{
 	"status":    "kubectl -n nri-gpu rollout status daemonset/nri-gpu --timeout=3m",
 	"pods":      "kubectl -n nri-gpu get pods -o wide",
 	"gpus":      `kubectl get nodes -o 'custom-columns=NODE:.metadata.name,GPUS:.status.allocatable.nvidia\.com/gpu'`,
-	"doctor":    "kubectl -n nri-gpu exec <pod> -- nri-gpu doctor",
+	"doctor":    "kubectl -n nri-gpu exec <pod> -- nri-gpu doctor --config /etc/nri-gpu/config.yaml --socket /var/run/nri/nri.sock --status-socket /run/nri-gpu/status.sock",
 	"table":     "kubectl -n nri-gpu exec <pod> -- nri-gpu status",
 	"delete":    "kubectl delete -k deploy/kubernetes",
 	"lint":      "helm lint deploy/helm/nri-gpu",
