@@ -123,7 +123,11 @@ func StartCRIO(ctx context.Context, opts CRIOOptions) (*CRIO, error) {
 		}
 	}
 	if opts.Node != nil {
-		if err := os.WriteFile(c.runcPath(), []byte(fmt.Sprintf(runcWrapper, opts.Tools.Runc)), 0o755); err != nil {
+		clamp, err := buildE2ECommand(ctx, "runc-clamp", c.path("bin"))
+		if err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(c.runcPath(), []byte(fmt.Sprintf(runcWrapper, clamp, opts.Tools.Runc)), 0o755); err != nil {
 			return fail(err)
 		}
 	}
@@ -266,29 +270,16 @@ func (c *CRIO) config() ([]byte, error) {
 	return toml.Marshal(cfg)
 }
 
-// runcWrapper clamps a negative process.oomScoreAdj in the OCI bundle's
-// config.json (runc create/run --bundle) or the process file (runc exec
-// --process) to 0, then runs runc: this machine refuses a negative
-// oom_score_adj even to root (no CAP_SYS_RESOURCE), the kubelet asks for
-// -997 for system-node-critical pods (the nri-gpu DaemonSet), and CRI-O,
-// unlike containerd (restrict_oom_score_adj), has no setting to clamp it.
+// runcWrapper runs runc through test/e2e/cmd/runc-clamp on a cluster
+// node: it clamps a negative oomScoreAdj to 0 and drops hugepage limits
+// this hybrid-cgroup machine cannot apply (the program says why), as
+// containerd's settings do for containerd; CRI-O has no such settings.
 const runcWrapper = `#!/bin/sh
-prev=
-for a in "$@"; do
-	case "$prev" in
-	--bundle|-b) f="$a/config.json" ;;
-	--process|-p) f="$a" ;;
-	esac
-	prev="$a"
-done
-if [ -n "$f" ] && [ -f "$f" ]; then
-	sed -i -E 's/"oomScoreAdj":-[0-9]+/"oomScoreAdj":0/' "$f"
-fi
-exec %s "$@"
+exec %s %s "$@"
 `
 
-// runcPath is the OCI runtime CRI-O runs: runc, or on a cluster node the
-// wrapper of runcWrapper (written by StartCRIO).
+// runcPath is the OCI runtime CRI-O runs: runc, or on a cluster node
+// runcWrapper (written by StartCRIO).
 func (c *CRIO) runcPath() string {
 	if c.Opts.Node != nil {
 		return c.path("runc-oom-clamp")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 )
 
 // NRIGPUImageRepository is the repository of nri-gpu's release image, as
@@ -42,10 +43,28 @@ func NRIGPUImage(ctx context.Context, repo, dir, tag, version string) (*Image, e
 	if err != nil {
 		return nil, err
 	}
-	files := append([]File{{Path: "/usr/bin/nri-gpu", Source: bin, Mode: 0o755}}, glibc...)
+	// The base's directories (/etc, /tmp, ...) and merged /usr (/lib64 ->
+	// usr/lib64: the loader's path in the ELF header), as distroless has.
+	files := append(append(baseFiles(), mergedUsrFiles()...), File{Path: "/usr/bin/nri-gpu", Source: bin, Mode: 0o755})
+	files = append(files, glibc...)
 	return BuildImage(dir, ImageSpec{
 		Name:       NRIGPUImageRepository + ":" + tag,
 		Files:      files,
 		Entrypoint: []string{"/usr/bin/nri-gpu"},
 	})
+}
+
+// buildE2ECommand builds test/e2e/cmd/<name> of this module into dir and
+// returns the binary's path.
+func buildE2ECommand(ctx context.Context, name, dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	module := filepath.Dir(filepath.Dir(file)) // test/e2e
+	bin := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, goBinary(), "build", "-o", bin, "./cmd/"+name)
+	cmd.Dir = module
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, out)
+	}
+	return bin, nil
 }

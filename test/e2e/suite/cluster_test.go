@@ -67,8 +67,8 @@ func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("cluster %s with %d nodes: built and started in %s, started in %s", version, len(nodes),
-		time.Since(start).Round(time.Millisecond), c.StartupDuration.Round(time.Millisecond))
+	t.Logf("cluster %s with %d nodes: ready in %s (%s with the binaries' install check)", version, len(nodes),
+		c.StartupDuration.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
