@@ -15,7 +15,9 @@ func GPUNodes() []NodeOptions {
 	return []NodeOptions{
 		{Name: "gpu-a", Runtime: RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL}},
 		{Name: "gpu-b", Runtime: RuntimeCRIO, GPUs: &simnode.Options{Layout: simnode.LayoutDebian, GPUs: []simnode.GPU{
-			{BusID: simnode.DefaultBusID(0)}, {BusID: simnode.DefaultBusID(1), Excluded: true}, {BusID: simnode.DefaultBusID(2)},
+			// Bus ids after gpu-a's: GPU UUIDs (derived from them) are unique
+			// in the cluster, as real ones are.
+			{BusID: simnode.DefaultBusID(4)}, {BusID: simnode.DefaultBusID(5), Excluded: true}, {BusID: simnode.DefaultBusID(6)},
 		}}},
 	}
 }

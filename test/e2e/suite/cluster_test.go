@@ -349,10 +349,11 @@ func checkPlacement(k kc, views []gpuPodView) {
 	for _, v := range views {
 		perNode[v.pod.Spec.NodeName] += len(v.assigned)
 		for _, u := range v.assigned {
-			if o, ok := owner[u]; ok {
-				k.t.Errorf("GPU %s assigned to %s and %s", u, o, v.pod.Name)
+			key := v.pod.Spec.NodeName + "/" + u
+			if o, ok := owner[key]; ok {
+				k.t.Errorf("GPU %s assigned to %s and %s", key, o, v.pod.Name)
 			}
-			owner[u] = v.pod.Name
+			owner[key] = v.pod.Name
 		}
 	}
 	for _, n := range k.c.Nodes {
@@ -477,18 +478,22 @@ spec:
 }
 
 // testClosedPolicy checks the shipped closed policy in a tenant
-// namespace: a pod without a GPU limit, from an image whose config says
-// NVIDIA_VISIBLE_DEVICES=all and with a gpus.nri-gpu.dev annotation, gets
-// no GPU, no driver file, and NVIDIA_VISIBLE_DEVICES=void.
+// namespace, for pods without a GPU limit: one from an image whose config
+// says NVIDIA_VISIBLE_DEVICES=all runs with no GPU, no driver file and
+// NVIDIA_VISIBLE_DEVICES=void; one with a gpus.nri-gpu.dev annotation is
+// refused (CreateContainerError naming the annotation and the policy key)
+// and never starts.
 func testClosedPolicy(k kc) {
 	t := k.t
 	k.run("create", "namespace", "tenant")
-	k.apply(fmt.Sprintf(`apiVersion: v1
+	defer k.run("delete", "namespace", "tenant", "--wait=false")
+	pod := func(name, ann string) string {
+		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: sneaky
+  name: %s
   namespace: tenant
-  annotations: {gpus.nri-gpu.dev/container.main: all}
+  annotations: {%s}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
@@ -496,15 +501,32 @@ spec:
     image: %s
     imagePullPolicy: Never
     command: [sleep, "3600"]
-`, harness.GlibcCUDAImage))
-	if _, err := k.c.WaitPodRunning(k.ctx, "tenant", "sneaky", 2*time.Minute); err != nil {
+`, name, ann, harness.GlibcCUDAImage)
+	}
+	k.apply(pod("cuda-env", "") + "---\n" + pod("annotated", "gpus.nri-gpu.dev/container.main: all"))
+	if _, err := k.c.WaitPodRunning(k.ctx, "tenant", "cuda-env", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := k.c.Exec(k.ctx, "tenant", "sneaky", "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; gpucheck cuda`)
+	out, _ := k.c.Exec(k.ctx, "tenant", "cuda-env", "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; gpucheck cuda`)
 	if !strings.Contains(out, "NVD=void\n") || regexp.MustCompile(`(?m)^nvidia`).MatchString(out) || !strings.Contains(out, "libcuda.so.1: FAIL") {
-		t.Errorf("tenant pod with NVIDIA_VISIBLE_DEVICES=all and a gpus.nri-gpu.dev annotation got something:\n%s", out)
+		t.Errorf("tenant pod from an image with NVIDIA_VISIBLE_DEVICES=all got something:\n%s", out)
 	}
-	k.run("delete", "namespace", "tenant", "--wait=false")
+	k.wait(time.Minute, "annotated: CreateContainerError naming the policy", func() (bool, string, error) {
+		p, err := k.c.GetPod(k.ctx, "tenant", "annotated")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.State.Running != nil || s.State.Terminated != nil {
+				return false, "", fmt.Errorf("the annotated pod's container started: %s", harness.PodSummary(p))
+			}
+			if w := s.State.Waiting; w != nil && w.Reason == "CreateContainerError" &&
+				strings.Contains(w.Message, "gpus.nri-gpu.dev/container.main") && strings.Contains(w.Message, "policy.annotationNamespaces") {
+				return true, "", nil
+			}
+		}
+		return false, harness.PodSummary(p), nil
+	})
 }
 
 // testKustomize installs nri-gpu with kubectl apply -k of the test
@@ -512,6 +534,12 @@ spec:
 // deletes it again.
 func testKustomize(k kc) {
 	k.doc("apply", nil)
+	k.t.Cleanup(func() {
+		// Also after a failure: the Helm install that follows needs the
+		// namespace free.
+		_, _ = k.c.Kubectl(k.ctx, "delete", "namespace", "ml", "--ignore-not-found", "--wait=true", "--timeout=2m")
+		_, _ = k.c.Kubectl(k.ctx, "delete", "-k", harness.KustomizeOverlay(repoRoot()), "--ignore-not-found", "--wait=true", "--timeout=2m")
+	})
 	checkInstalled(k)
 	k.run("create", "namespace", "ml")
 	testGPUWorkloads(k, "ml")
@@ -519,6 +547,10 @@ func testKustomize(k kc) {
 	testClosedPolicy(k)
 	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
 	k.doc("delete", nil)
+	k.wait(2*time.Minute, "namespace nri-gpu gone", func() (bool, string, error) {
+		_, err := k.c.Kubectl(k.ctx, "get", "namespace", "nri-gpu")
+		return err != nil && strings.Contains(err.Error(), "NotFound"), fmt.Sprint(err), nil
+	})
 }
 
 // chartDir is the chart in this checkout.
