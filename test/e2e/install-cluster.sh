@@ -116,6 +116,13 @@ build_helm() {
   echo "done    $dir/helm in $((SECONDS - t0))s"
 }
 
+# The nodes' pod network: Debian's CNI plugins (bridge, host-local).
+if [ ! -x /usr/lib/cni/bridge ] && command -v apt-get >/dev/null; then
+  echo "apt-get install containernetworking-plugins (the cluster's pod network)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containernetworking-plugins >/dev/null ||
+    { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containernetworking-plugins >/dev/null; }
+fi
+
 for v in $versions; do
   build_kubernetes "$cache/kubernetes-$v" "$v" kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet
 done

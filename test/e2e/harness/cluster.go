@@ -30,6 +30,8 @@ const (
 	NodeDriverRoot = "/run/nvidia/driver"
 	// NodeNRISocket is NRI's default socket, in the node's private /run.
 	NodeNRISocket = "/var/run/nri/nri.sock"
+	// cniBinDir holds Debian's containernetworking-plugins.
+	cniBinDir = "/usr/lib/cni"
 )
 
 // ClusterOptions configures StartCluster.
@@ -126,6 +128,11 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	kt, err := InstallKubeTools(ctx, "", opts.Version)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
+		if err := aptInstall(ctx, "containernetworking-plugins"); err != nil {
+			return nil, fmt.Errorf("the nodes' pod network needs Debian's containernetworking-plugins in %s: %w", cniBinDir, err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "nrie2e-cluster-")
 	if err != nil {
@@ -359,7 +366,7 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 	if err := writeCNIConfig(cni, i); err != nil {
 		return n, err
 	}
-	node := &NodeRuntime{NS: n.NS.NS, NRISocket: n.HostPath(NodeNRISocket), CNIBinDirs: []string{"/usr/lib/cni"}, CNIConfDir: cni}
+	node := &NodeRuntime{NS: n.NS.NS, NRISocket: n.HostPath(NodeNRISocket), CNIBinDirs: []string{cniBinDir}, CNIConfDir: cni}
 	if n.Runtime, err = startNodeRuntime(ctx, o, node, c.Opts.Images); err != nil {
 		return n, err
 	}
