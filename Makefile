@@ -62,7 +62,8 @@ unit:
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API) and
 # containerd 1.7.36 (NRI v0.8.0, config version 2), then CRI-O 1.34.0 (built from
-# source into the same cache). One line per runtime.
+# source into the same cache). One line per runtime. Then the cluster phase
+# (make e2e-cluster) at each of CLUSTER_VERSIONS.
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
 # under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost.
 e2e: e2e-tools build
