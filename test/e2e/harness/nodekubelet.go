@@ -31,7 +31,8 @@ type nodeKubeletOptions struct {
 // its /var/log/pods, registered with the API server as NodeName with
 // NodeIP, serving on NodeIP:10250 with real TLS, webhook authentication
 // and authorization (kubectl exec and logs go through the API server).
-// The cluster waits for the Node to be Ready.
+// The cluster waits for the Node to be Ready. Its read-only port is off
+// (as on a real node): read pods from the API server, not Kubelet.Pods.
 func startNodeKubelet(o nodeKubeletOptions) (*Kubelet, error) {
 	if o.Binary == "" || o.Runtime == nil || o.NS == nil {
 		return nil, errors.New("node kubelet: Binary, Runtime and NS are required")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
@@ -567,6 +568,15 @@ func testHelm(k kc) {
 	}
 	k.doc("install", nil)
 	checkInstalled(k)
+	// The update strategy docs/install.md describes: one node at a time.
+	var ds appsv1.DaemonSet
+	if err := k.c.GetJSON(k.ctx, &ds, "daemonset", "-n", "nri-gpu", "nri-gpu"); err != nil {
+		t.Fatal(err)
+	}
+	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil ||
+		u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.String() != "1" {
+		t.Errorf("the chart's DaemonSet update strategy: %+v, want RollingUpdate with maxUnavailable 1 (docs/install.md)", u)
+	}
 	k.run("create", "namespace", "ml")
 	views := testGPUWorkloads(k, "ml")
 	checkTableIsCheckpoints(k)
