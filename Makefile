@@ -17,7 +17,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build image test lint unit e2e e2e-tools bench demo bench-e2e clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build image test lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
@@ -86,7 +86,8 @@ unit:
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
 # simulated node, then the same against containerd 2.2.9 (older NRI API) and
 # containerd 1.7.36 (NRI v0.8.0, config version 2), then CRI-O 1.34.0 (built from
-# source into the same cache). One line per runtime.
+# source into the same cache). One line per runtime. Then the cluster phase
+# (make e2e-cluster) at each of CLUSTER_VERSIONS.
 # Before it, on the built (non-race) plugin: TestMeasureRSS (its peak RSS
 # under the DaemonSet's GOMEMLIMIT) and a smoke run of the creation cost;
 # then the release image (make image) loaded with ctr images import and
@@ -99,15 +100,35 @@ e2e: e2e-tools build image
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-1.7.36 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=crio-1.34.0 $(GO) test -v -count=1 -timeout 30m ./suite/
+	$(MAKE) --no-print-directory e2e-cluster
 
 e2e-tools:
-	NRI_GPU_E2E_KUBELET=1 test/e2e/install-tools.sh
+	NRI_GPU_E2E_KUBELET=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" test/e2e/install-tools.sh
+
+# The cluster phase (TestCluster): nri-gpu installed with kubectl apply -k
+# and Helm on a real two-node cluster (containerd and CRI-O), once per
+# Kubernetes version in CLUSTER_VERSIONS (the newest the module proxy
+# serves, and the oldest with resource.k8s.io/v1). Each version's binaries
+# are built into the e2e cache on first use (install-cluster.sh).
+# CLUSTER_VERSIONS=v1.37.2 runs only the newest; CLUSTER_VERSIONS= none.
+CLUSTER_VERSIONS ?= v1.37.2 v1.34.4
+e2e-cluster: e2e-tools
+	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" $(GO) test -v -count=1 -timeout 60m -run '^TestCluster$$' ./suite/; \
+	else echo "make e2e-cluster: CLUSTER_VERSIONS is empty: no cluster phase"; fi
 
 # One command to a working demo on a machine without a GPU (root).
 # RUNTIME=containerd-2.2.9, containerd-1.7.36 or crio-1.34.0 runs it on another runtime.
 RUNTIME ?= containerd-2.4.2
 demo: build
 	cd test/e2e && $(GO) run ./cmd/demo -nri-gpu ../../bin/nri-gpu -runtime $(RUNTIME)
+
+# The same on a real two-node Kubernetes cluster (root): nri-gpu applied
+# with kubectl apply -k, three GPU pods placed by the scheduler, what each
+# container sees, everything torn down. CLUSTER_VERSION picks the version.
+CLUSTER_VERSION ?= v1.37.2
+demo-cluster:
+	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
+	cd test/e2e && $(GO) run ./cmd/demo-cluster -version $(CLUSTER_VERSION)
 
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s
@@ -180,6 +201,16 @@ install-systemd: build
 bench-e2e: build
 	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu $(BENCH_FLAGS)
 	cd test/e2e && $(GO) run ./cmd/bench-e2e -nri-gpu ../../bin/nri-gpu -runtime containerd-1.7.36 -phases main -paths nri-gpu,toolkit $(BENCH_FLAGS)
+
+# Pod start as the cluster sees it (root): creation to Running from the
+# API server's watch, paired rounds of a GPU-less pod, a 1-GPU pod through
+# nri-gpu, and the NVIDIA path (its device plugin's envvar answer +
+# nvidia-container-runtime as a runtime class) on the cluster of
+# make e2e-cluster. BENCH_ROUNDS=5 for a quick run.
+BENCH_ROUNDS ?= 50
+bench-cluster:
+	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CRIO=0 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
+	cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" NRI_GPU_E2E_CLUSTER_BENCH=$(BENCH_ROUNDS) $(GO) test -v -count=1 -timeout 90m -run '^TestClusterPodStart$$' ./suite/
 
 clean:
 	rm -rf bin

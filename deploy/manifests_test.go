@@ -165,6 +165,7 @@ type helmValues struct {
 		PullPolicy string `json:"pullPolicy"`
 	} `json:"image"`
 	Config               map[string]any              `json:"config"`
+	HostRootHostPath     string                      `json:"hostRootHostPath"`
 	DriverRootHostPath   string                      `json:"driverRootHostPath"`
 	LibraryCacheHostPath string                      `json:"libraryCacheHostPath"`
 	KubeletDevicePlugin  string                      `json:"kubeletDevicePluginHostPath"`
@@ -207,7 +208,8 @@ func renderHelm(t *testing.T, override func(values map[string]any)) (objects, he
 			pad := strings.Repeat(" ", n)
 			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
 		},
-		"quote": func(s string) string { return fmt.Sprintf("%q", s) },
+		"quote":      func(s string) string { return fmt.Sprintf("%q", s) },
+		"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "templates", "*.yaml"))
 	if len(files) == 0 {
@@ -559,6 +561,27 @@ func TestHelmDevCharLinksOff(t *testing.T) {
 		if m.MountPath == "/host/dev/char" {
 			t.Error("devCharLinks off: /host/dev/char still mounted")
 		}
+	}
+}
+
+// TestHelmHostRootHostPath renders the chart with hostRootHostPath set:
+// the host's proc, dev, dev/char and sys volumes all come from under it,
+// and nothing else moves.
+func TestHelmHostRootHostPath(t *testing.T) {
+	objs, _ := renderHelm(t, func(v map[string]any) { v["hostRootHostPath"] = "/run/nvidia/driver/" })
+	got := map[string]string{}
+	for _, v := range objs.daemonSet.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			got[v.Name] = v.HostPath.Path
+		}
+	}
+	want := map[string]string{
+		"nri-socket": "/var/run/nri", "host-proc": "/run/nvidia/driver/proc", "host-dev": "/run/nvidia/driver/dev",
+		"host-dev-char": "/run/nvidia/driver/dev/char", "host-sys": "/run/nvidia/driver/sys", "driver-root": "/",
+		"library-cache": "/var/lib/nri-gpu", "device-plugins": "/var/lib/kubelet/device-plugins",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hostPath volumes (-want +got):\n%s", diff)
 	}
 }
 

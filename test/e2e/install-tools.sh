@@ -11,13 +11,18 @@
 #   NRI_GPU_E2E_RUNC_SECCOMP=0 build runc without seccomp (default: with seccomp,
 #                              installing libseccomp-dev with apt-get when missing;
 #                              falls back to no seccomp if that fails)
-#   NRI_GPU_E2E_KUBELET=1      also build the kubelet (opt-in kubelet phase; ~4 min)
+#   NRI_GPU_E2E_KUBELET=1      also build the kubelet (opt-in kubelet phase; ~4 min), unless
+#                              the cluster's v1.34.4 build below has one
+#   NRI_GPU_E2E_CLUSTER="v1.37.2 ..."  also build the cluster phase's binaries for these
+#                              Kubernetes versions, etcd and Helm (install-cluster.sh)
 #
 # Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}  (v2.4.2, v2.2.9, v1.7.36)
 #         <cache>/runc-v1.5.3/runc              (built with -tags seccomp)
 #         <cache>/runc-v1.5.3-noseccomp/runc    (built without)
 #         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime}
 #         <cache>/kubelet-v1.34.4/kubelet       (only with NRI_GPU_E2E_KUBELET=1)
+#         <cache>/kubernetes-<v>/{kube-apiserver,...,kubelet}, etcd-<v>/, helm-<v>/
+#                                               (only with NRI_GPU_E2E_CLUSTER)
 #         <cache>/crio-v1.34.0/{crio,pinns}     (NRI_GPU_E2E_CRIO=0 skips it; conmon and
 #                                               skopeo come from apt when missing)
 set -euo pipefail
@@ -118,10 +123,18 @@ done
 # `go install`-able: its go.mod replaces k8s.io/* with ./staging, which the
 # module zip lacks. Build it from the module source with the staging replaces
 # swapped for the published v0.34.x modules (about 4 min on 2 cores).
+# The cluster phase's binaries first: a v1.34.4 build there has the
+# kubelet phase's kubelet too (harness.InstallKubelet prefers it).
+if [ -n "${NRI_GPU_E2E_CLUSTER:-}" ]; then
+  "$(dirname "$0")/install-cluster.sh" "$cache"
+fi
+
 kubelet_version="v1.34.4"
 if [ "${NRI_GPU_E2E_KUBELET:-0}" = 1 ]; then
   d="$cache/kubelet-$kubelet_version"
-  if [ -x "$d/kubelet" ]; then
+  if [ -x "$cache/kubernetes-$kubelet_version/kubelet" ]; then
+    echo "cached  $cache/kubernetes-$kubelet_version/kubelet (the cluster's)"
+  elif [ -x "$d/kubelet" ]; then
     echo "cached  $d/kubelet"
   else
     t0=$SECONDS

@@ -38,7 +38,9 @@ func checkDevicePlugin(o *Options, out *[]Result) {
 	if resource == "" {
 		resource = config.DefaultResourceName
 	}
-	dir = o.host(dir)
+	// socketDir is a path in nri-gpu's own file system, where its device
+	// plugin serves (the DaemonSet mounts the kubelet's directory there),
+	// not one under hostRoot.
 	mount := "(the DaemonSet must mount the kubelet's " + config.DefaultDevicePluginDir + "; devicePlugin.socketDir says where)"
 	kubelet := filepath.Join(dir, config.KubeletSocketName)
 	fi, err := os.Lstat(kubelet)

@@ -20,7 +20,10 @@ import (
 func TestDevicePluginRegistration(t *testing.T) {
 	f := newFixture(t, simnode.Options{})
 	f.o.Config.DevicePlugin.Enabled = true
+	// socketDir as the device plugin serves it (the DaemonSet's mount),
+	// not a path under hostRoot.
 	dir := f.n.HostPath(config.DefaultDevicePluginDir)
+	f.o.Config.DevicePlugin.SocketDir = dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +82,12 @@ func TestDevicePluginRegistration(t *testing.T) {
 	os.WriteFile(own, nil, 0o600)
 	expect(t, Run(f.o), "device plugin", Fail, "exists and is not a socket")
 
-	// Another directory and resource, from the configuration.
-	f.o.Config.DevicePlugin.SocketDir, f.o.Config.DevicePlugin.ResourceName = "/srv/dp", "example.com/gpu"
-	expect(t, Run(f.o), "kubelet socket", Fail, f.n.HostPath("/srv/dp/kubelet.sock")+": not found")
+	// Another directory and resource, from the configuration: the
+	// directory as nri-gpu sees it, never under hostRoot (the DaemonSet
+	// mounts the kubelet's directory at socketDir, not under /host).
+	other := f.n.HostPath("/srv/dp")
+	f.o.Config.DevicePlugin.SocketDir, f.o.Config.DevicePlugin.ResourceName = other, "example.com/gpu"
+	expect(t, Run(f.o), "kubelet socket", Fail, other+"/kubelet.sock: not found")
 }
 
 // listWatch answers ListAndWatch with devs, as a device plugin answers

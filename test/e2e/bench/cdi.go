@@ -198,3 +198,18 @@ func isLink(p string) bool {
 	st, err := os.Lstat(p)
 	return err == nil && st.Mode()&os.ModeSymlink != 0
 }
+
+// WriteToolkitSpec writes the CDI spec `nvidia-ctk cdi generate` makes for
+// the simulated node n (toolkitSpec; hook is nvidia-cdi-hook's path) into
+// dir/file, for a runtime that runs the NVIDIA toolkit's path elsewhere
+// (the cluster's pod start figures).
+func WriteToolkitSpec(dir, file string, n *simnode.Node, hook string) error {
+	s, err := toolkitSpec(n, hook)
+	if err != nil {
+		return err
+	}
+	return writeSpec(dir, file, s)
+}
+
+// ToolkitKind is the CDI kind of WriteToolkitSpec's devices.
+const ToolkitKind = toolkitKind

@@ -233,7 +233,8 @@ func CleanupDir(dir, runc string) error {
 
 // ownedProcesses are the processes of ProcessesUnder(dir) that the harness's
 // containerd started: containerd and its shims (containerd*), CRI-O and its
-// container monitors (crio, conmon), runc, and
+// container monitors (crio, conmon), runc, a cluster's control plane and
+// kubelets, and
 // executables under dir (NRI plugins pre-registered in dir/nri/plugins).
 // Processes a test started itself, such as a plugin given --socket dir/nri.sock,
 // are left to the test.
@@ -245,12 +246,17 @@ func ownedProcesses(dir, runc string) []Process {
 		}
 		arg0 := p.Cmdline[0]
 		base := filepath.Base(arg0)
-		if strings.HasPrefix(arg0, dir+"/") || strings.HasPrefix(base, "containerd") || base == "crio" || base == "conmon" || base == "runc" || (runc != "" && arg0 == runc) {
+		if strings.HasPrefix(arg0, dir+"/") || strings.HasPrefix(base, "containerd") || base == "crio" || base == "conmon" || base == "runc" || (runc != "" && arg0 == runc) ||
+			clusterCommands[base] {
 			out = append(out, p)
 		}
 	}
 	return out
 }
+
+// clusterCommands are the cluster's processes (Cluster, its nodes'
+// kubelets), found by a directory of theirs in their arguments.
+var clusterCommands = map[string]bool{"etcd": true, "kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true, "kubelet": true}
 
 // killAndWait sends SIGKILL to pids and waits until they are gone.
 func killAndWait(pids []int, timeout time.Duration) {

@@ -11,11 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -54,6 +52,9 @@ type ContainerdOptions struct {
 	Debug bool
 	// StartTimeout bounds the wait for CRI to answer (default 60 s).
 	StartTimeout time.Duration
+	// Node, when set, runs containerd in a cluster node's namespaces with
+	// the node's NRI socket and CNI configuration.
+	Node *NodeRuntime
 }
 
 // Containerd is a running private containerd. All its paths are under Dir.
@@ -72,17 +73,10 @@ type Containerd struct {
 	ConfigPath      string // the generated config.toml
 	LogPath         string // containerd's stdout+stderr
 	PodLogDir       string // parent of the pods' log directories
-	StartupDuration time.Duration
 	ImportDuration  time.Duration
 	features        features
-	mu              sync.Mutex
-	cmd             *exec.Cmd
-	exited          chan struct{}
-	exitErr         error
-	logFile         *os.File
-	conn            *grpc.ClientConn
-	cri             *CRI
-	stopped         bool
+	// daemon starts, connects to, restarts and stops the process.
+	daemon
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -173,6 +167,16 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 		PodLogDir:       filepath.Join(dir, "pods"),
 		features:        featuresFor(opts.Tools.ContainerdVersion),
 	}
+	if opts.Node != nil && opts.Node.NRISocket != "" {
+		c.NRISocket = opts.Node.NRISocket
+	}
+	c.daemon = daemon{
+		name: "containerd", version: opts.Tools.ContainerdVersion, dir: dir, address: c.Address, logPath: c.LogPath,
+		argv:    []string{opts.Tools.Containerd, "--config", c.ConfigPath},
+		env:     daemonEnv(opts.Tools.Dirs(), nil, opts.Env...),
+		sockets: []string{c.Address, c.Address + ".ttrpc", c.NRISocket},
+		runc:    opts.Tools.Runc, podLogDir: c.PodLogDir, ns: opts.Node.namespaces(), startTimeout: opts.StartTimeout,
+	}
 	// Who owns this dir, for ReapStale.
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		os.RemoveAll(dir)
@@ -220,10 +224,7 @@ func (c *Containerd) config() ([]byte, error) {
 	runtime := map[string]any{
 		"restrict_oom_score_adj": true, // this machine lacks CAP_SYS_RESOURCE
 		"cdi_spec_dirs":          []string{c.CDISpecDir},
-		"cni": map[string]any{
-			"bin_dirs": []string{filepath.Join(c.Dir, "cni", "bin")},
-			"conf_dir": filepath.Join(c.Dir, "cni", "conf"),
-		},
+		"cni":                    c.cniConfig(),
 		"containerd": map[string]any{
 			"default_runtime_name": "runc",
 			"runtimes":             map[string]any{"runc": c.runcRuntime()},
@@ -231,6 +232,11 @@ func (c *Containerd) config() ([]byte, error) {
 	}
 	if c.features.enableCDIKey {
 		runtime["enable_cdi"] = true
+	}
+	if c.Opts.Node != nil {
+		// Pods' network namespaces under the private state dir, not the
+		// node's /run/netns.
+		runtime["netns_mounts_under_state_dir"] = true
 	}
 	nri := c.nriConfig()
 	if o.DefaultValidator {
@@ -257,6 +263,16 @@ func (c *Containerd) config() ([]byte, error) {
 	}
 	cfg := c.document(3, plugins)
 	return c.render(cfg)
+}
+
+// cniConfig is the CRI plugin's cni table: the node's CNI plugins and
+// configuration, or empty private directories (host-network pods only).
+func (c *Containerd) cniConfig() map[string]any {
+	bins, conf := []string{filepath.Join(c.Dir, "cni", "bin")}, filepath.Join(c.Dir, "cni", "conf")
+	if n := c.Opts.Node; n != nil && n.CNIConfDir != "" {
+		bins, conf = n.CNIBinDirs, n.CNIConfDir
+	}
+	return map[string]any{"bin_dirs": bins, "conf_dir": conf}
 }
 
 // render merges ExtraConfig over cfg and encodes it.
@@ -337,112 +353,6 @@ func mergeTOML(dst, src map[string]any) {
 	}
 }
 
-// start runs containerd and waits until CRI is ready.
-func (c *Containerd) start(ctx context.Context) error {
-	begin := time.Now()
-	// A killed containerd leaves its sockets behind.
-	for _, s := range []string{c.Address, c.Address + ".ttrpc", c.NRISocket} {
-		_ = os.Remove(s)
-	}
-	logf, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(logf, "=== nri-gpu-e2e: starting %s %s at %s\n", c.Opts.Tools.Containerd, c.Opts.Tools.ContainerdVersion, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.Opts.Tools.Containerd, "--config", c.ConfigPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = c.Dir
-	env := []string{"PATH=" + strings.Join(append(c.Opts.Tools.Dirs(), os.Getenv("PATH")), ":")}
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "PATH=") && !strings.HasPrefix(e, "NOTIFY_SOCKET=") && !strings.HasPrefix(e, "LISTEN_") {
-			env = append(env, e)
-		}
-	}
-	env = append(env, c.Opts.Env...)
-	cmd.Env = env
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start containerd: %w", err)
-	}
-	exited := make(chan struct{})
-	c.mu.Lock()
-	c.cmd, c.exited, c.logFile, c.exitErr = cmd, exited, logf, nil
-	c.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		c.mu.Lock()
-		c.exitErr = err
-		c.mu.Unlock()
-		close(exited)
-	}()
-	if err := os.WriteFile(filepath.Join(c.Dir, "containerd.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		return err
-	}
-
-	wctx, cancel := context.WithTimeout(ctx, c.Opts.StartTimeout)
-	defer cancel()
-	if err := c.waitReady(wctx, exited); err != nil {
-		return fmt.Errorf("containerd %s did not become ready: %w\n--- tail of %s ---\n%s", c.Opts.Tools.ContainerdVersion, err, c.LogPath, c.LogTail(6000))
-	}
-	c.StartupDuration = time.Since(begin)
-	return nil
-}
-
-func (c *Containerd) waitReady(ctx context.Context, exited chan struct{}) error {
-	return waitCRI(ctx, "containerd", c.Address, exited, c.exitError, c.connect, func(ctx context.Context) error { return criReady(ctx, c.cri) })
-}
-
-// exitError is the error containerd's process exited with.
-func (c *Containerd) exitError() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.exitErr
-}
-
-// connect makes the one connection for the life of this Containerd (see
-// dialCRI), so CRI() stays valid across Restart.
-func (c *Containerd) connect() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.conn != nil {
-		return nil
-	}
-	conn, err := dialCRI(c.Address)
-	if err != nil {
-		return err
-	}
-	c.conn = conn
-	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
-	return nil
-}
-
-// CRI returns the CRI client of this containerd.
-func (c *Containerd) CRI() *CRI {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cri
-}
-
-// PID returns containerd's process id (0 when not running).
-func (c *Containerd) PID() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil || c.cmd.Process == nil {
-		return 0
-	}
-	select {
-	case <-c.exited:
-		return 0
-	default:
-	}
-	return c.cmd.Process.Pid
-}
-
-// LogTail returns the last n bytes of containerd's log.
-func (c *Containerd) LogTail(n int64) string {
-	return fileTail(c.LogPath, n)
-}
-
 // Ctr runs ctr against this containerd, in the k8s.io namespace.
 func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{"--address", c.Address, "--namespace", "k8s.io"}, args...)
@@ -510,70 +420,4 @@ func (c *Containerd) waitImage(ctx context.Context, ref string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// stopDaemon stops the containerd process (SIGTERM, then SIGKILL after grace),
-// leaving shims and containers alone.
-func (c *Containerd) stopDaemon(grace time.Duration) {
-	c.mu.Lock()
-	cmd, exited := c.cmd, c.exited
-	c.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-exited:
-	default:
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	c.mu.Lock()
-	if c.logFile != nil {
-		c.logFile.Close()
-		c.logFile = nil
-	}
-	c.mu.Unlock()
-}
-
-// Restart stops containerd the way a real restart does (containers and their shims
-// keep running) and starts it again on the same dirs and config; it returns once
-// CRI answers again. The CRI client stays valid (it reconnects).
-func (c *Containerd) Restart(ctx context.Context) error {
-	c.stopDaemon(10 * time.Second)
-	if err := c.start(ctx); err != nil {
-		return err
-	}
-	return nil
-}
-
-// Stop removes every pod through CRI (best effort, bounded), kills containerd, the
-// containers and every shim started for this dir by PID, unmounts everything mounted
-// under Dir and removes Dir. It is safe to call more than once. It returns what it
-// could not clean up.
-func (c *Containerd) Stop() error {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return nil
-	}
-	c.stopped = true
-	cri := c.cri
-	c.mu.Unlock()
-	if cri != nil && c.PID() != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_ = cri.CleanupAll(ctx)
-		cancel()
-	}
-	c.stopDaemon(10 * time.Second)
-	c.mu.Lock()
-	if c.conn != nil {
-		c.conn.Close()
-	}
-	c.mu.Unlock()
-	return CleanupDir(c.Dir, c.Opts.Tools.Runc)
 }

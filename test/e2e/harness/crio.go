@@ -9,12 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
-	"google.golang.org/grpc"
 )
 
 // CRIOOptions configures StartCRIO.
@@ -46,6 +43,9 @@ type CRIOOptions struct {
 	Debug bool
 	// StartTimeout bounds the wait for CRI to answer (default 60 s).
 	StartTimeout time.Duration
+	// Node, when set, runs CRI-O in a cluster node's namespaces with the
+	// node's NRI socket and CNI configuration.
+	Node *NodeRuntime
 }
 
 // CRIO is a running private CRI-O. All its paths are under Dir.
@@ -65,17 +65,9 @@ type CRIO struct {
 	ConfigDir       string // its drop-in dir (crio.conf.d)
 	LogPath         string // CRI-O's stdout+stderr
 	PodLogDir       string // parent of the pods' log directories
-	StartupDuration time.Duration
 	ImportDuration  time.Duration
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	exitErr error
-	logFile *os.File
-	conn    *grpc.ClientConn
-	cri     *CRI
-	stopped bool
+	// daemon starts, connects to, restarts and stops the process.
+	daemon
 }
 
 var _ Runtime = (*CRIO)(nil)
@@ -110,6 +102,16 @@ func StartCRIO(ctx context.Context, opts CRIOOptions) (*CRIO, error) {
 		LogPath:         filepath.Join(dir, "crio.log"),
 		PodLogDir:       filepath.Join(dir, "pods"),
 	}
+	if opts.Node != nil && opts.Node.NRISocket != "" {
+		c.NRISocket = opts.Node.NRISocket
+	}
+	c.daemon = daemon{
+		name: "crio", version: opts.CRIO.Version, dir: dir, address: c.Address, logPath: c.LogPath,
+		argv:    []string{opts.CRIO.CRIO, "--config", c.ConfigPath, "--config-dir", c.ConfigDir},
+		env:     daemonEnv(opts.Tools.Dirs(), []string{"TMPDIR"}, append([]string{"TMPDIR=" + c.path("tmp")}, opts.Env...)...),
+		sockets: []string{c.Address, c.NRISocket},
+		runc:    opts.Tools.Runc, podLogDir: c.PodLogDir, killFirst: true, ns: opts.Node.namespaces(), startTimeout: opts.StartTimeout,
+	}
 	fail := func(err error) (*CRIO, error) { return nil, errors.Join(err, CleanupDir(dir, opts.Tools.Runc)) }
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return fail(err)
@@ -117,6 +119,15 @@ func StartCRIO(ctx context.Context, opts CRIOOptions) (*CRIO, error) {
 	for _, d := range []string{c.Root, c.RunRoot, c.NRIPluginPath, c.NRIPluginConfig, c.CDISpecDir, c.RuncRoot, c.ConfigDir, c.PodLogDir,
 		c.path("ns"), c.path("exits"), c.path("attach"), c.path("hooks"), c.path("cni", "bin"), c.path("cni", "conf"), c.path("tmp"), c.path("lib")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fail(err)
+		}
+	}
+	if opts.Node != nil {
+		clamp, err := buildE2ECommand(ctx, "runc-clamp", c.path("bin"))
+		if err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(c.runcPath(), []byte(fmt.Sprintf(runcWrapper, clamp, opts.Tools.Runc)), 0o755); err != nil {
 			return fail(err)
 		}
 	}
@@ -228,7 +239,7 @@ func (c *CRIO) config() ([]byte, error) {
 			"default_mounts_file":            "",
 			"runtimes": map[string]any{
 				"runc": map[string]any{
-					"runtime_path": o.Tools.Runc,
+					"runtime_path": c.runcPath(),
 					"runtime_type": "oci",
 					"runtime_root": c.RuncRoot,
 					"monitor_path": o.CRIO.Conmon,
@@ -244,10 +255,7 @@ func (c *CRIO) config() ([]byte, error) {
 			"pause_command":           "",
 			"big_files_temporary_dir": c.path("tmp"),
 		},
-		"network": map[string]any{
-			"network_dir": c.path("cni", "conf"),
-			"plugin_dirs": []string{c.path("cni", "bin")},
-		},
+		"network": c.networkConfig(),
 		"nri":     nri,
 		"metrics": map[string]any{"enable_metrics": false},
 	}
@@ -262,93 +270,35 @@ func (c *CRIO) config() ([]byte, error) {
 	return toml.Marshal(cfg)
 }
 
-// start runs CRI-O and waits until CRI is ready.
-func (c *CRIO) start(ctx context.Context) error {
-	begin := time.Now()
-	for _, s := range []string{c.Address, c.NRISocket} {
-		_ = os.Remove(s)
+// runcWrapper runs runc through test/e2e/cmd/runc-clamp on a cluster
+// node: it clamps a negative oomScoreAdj to 0 and drops hugepage limits
+// this hybrid-cgroup machine cannot apply (the program says why), as
+// containerd's settings do for containerd; CRI-O has no such settings.
+const runcWrapper = `#!/bin/sh
+exec %s %s "$@"
+`
+
+// runcPath is the OCI runtime CRI-O runs: runc, or on a cluster node
+// runcWrapper (written by StartCRIO).
+func (c *CRIO) runcPath() string {
+	if c.Opts.Node != nil {
+		return c.path("runc-oom-clamp")
 	}
-	logf, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(logf, "=== nri-gpu-e2e: starting %s %s at %s\n", c.Opts.CRIO.CRIO, c.Opts.CRIO.Version, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.Opts.CRIO.CRIO, "--config", c.ConfigPath, "--config-dir", c.ConfigDir)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = c.Dir
-	env := []string{"PATH=" + strings.Join(append(c.Opts.Tools.Dirs(), os.Getenv("PATH")), ":"), "TMPDIR=" + c.path("tmp")}
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "PATH=") && !strings.HasPrefix(e, "TMPDIR=") && !strings.HasPrefix(e, "NOTIFY_SOCKET=") && !strings.HasPrefix(e, "LISTEN_") {
-			env = append(env, e)
-		}
-	}
-	env = append(env, c.Opts.Env...)
-	cmd.Env = env
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start crio: %w", err)
-	}
-	exited := make(chan struct{})
-	c.mu.Lock()
-	c.cmd, c.exited, c.logFile, c.exitErr = cmd, exited, logf, nil
-	c.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		c.mu.Lock()
-		c.exitErr = err
-		c.mu.Unlock()
-		close(exited)
-	}()
-	if err := os.WriteFile(c.path("crio.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, c.Opts.StartTimeout)
-	defer cancel()
-	if err := c.waitReady(wctx, exited); err != nil {
-		return fmt.Errorf("crio %s did not become ready: %w\n--- tail of %s ---\n%s", c.Opts.CRIO.Version, err, c.LogPath, c.LogTail(6000))
-	}
-	c.StartupDuration = time.Since(begin)
-	return nil
+	return c.Opts.Tools.Runc
 }
 
-func (c *CRIO) waitReady(ctx context.Context, exited chan struct{}) error {
-	return waitCRI(ctx, "crio", c.Address, exited, c.exitError, c.connect, func(ctx context.Context) error { return criReady(ctx, c.cri) })
-}
-
-// exitError is the error crio's process exited with.
-func (c *CRIO) exitError() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.exitErr
-}
-
-// connect makes the one connection for the life of this CRIO (see
-// dialCRI), so CRI() stays valid across Restart.
-func (c *CRIO) connect() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.conn != nil {
-		return nil
+// networkConfig is crio.conf's network table: the node's CNI plugins and
+// configuration, or empty private directories (host-network pods only).
+func (c *CRIO) networkConfig() map[string]any {
+	conf, bins := c.path("cni", "conf"), []string{c.path("cni", "bin")}
+	if n := c.Opts.Node; n != nil && n.CNIConfDir != "" {
+		conf, bins = n.CNIConfDir, n.CNIBinDirs
 	}
-	conn, err := dialCRI(c.Address)
-	if err != nil {
-		return err
-	}
-	c.conn = conn
-	c.cri = newCRI(conn, c.PodLogDir, c.LogTail)
-	c.cri.killFirst = true
-	return nil
+	return map[string]any{"network_dir": conf, "plugin_dirs": bins}
 }
 
 // Name is "crio-" and the version without its "v", e.g. "crio-1.34.0".
 func (c *CRIO) Name() string { return "crio-" + strings.TrimPrefix(c.Opts.CRIO.Version, "v") }
-
-// CRI returns the CRI client of this CRI-O.
-func (c *CRIO) CRI() *CRI {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cri
-}
 
 // NRISocketPath is the NRI socket for external plugins.
 func (c *CRIO) NRISocketPath() string { return c.NRISocket }
@@ -367,83 +317,3 @@ func (c *CRIO) CRIEndpoint() string { return "unix://" + c.Address }
 
 // TempDir is CRI-O's private directory.
 func (c *CRIO) TempDir() string { return c.Dir }
-
-// LogTail returns the last n bytes of CRI-O's log.
-func (c *CRIO) LogTail(n int64) string { return fileTail(c.LogPath, n) }
-
-// PID returns CRI-O's process id (0 when not running).
-func (c *CRIO) PID() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil || c.cmd.Process == nil {
-		return 0
-	}
-	select {
-	case <-c.exited:
-		return 0
-	default:
-	}
-	return c.cmd.Process.Pid
-}
-
-// stopDaemon stops the crio process (SIGTERM, then SIGKILL after grace),
-// leaving conmon and the containers alone.
-func (c *CRIO) stopDaemon(grace time.Duration) {
-	c.mu.Lock()
-	cmd, exited := c.cmd, c.exited
-	c.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-exited:
-	default:
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	c.mu.Lock()
-	if c.logFile != nil {
-		c.logFile.Close()
-		c.logFile = nil
-	}
-	c.mu.Unlock()
-}
-
-// Restart stops CRI-O as a real restart does (containers and their conmon
-// keep running) and starts it again on the same state; it returns once CRI
-// answers again.
-func (c *CRIO) Restart(ctx context.Context) error {
-	c.stopDaemon(10 * time.Second)
-	return c.start(ctx)
-}
-
-// Stop removes every pod through CRI (best effort, bounded), kills CRI-O, the
-// containers and every conmon started for this dir by PID, unmounts
-// everything under Dir and removes Dir. It is safe to call more than once.
-func (c *CRIO) Stop() error {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return nil
-	}
-	c.stopped = true
-	cri := c.cri
-	c.mu.Unlock()
-	if cri != nil && c.PID() != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_ = cri.CleanupAll(ctx)
-		cancel()
-	}
-	c.stopDaemon(10 * time.Second)
-	c.mu.Lock()
-	if c.conn != nil {
-		c.conn.Close()
-	}
-	c.mu.Unlock()
-	return CleanupDir(c.Dir, c.Opts.Tools.Runc)
-}

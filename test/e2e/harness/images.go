@@ -30,6 +30,10 @@ const (
 	BusyboxImage  = "localhost/nri-gpu-e2e/busybox:1"
 	GlibcImage    = "localhost/nri-gpu-e2e/glibc:1"
 	GlibcAppImage = "localhost/nri-gpu-e2e/glibc-app:1"
+	// GlibcCUDAImage is the glibc image with NVIDIA_VISIBLE_DEVICES=all in
+	// its config, as nvidia/cuda images have (not in Images.All: the
+	// cluster imports it).
+	GlibcCUDAImage = "localhost/nri-gpu-e2e/glibc-cuda:1"
 )
 
 // OCI media types.
@@ -92,9 +96,12 @@ type Images struct {
 	// GlibcApp: Glibc plus its own /opt/app/lib/libapp.so.1 and
 	// LD_LIBRARY_PATH=/opt/app/lib in the image config.
 	GlibcApp *Image
+	// GlibcCUDA: Glibc with NVIDIA_VISIBLE_DEVICES=all in its config, as
+	// nvidia/cuda images have. Not in All: the cluster imports it.
+	GlibcCUDA *Image
 }
 
-// All returns every image.
+// All returns every image but GlibcCUDA.
 func (i *Images) All() []*Image {
 	return []*Image{i.Busybox, i.Glibc, i.GlibcApp}
 }
@@ -166,6 +173,13 @@ func BuildImages(ctx context.Context, dir string) (*Images, error) {
 		gl.Files = append(gl.Files, File{Path: "/etc/ld.so.cache", Data: cache})
 	}
 	if res.Glibc, err = BuildImage(dir, gl); err != nil {
+		return nil, err
+	}
+
+	cuda := gl
+	cuda.Name = GlibcCUDAImage
+	cuda.Env = append(append([]string(nil), gl.Env...), "NVIDIA_VISIBLE_DEVICES=all")
+	if res.GlibcCUDA, err = BuildImage(dir, cuda); err != nil {
 		return nil, err
 	}
 

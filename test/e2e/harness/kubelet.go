@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,99 +34,23 @@ const KubeletCheckpoint = DevicePluginDir + "/kubelet_internal_checkpoint"
 // its --root-dir and podLogsDir say.
 const containerLogLinkDir = "/var/log/containers"
 
-// InstallKubelet returns the kubelet at KubeletVersion in
-// <cacheDir>/kubelet-<version>/kubelet, building it on first use: the
-// k8s.io/kubernetes module source is downloaded with `go mod download`,
-// copied out of the module cache, its ./staging replaces swapped for the
-// published k8s.io/* v0.<minor>.<patch> modules, the two test-only requires
-// the proxy refuses dropped, and ./cmd/kubelet built (about 4 min on 2
-// cores). An empty cacheDir means DefaultCacheDir().
+// InstallKubelet returns the kubelet at KubeletVersion: the cluster's
+// (<cacheDir>/kubernetes-<version>/kubelet, see InstallKubernetes) when
+// that is built, else <cacheDir>/kubelet-<version>/kubelet, building the
+// kubelet alone on first use (about 4 min on 2 cores). An empty cacheDir
+// means DefaultCacheDir().
 func InstallKubelet(ctx context.Context, cacheDir string) (string, error) {
 	if cacheDir == "" {
 		cacheDir = DefaultCacheDir()
 	}
+	if p := filepath.Join(cacheDir, "kubernetes-"+KubeletVersion, "kubelet"); isExecutable(p) {
+		return p, nil
+	}
 	dir := filepath.Join(cacheDir, "kubelet-"+KubeletVersion)
-	dst := filepath.Join(dir, "kubelet")
-	if isExecutable(dst) {
-		return dst, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := buildKubernetes(ctx, cacheDir, dir, KubeletVersion, "kubelet"); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(cacheDir, ".install.lock"))
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if isExecutable(dst) {
-		return dst, nil
-	}
-	Logf("building kubelet %s -> %s (about 4 min on 2 cores)", KubeletVersion, dir)
-	start := time.Now()
-	src, err := os.MkdirTemp(dir, ".src-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(src)
-	gocmd := func(dir string, env []string, args ...string) ([]byte, error) {
-		cmd := exec.CommandContext(ctx, goBinary(), args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off")
-		cmd.Env = append(cmd.Env, env...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(errb.String()+out.String(), 4000))
-		}
-		return out.Bytes(), nil
-	}
-	out, err := gocmd(os.TempDir(), nil, "mod", "download", "-json", "k8s.io/kubernetes@"+KubeletVersion)
-	if err != nil {
-		return "", err
-	}
-	var mod struct{ Dir string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download k8s.io/kubernetes@%s: no module dir in %q (%v)", KubeletVersion, out, err)
-	}
-	if err := exec.CommandContext(ctx, "cp", "-r", mod.Dir+"/.", src).Run(); err != nil {
-		return "", fmt.Errorf("copying %s: %w", mod.Dir, err)
-	}
-	if err := exec.CommandContext(ctx, "chmod", "-R", "u+w", src).Run(); err != nil {
-		return "", err
-	}
-	out, err = gocmd(src, nil, "mod", "edit", "-json")
-	if err != nil {
-		return "", err
-	}
-	var gomod struct {
-		Replace []struct {
-			Old struct{ Path string }
-			New struct{ Path string }
-		}
-	}
-	if err := json.Unmarshal(out, &gomod); err != nil {
-		return "", err
-	}
-	staging := "v0." + strings.TrimPrefix(KubeletVersion, "v1.")
-	edit := []string{"mod", "edit", "-droprequire=k8s.io/sample-cli-plugin", "-droprequire=k8s.io/sample-controller"}
-	for _, r := range gomod.Replace {
-		if strings.HasPrefix(r.New.Path, "./staging/") {
-			edit = append(edit, "-dropreplace="+r.Old.Path, "-require="+r.Old.Path+"@"+staging)
-		}
-	}
-	if _, err := gocmd(src, nil, edit...); err != nil {
-		return "", err
-	}
-	tmp := filepath.Join(dir, ".kubelet.tmp")
-	if _, err := gocmd(src, []string{"GOFLAGS=-mod=mod"}, "build", "-trimpath", "-o", tmp,
-		"-ldflags", "-s -w -X k8s.io/component-base/version.gitVersion="+KubeletVersion, "./cmd/kubelet"); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return "", err
-	}
-	Logf("built %s in %s", dst, time.Since(start).Round(100*time.Millisecond))
-	return dst, nil
+	return filepath.Join(dir, "kubelet"), nil
 }
 
 // KubeletOptions configures StartKubelet.
@@ -161,6 +84,8 @@ type Kubelet struct {
 	ReadOnlyPort int    // the read-only HTTP port (/pods)
 	HealthzPort  int
 
+	args    []string    // the kubelet's arguments
+	ns      *Namespaces // a cluster node's, or nil: the host's
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logFile *os.File
@@ -275,6 +200,8 @@ func StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, error) {
 	if err := os.WriteFile(k.ConfigPath, data, 0o644); err != nil {
 		return fail(err)
 	}
+	k.args = []string{"--config", k.ConfigPath, "--root-dir", k.RootDir, "--cert-dir", k.CertDir,
+		"--hostname-override", k.Opts.NodeName, "-v", strconv.Itoa(k.Opts.Verbosity)}
 	if err := k.start(); err != nil {
 		return fail(err)
 	}
@@ -299,12 +226,8 @@ func (k *Kubelet) start() error {
 		return err
 	}
 	k.logFile = lf
-	k.cmd = exec.Command(k.Opts.Binary,
-		"--config", k.ConfigPath,
-		"--root-dir", k.RootDir,
-		"--cert-dir", k.CertDir,
-		"--hostname-override", k.Opts.NodeName,
-		"-v", strconv.Itoa(k.Opts.Verbosity))
+	argv := k.ns.Wrap(append([]string{k.Opts.Binary}, k.args...))
+	k.cmd = exec.Command(argv[0], argv[1:]...)
 	k.cmd.Stdout, k.cmd.Stderr = lf, lf
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := k.cmd.Start(); err != nil {
@@ -452,7 +375,13 @@ type DeviceEntry struct {
 
 // ReadDeviceCheckpoint reads and decodes KubeletCheckpoint.
 func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
-	data, err := os.ReadFile(KubeletCheckpoint)
+	return ReadDeviceCheckpointAt(KubeletCheckpoint)
+}
+
+// ReadDeviceCheckpointAt reads and decodes a kubelet's device manager
+// checkpoint at path (a cluster node's: Node.HostPath(KubeletCheckpoint)).
+func ReadDeviceCheckpointAt(path string) (*DeviceCheckpoint, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +397,7 @@ func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
 		}
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", KubeletCheckpoint, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	cp := &DeviceCheckpoint{Registered: raw.Data.RegisteredDevices}
 	for _, e := range raw.Data.PodDeviceEntries {
@@ -480,7 +409,7 @@ func ReadDeviceCheckpoint() (*DeviceCheckpoint, error) {
 				de.DeviceIDs = append(de.DeviceIDs, ids...)
 			}
 		} else if err := json.Unmarshal(e.DeviceIDs, &de.DeviceIDs); err != nil {
-			return nil, fmt.Errorf("%s: DeviceIDs %s: %w", KubeletCheckpoint, e.DeviceIDs, err)
+			return nil, fmt.Errorf("%s: DeviceIDs %s: %w", path, e.DeviceIDs, err)
 		}
 		cp.Entries = append(cp.Entries, de)
 	}
@@ -582,6 +511,9 @@ func (k *Kubelet) Restart(ctx context.Context) error {
 	k.exited = make(chan struct{})
 	if err := k.start(); err != nil {
 		return err
+	}
+	if k.ReadOnlyPort == 0 {
+		return nil // a cluster node's: the cluster waits for the Node's Ready condition
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -135,11 +135,18 @@ func (p *standInNVIDIAPlugin) allocateResponse(ids []string) (*pluginapi.Contain
 // directory and registers it with the kubelet; it stops when the test ends.
 func startStandIn(t *testing.T, p *standInNVIDIAPlugin) {
 	t.Helper()
+	startStandInAt(t, p, harness.DevicePluginDir)
+}
+
+// startStandInAt is startStandIn for the kubelet whose device plugin
+// directory is dir (a cluster node's, seen from the host).
+func startStandInAt(t *testing.T, p *standInNVIDIAPlugin, dir string) {
+	t.Helper()
 	name := "nri-gpu-e2e-standin-" + strings.NewReplacer("/", "-", ".", "-").Replace(p.resource) + ".sock"
 	// The kubelet's device manager starts after /pods answers: it empties
 	// the directory, then serves kubelet.sock. A socket made before that
 	// would be removed under us.
-	kubeletSock := filepath.Join(harness.DevicePluginDir, "kubelet.sock")
+	kubeletSock := filepath.Join(dir, "kubelet.sock")
 	waitFor(t, 30*time.Second, "the kubelet's "+kubeletSock, func() (bool, string) {
 		c, err := net.Dial("unix", kubeletSock)
 		if err != nil {
@@ -148,7 +155,7 @@ func startStandIn(t *testing.T, p *standInNVIDIAPlugin) {
 		c.Close()
 		return true, ""
 	})
-	p.socket = filepath.Join(harness.DevicePluginDir, name)
+	p.socket = filepath.Join(dir, name)
 	os.Remove(p.socket)
 	l, err := net.Listen("unix", p.socket)
 	if err != nil {
@@ -163,15 +170,15 @@ func startStandIn(t *testing.T, p *standInNVIDIAPlugin) {
 	})
 	var last error
 	waitFor(t, 30*time.Second, "registering "+p.resource+" with the kubelet", func() (bool, string) {
-		last = register(p, name)
+		last = register(p, dir, name)
 		return last == nil, fmt.Sprint(last)
 	})
 }
 
 // register registers p, served on endpoint (a socket name in the device
-// plugin directory), with the kubelet.
-func register(p *standInNVIDIAPlugin, endpoint string) error {
-	conn, err := grpc.NewClient("unix://"+filepath.Join(harness.DevicePluginDir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+// plugin directory dir), with the kubelet.
+func register(p *standInNVIDIAPlugin, dir, endpoint string) error {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}

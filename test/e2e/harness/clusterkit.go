@@ -1,0 +1,53 @@
+package harness
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+)
+
+// GPUNodes are the two worker nodes of the suite's cluster phase and of
+// make demo-cluster: gpu-a on containerd 2.4 with four GPUs (RHEL layout),
+// gpu-b on CRI-O with three GPUs of which the driver excludes the second
+// (Debian layout): two usable.
+func GPUNodes() []NodeOptions {
+	return []NodeOptions{
+		{Name: "gpu-a", Runtime: RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL}},
+		{Name: "gpu-b", Runtime: RuntimeCRIO, GPUs: &simnode.Options{Layout: simnode.LayoutDebian, GPUs: []simnode.GPU{
+			// Bus ids after gpu-a's: GPU UUIDs (derived from them) are unique
+			// in the cluster, as real ones are.
+			{BusID: simnode.DefaultBusID(4)}, {BusID: simnode.DefaultBusID(5), Excluded: true}, {BusID: simnode.DefaultBusID(6)},
+		}}},
+	}
+}
+
+// ClusterImages are the images a cluster of nri-gpu tests imports on every
+// node: nri-gpu's image at each tag (NRIGPUImage, built from the checkout
+// at repo with --version = the tag) and GlibcCUDAImage.
+func ClusterImages(ctx context.Context, repo string, tags ...string) ([]*Image, error) {
+	var images []*Image
+	for _, tag := range tags {
+		img, err := NRIGPUImage(ctx, repo, "", tag, tag)
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, img)
+	}
+	std, err := BuildImages(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	return append(images, std.GlibcCUDA), nil
+}
+
+// KustomizeOverlay is the test overlay of deploy/kubernetes in the
+// checkout at repo (image and host paths for the cluster's nodes).
+func KustomizeOverlay(repo string) string {
+	return filepath.Join(repo, "test", "e2e", "cluster", "kustomize")
+}
+
+// HelmValues is the values file for deploy/helm/nri-gpu on the cluster.
+func HelmValues(repo string) string {
+	return filepath.Join(repo, "test", "e2e", "cluster", "helm-values.yaml")
+}
