@@ -47,13 +47,17 @@ const (
 )
 
 // AllocationAnnotation is the annotation Allocate puts on each container
-// the kubelet gives GPUs: the GPUs' IDs (UUIDs), comma-separated. The
-// kubelet passes it in the CRI container config, which runtimes hand to NRI
-// plugins as the container's annotations; a pod author cannot set it there.
-// The NRI side is to trust it only together with the GPUs' device nodes,
-// which the kubelet adds from Allocate's device specs and a non-privileged
-// pod cannot add itself (docs/design.md, "The kubelet device plugin").
-const AllocationAnnotation = alloc.KubeletAnnotation
+// the kubelet gives devices of resource: the devices' IDs (UUIDs),
+// comma-separated, under a key of the resource's own
+// (alloc.KubeletAnnotationFor), since the kubelet keeps only the first
+// value of a key when it merges the answers of a container's resources.
+// The kubelet passes it in the CRI container config, which runtimes hand
+// to NRI plugins as the container's annotations; a pod author cannot set
+// it there. The NRI side trusts the union of a container's such
+// annotations only together with the devices' nodes, which the kubelet
+// adds from Allocate's device specs and a non-privileged pod cannot add
+// itself (docs/design.md, "The kubelet device plugin").
+func AllocationAnnotation(resource string) string { return alloc.KubeletAnnotationFor(resource) }
 
 // registerTimeout bounds one Register call to the kubelet; retryInterval
 // is how long a failed registration waits before the next try (a kubelet

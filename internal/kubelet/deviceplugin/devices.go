@@ -234,7 +234,7 @@ func deviceNodes(gpus []inventory.GPU) []inventory.DeviceNode {
 // Allocate answers the kubelet with, for each container, the device nodes
 // of the GPUs it was given (read-write; /dev/nvidia<minor> in the
 // container, the same node under Options.DevRoot on the host, hostPath) and the
-// annotation AllocationAnnotation naming them. Driver files and environment are not given here: the NRI side
+// annotation AllocationAnnotation of the resource naming them. Driver files and environment are not given here: the NRI side
 // adds them when the container is created. An ID that is no healthy GPU of
 // the node fails the call, naming it.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -253,7 +253,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		for _, g := range gpus {
 			ids = append(ids, g.ID())
 		}
-		cresp.Annotations[AllocationAnnotation] = strings.Join(ids, ",")
+		cresp.Annotations[AllocationAnnotation(p.o.ResourceName)] = strings.Join(ids, ",")
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 		p.log.WithField("devices", ids).Debug("allocated")
 	}
