@@ -56,7 +56,7 @@ func TestHandle(t *testing.T) {
 	for _, e := range adj.Env {
 		env[e.Key] = e.Value
 	}
-	if got, want := adj.Annotations[alloc.Annotation], `{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`; got != want {
+	if got, want := adj.Annotations[alloc.Annotation], `{"version":1,"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`; got != want {
 		t.Errorf("allocation annotation %s, want %s", got, want)
 	}
 	if env["NVIDIA_VISIBLE_DEVICES"] != "GPU-00000001-558d-fb20-8eca-25de8b98f5a7,GPU-00000003-558d-fb20-8eca-25de8b98f5a7" ||
