@@ -20,9 +20,8 @@ import (
 // channel the node lacks, or a carrier the policy does not allow, refuses
 // the container: nothing of the answer is injected. Channels the runtime
 // already gives the container (a CDI device, --device) are not added
-// again. Linear in the channels and the container's device nodes: the
-// nodes' paths are put in a set once (ctrDevicePaths), not searched per
-// channel.
+// again. Linear in the channels and the container's device nodes
+// (givenChannels).
 func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjustment, error) {
 	f, err := request.FindIMEX(requestInput(c))
 	if err != nil || f.Source.Kind == request.NoSource {
@@ -45,10 +44,10 @@ func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjust
 	if err != nil {
 		return nil, err
 	}
-	have := ctrDevicePaths(c.ctr)
+	given := givenChannels(c.ctr, chans)
 	nodes := make([]inventory.DeviceNode, 0, len(chans))
-	for _, ch := range chans {
-		if _, ok := have[ch.Node.Path]; !ok {
+	for i, ch := range chans {
+		if given == nil || !given[i] {
 			nodes = append(nodes, ch.Node)
 		}
 	}
@@ -66,17 +65,26 @@ func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjust
 	return adj, nil
 }
 
-// ctrDevicePaths returns the set of the paths of the device nodes the runtime
-// gives the container (at most maxDevices: serve refuses more); nil for
-// none.
-func ctrDevicePaths(ctr *api.Container) map[string]struct{} {
+// givenChannels reports, for each of chans, whether the runtime gives the
+// container a device node at its path already. One pass over the
+// container's nodes (at most maxDevices: serve refuses more) against the
+// channels' paths, put in a set once: linear in both, where looking each
+// channel up among the nodes was their product (2048 channels against 4096
+// nodes). Nil when the container has no device node.
+func givenChannels(ctr *api.Container, chans []inventory.IMEXChannel) []bool {
 	devs := ctr.GetLinux().GetDevices()
-	if len(devs) == 0 {
+	if len(devs) == 0 || len(chans) == 0 {
 		return nil
 	}
-	out := make(map[string]struct{}, len(devs))
-	for _, d := range devs {
-		out[d.GetPath()] = struct{}{}
+	at := make(map[string]int, len(chans))
+	for i, ch := range chans {
+		at[ch.Node.Path] = i
 	}
-	return out
+	given := make([]bool, len(chans))
+	for _, d := range devs {
+		if i, ok := at[d.GetPath()]; ok {
+			given[i] = true
+		}
+	}
+	return given
 }
