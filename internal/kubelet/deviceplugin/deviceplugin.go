@@ -142,7 +142,9 @@ func (p *Plugin) Socket() string { return p.socket }
 // that is not there yet, or refuses the registration, is retried: when
 // its socket appears and every few seconds. Run fails only when the
 // socket directory cannot be watched or the plugin's socket cannot be
-// served.
+// served. It is one piece on purpose: one loop over the directory's
+// events, the retry timer and the node's changes, whose state (serving,
+// registered, when to retry) lives in its local variables.
 func (p *Plugin) Run(ctx context.Context) error {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
