@@ -9,6 +9,7 @@ replace github.com/nri-gpu/nri-gpu => ../..
 
 require (
 	github.com/containerd/nri v0.12.3
+	github.com/google/go-cmp v0.7.0
 	github.com/nri-gpu/nri-gpu v0.0.0-00010101000000-000000000000
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116

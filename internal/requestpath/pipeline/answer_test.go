@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"regexp"
+	"strings"
+
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
@@ -9,8 +12,8 @@ import (
 // answer is an adjustment as the tests compare it, whole: the device nodes
 // it adds (their paths), its mounts (their destinations), its environment,
 // annotations and CDI devices, and Other, the rest of the message in text
-// form, which the request path leaves empty ("" when it does). nil for no
-// adjustment.
+// form less its empty messages (NRI's runtime side fills some in), which
+// the request path leaves empty ("" when it does). nil for no adjustment.
 type answer struct {
 	Devices     []string
 	Mounts      []string
@@ -57,8 +60,14 @@ func answerOf(adj *api.ContainerAdjustment) *answer {
 		a.Other = adj.String()
 	}
 	adj.Linux, adj.Mounts, adj.Env, adj.Annotations, adj.CDIDevices = linux, mounts, env, ann, cdi
+	for prev := ""; prev != a.Other; {
+		prev, a.Other = a.Other, strings.TrimSpace(emptyMessage.ReplaceAllString(a.Other, ""))
+	}
 	return a
 }
+
+// emptyMessage is an empty message field in text form: "memory:{}".
+var emptyMessage = regexp.MustCompile(`\w+:\s*\{\s*\}`)
 
 // mountsOf returns the mount destinations of the device source's edits,
 // in their order: what an answer mounts of the driver's files, as the
