@@ -41,14 +41,25 @@ type policyStep struct {
 	releasePod bool
 }
 
-// TestHandleWithPolicy: each carrier under the policy of the pod's
-// namespace (a closed one that allows annotations and CDI in ml,
-// management in gpu-operator and denies NVIDIA_VISIBLE_DEVICES, and one
-// that allows it in listed namespaces), what the runtime gave the
-// container already, and requirements: the whole answer, the error, the
-// note and the allocation table after.
-func TestHandleWithPolicy(t *testing.T) {
-	prep := adjust.Prepare(benchSnapshot(), layout)
+// policyCase is a container under a policy, after the requests before
+// it on the same table, and what it gets.
+type policyCase struct {
+	name   string
+	pol    policy.Policy
+	before []policyStep
+	pod    *api.PodSandbox
+	ctr    *api.Container
+	want   *answer
+	// err is the whole error; note a part of Result.Selection.Note
+	// ("" when there is none); holdings the table after.
+	err      string
+	note     string
+	holdings []alloc.Holding
+}
+
+// policyCases are TestHandleWithPolicy's cases, on the node of prep.
+func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
+	t.Helper()
 	secure := policy.Policy{
 		AnnotationNamespaces: []string{"ml"},
 		CDINamespaces:        []string{"ml"},
@@ -117,19 +128,7 @@ func TestHandleWithPolicy(t *testing.T) {
 	}
 	fullCtr := &api.Container{Id: "rt", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, Linux: &api.LinuxContainer{Devices: full.Linux.Devices}, Mounts: full.Mounts}
 
-	for _, tc := range []struct {
-		name   string
-		pol    policy.Policy
-		before []policyStep
-		pod    *api.PodSandbox
-		ctr    *api.Container
-		want   *answer
-		// err is the whole error; note a part of Result.Selection.Note
-		// ("" when there is none); holdings the table after.
-		err      string
-		note     string
-		holdings []alloc.Holding
-	}{
+	return []policyCase{
 		{name: "env denied: void, nothing else", pol: secure, pod: pod("p-a", "ml"), ctr: &api.Container{Id: "a", Name: "c", Env: cudaEnv},
 			want: &answer{Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
 			note: `env NVIDIA_VISIBLE_DEVICES ignored: not allowed in namespace "ml" (policy.visibleDevices: deny); set to void`},
@@ -217,7 +216,18 @@ func TestHandleWithPolicy(t *testing.T) {
 			want: &answer{Devices: slices.Concat(nodes(0, 1, 2, 3, 4, 5, 6, 7), control), Mounts: drivers(defaultCaps, 0, 1, 2, 3, 4, 5, 6, 7),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(0, 1, 2, 3, 4, 5, 6, 7), "LD_LIBRARY_PATH": libPath}, Annotations: record("shared", false, 0, 1, 2, 3, 4, 5, 6, 7)},
 			holdings: []alloc.Holding{{Holder: holder("p-q", "q", "ml", "c"), Mode: alloc.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
-	} {
+	}
+}
+
+// TestHandleWithPolicy: each carrier under the policy of the pod's
+// namespace (a closed one that allows annotations and CDI in ml,
+// management in gpu-operator and denies NVIDIA_VISIBLE_DEVICES, and one
+// that allows it in listed namespaces), what the runtime gave the
+// container already, and requirements: the whole answer, the error, the
+// note and the allocation table after.
+func TestHandleWithPolicy(t *testing.T) {
+	prep := adjust.Prepare(benchSnapshot(), layout)
+	for _, tc := range policyCases(t, prep) {
 		t.Run(tc.name, func(t *testing.T) {
 			table := tableFor(prep.Snapshot())
 			for _, b := range tc.before {
