@@ -491,26 +491,32 @@ func (e *Edits) Adjustment(env []string) *api.ContainerAdjustment {
 		}
 	}
 	if len(e.Hooks) > 0 {
-		hooks := &api.Hooks{}
-		stages := map[string]*[]*api.Hook{
-			"prestart": &hooks.Prestart, "createRuntime": &hooks.CreateRuntime,
-			"createContainer": &hooks.CreateContainer, "startContainer": &hooks.StartContainer,
-			"poststart": &hooks.Poststart, "poststop": &hooks.Poststop,
-		}
-		for _, h := range e.Hooks {
-			stage, ok := stages[h.Stage]
-			if !ok {
-				continue
-			}
-			hook := &api.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
-			if h.Timeout != nil {
-				hook.Timeout = api.Int(*h.Timeout)
-			}
-			*stage = append(*stage, hook)
-		}
-		adj.AddHooks(hooks)
+		adj.AddHooks(apiHooks(e.Hooks))
 	}
 	return adj
+}
+
+// apiHooks returns the hooks (a CDI spec's, cdiImport) as NRI hooks, each
+// in its OCI stage; a hook of another stage is dropped.
+func apiHooks(hs []inventory.Hook) *api.Hooks {
+	hooks := &api.Hooks{}
+	stages := map[string]*[]*api.Hook{
+		"prestart": &hooks.Prestart, "createRuntime": &hooks.CreateRuntime,
+		"createContainer": &hooks.CreateContainer, "startContainer": &hooks.StartContainer,
+		"poststart": &hooks.Poststart, "poststop": &hooks.Poststop,
+	}
+	for _, h := range hs {
+		stage, ok := stages[h.Stage]
+		if !ok {
+			continue
+		}
+		hook := &api.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
+		if h.Timeout != nil {
+			hook.Timeout = api.Int(*h.Timeout)
+		}
+		*stage = append(*stage, hook)
+	}
+	return hooks
 }
 
 // BinariesAtUsrBin reports whether a container with environment env gets

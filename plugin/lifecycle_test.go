@@ -78,10 +78,10 @@ func TestCreateContainerAllocates(t *testing.T) {
 		want      string // NVIDIA_VISIBLE_DEVICES, or the error
 		annot     string // the allocation annotation
 	}{
-		{"a", "2,exclusive=true", nil, uuid(0) + "," + uuid(1), `{"mode":"exclusive","gpus":["` + uuid(0) + `","` + uuid(1) + `"]}`},
-		{"b", "3", nil, uuid(2) + "," + uuid(3) + "," + uuid(4), `{"mode":"shared","gpus":["` + uuid(2) + `","` + uuid(3) + `","` + uuid(4) + `"]}`},
+		{"a", "2,exclusive=true", nil, uuid(0) + "," + uuid(1), `{"version":1,"mode":"exclusive","gpus":["` + uuid(0) + `","` + uuid(1) + `"]}`},
+		{"b", "3", nil, uuid(2) + "," + uuid(3) + "," + uuid(4), `{"version":1,"mode":"shared","gpus":["` + uuid(2) + `","` + uuid(3) + `","` + uuid(4) + `"]}`},
 		// Least shared first: 5, 6, 7 are free.
-		{"c", `"device=7,2"`, nil, uuid(7) + "," + uuid(2), `{"mode":"shared","gpus":["` + uuid(7) + `","` + uuid(2) + `"]}`},
+		{"c", `"device=7,2"`, nil, uuid(7) + "," + uuid(2), `{"version":1,"mode":"shared","gpus":["` + uuid(7) + `","` + uuid(2) + `"]}`},
 		{"d", "2", nil, uuid(5) + "," + uuid(6), ""},
 		{"e", "device=1", nil, "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 1 is held exclusively by ns/a/main (exclusive)", ""},
 		{"f", "all", nil, "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 0 is held exclusively by ns/a/main (exclusive)", ""},
@@ -231,6 +231,37 @@ func TestSynchronizeRebuilds(t *testing.T) {
 	}
 	if !p.Ready() {
 		t.Error("not ready after Synchronize")
+	}
+}
+
+// TestSynchronizeRecordVersions: a container whose record nri-gpu wrote
+// before records had a version (verbatim, as commit e1d7dc6 wrote it)
+// keeps its GPUs across the upgrade; one whose record is of a newer
+// version (a newer nri-gpu wrote it, then was rolled back) books nothing
+// from it, and the log says why.
+func TestSynchronizeRecordVersions(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	p := testPlugin(alloc.Shared, &log)
+	gpu := func(i int) *api.LinuxContainer {
+		return &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia" + string(rune('0'+i)), Type: "c", Major: 195, Minor: int64(i)}}}
+	}
+	oldPod, old := podCtr("old", "")
+	old.Annotations = map[string]string{alloc.Annotation: `{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`}
+	old.Linux = &api.LinuxContainer{Devices: append(gpu(1).Devices, gpu(3).Devices...)}
+	newPod, newer := podCtr("newer", "")
+	newer.Annotations = map[string]string{alloc.Annotation: `{"version":2,"mode":"exclusive","gpus":["GPU-00000005-558d-fb20-8eca-25de8b98f5a7"]}`}
+	for _, c := range []*api.Container{old, newer} {
+		c.State = api.ContainerState_CONTAINER_RUNNING
+	}
+	if _, err := p.Synchronize(ctx, []*api.PodSandbox{oldPod, newPod}, []*api.Container{old, newer}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := alloc.Summary(p.table.State()), "0=free 1=shared[ns/old/main] 2=free 3=shared[ns/old/main] 4=free 5=free 6=free 7=free"; got != want {
+		t.Errorf("after sync: %s\nwant %s", got, want)
+	}
+	if want := "synchronize: ns/newer/main: annotation nri-gpu.dev/allocation: record version 2, which this nri-gpu cannot read (it reads versions up to 1; a newer nri-gpu wrote it?)"; !strings.Contains(log.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, log.String())
 	}
 }
 

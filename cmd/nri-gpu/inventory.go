@@ -119,6 +119,10 @@ func writeJSON(w io.Writer, s *inventory.Snapshot) error {
 	return enc.Encode(viewOf(s))
 }
 
+// writeTable writes the snapshot as nri-gpu inventory's table: the driver
+// and roots, then one section per kind of thing discovered. It is one
+// piece on purpose: the table's layout, read top to bottom, each section
+// a few lines of its own.
 func writeTable(w io.Writer, s *inventory.Snapshot) error {
 	v := viewOf(s)
 	drv := v.DriverVersion

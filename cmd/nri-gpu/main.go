@@ -140,6 +140,11 @@ func loadConfig(path string) (config.Config, error) {
 	return config.Load(path)
 }
 
+// runCmd is nri-gpu run: its flags, the configuration, the node's state
+// and the plugin, then the device plugin and the NRI connection until a
+// signal. It is one piece on purpose: the flags read as the command's
+// reference at its top, and each step below uses what the one before
+// made, once.
 func runCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)

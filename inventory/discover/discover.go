@@ -215,7 +215,10 @@ func (d *discovery) kernel() {
 
 // gpus discovers the GPUs under /proc/driver/nvidia/gpus. The index is the
 // position in bus order among the GPUs that are not excluded; a GPU that
-// cannot be used keeps its index so that the others keep theirs.
+// cannot be used keeps its index so that the others keep theirs. It is
+// one piece on purpose: one pass over the directory whose checks of a GPU
+// (information file, bus id, device node, DRM nodes) each warn and skip
+// it in place.
 func (d *discovery) gpus(nvMajor, drmMajor int64) {
 	dir, err := openNoBlock(d.host, "proc/driver/nvidia/gpus")
 	if err != nil {
@@ -430,6 +433,9 @@ func (d *discovery) driverFiles() {
 // Candidates come from ld.so.cache, then from the usual directories; the
 // first one that resolves inside the driver root to a shared object whose
 // SONAME starts with base wins, preferring a file of the driver's version.
+// It is one piece on purpose: the candidates' order and the checks each
+// passes (resolved in the root, class, SONAME, version) read as one
+// search.
 func (d *discovery) library(cache []LDCacheEntry, base string, c inventory.Capability, want64 bool) (inventory.DriverFile, bool) {
 	var candidates []string
 	prefix := base + "."

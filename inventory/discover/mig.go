@@ -159,6 +159,29 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 		return &out
 	}
 	defer host.Close()
+	capsMajor, minors, err := readMIGNumbers(host)
+	if err != nil {
+		d.deviceWarnf("MIG: %v: no MIG device is offered", err)
+		return &out
+	}
+	if minors.Config >= 0 {
+		n := capNode(capsMajor, minors.Config)
+		out.MIGControl.Config = &n
+	}
+	if minors.Monitor >= 0 {
+		n := capNode(capsMajor, minors.Monitor)
+		out.MIGControl.Monitor = &n
+	}
+	d.addMIGDevices(byUUID, minors, capsMajor)
+	slices.SortFunc(out.MIG, func(a, b inventory.MIGDevice) int {
+		return cmp.Or(cmp.Compare(a.Parent, b.Parent), cmp.Compare(a.Index, b.Index))
+	})
+	return &out
+}
+
+// readMIGNumbers reads the nvidia-caps major from /proc/devices and the
+// capability minors from /proc/driver/nvidia-caps/mig-minors.
+func readMIGNumbers(host *os.Root) (int64, MIGMinors, error) {
 	data, err := readSmall(host, "proc/devices")
 	var majors map[string]int64
 	if err == nil {
@@ -169,8 +192,7 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 		err = fmt.Errorf("/proc/devices lists no nvidia-caps major")
 	}
 	if err != nil {
-		d.deviceWarnf("MIG: %v: no MIG device is offered", err)
-		return &out
+		return 0, MIGMinors{}, err
 	}
 	data, err = readLimited(host, "proc/driver/nvidia-caps/mig-minors", maxMIGMinorsFile)
 	var minors MIGMinors
@@ -178,22 +200,23 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 		minors, err = ParseMIGMinors(data)
 	}
 	if err != nil {
-		d.deviceWarnf("MIG: reading /proc/driver/nvidia-caps/mig-minors: %v: no MIG device is offered", err)
-		return &out
+		return 0, MIGMinors{}, fmt.Errorf("reading /proc/driver/nvidia-caps/mig-minors: %v", err)
 	}
-	capNode := func(minor int64) inventory.DeviceNode {
-		return inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Major: capsMajor, Minor: minor, Mode: 0o444}
-	}
-	if minors.Config >= 0 {
-		n := capNode(minors.Config)
-		out.MIGControl.Config = &n
-	}
-	if minors.Monitor >= 0 {
-		n := capNode(minors.Monitor)
-		out.MIGControl.Monitor = &n
-	}
+	return capsMajor, minors, nil
+}
+
+// capNode is the nvidia-caps capability node of the given numbers.
+func capNode(major, minor int64) inventory.DeviceNode {
+	return inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Major: major, Minor: minor, Mode: 0o444}
+}
+
+// addMIGDevices adds to the snapshot the MIG devices that NVML reports
+// (byUUID, by upper-case GPU UUID) of its MIG-enabled GPUs, numbered by
+// minors; a device with a bad or repeated UUID, or that mig-minors does
+// not number, is left out with a warning.
+func (d *discovery) addMIGDevices(byUUID map[string]NVMLGPU, minors MIGMinors, capsMajor int64) {
 	seen := map[string]bool{}
-	for _, g := range out.GPUs {
+	for _, g := range d.snap.GPUs {
 		ng := byUUID[strings.ToUpper(g.UUID)]
 		if !g.MIGEnabled {
 			continue
@@ -214,14 +237,10 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 				continue
 			}
 			seen[strings.ToUpper(uuid)] = true
-			out.MIG = append(out.MIG, inventory.MIGDevice{
+			d.snap.MIG = append(d.snap.MIG, inventory.MIGDevice{
 				UUID: uuid, Index: m.Index, Parent: g.Index, ParentUUID: g.UUID, Profile: m.Profile,
-				MemoryMiB: m.MemoryMiB, GI: m.GI, CI: m.CI, GINode: capNode(gi), CINode: capNode(ci),
+				MemoryMiB: m.MemoryMiB, GI: m.GI, CI: m.CI, GINode: capNode(capsMajor, gi), CINode: capNode(capsMajor, ci),
 			})
 		}
 	}
-	slices.SortFunc(out.MIG, func(a, b inventory.MIGDevice) int {
-		return cmp.Or(cmp.Compare(a.Parent, b.Parent), cmp.Compare(a.Index, b.Index))
-	})
-	return &out
 }

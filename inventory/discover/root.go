@@ -156,149 +156,198 @@ const (
 // maxDynamic): a length field in the file cannot make it read or allocate
 // more.
 func parseELF(r io.ReaderAt, size int64) (elfInfo, error) {
+	f, err := readELFHeader(r, size)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	buf := make([]byte, elfChunk)
+	dyn, str, err := f.dynamic(buf)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	off, err := f.soname(buf, dyn)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	name, err := f.name(buf, str, off)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	return elfInfo{SONAME: name, Is64: f.is64}, nil
+}
+
+// elfFile is an ELF shared object whose file header was read: where its
+// section headers are and how its numbers are written.
+type elfFile struct {
+	r     io.ReaderAt
+	size  int64
+	bo    binary.ByteOrder
+	is64  bool
+	shoff uint64
+	shnum uint16
+	// shentsize is the size of a section header: 64 or 40 bytes.
+	shentsize uint16
+}
+
+// elfSection is what parseELF reads of a section header.
+type elfSection struct {
+	typ, flags, link uint32
+	off, size        uint64
+}
+
+// within reports whether n bytes at off lie within the file.
+func (f *elfFile) within(off, n uint64) bool { return off <= uint64(f.size) && n <= uint64(f.size)-off }
+
+// readELFHeader reads and checks the ELF file header of r: an ELF shared
+// object of a known class and byte order, with section headers of the
+// class's size that lie within the file.
+func readELFHeader(r io.ReaderAt, size int64) (*elfFile, error) {
 	var h [64]byte
 	if size < 52 || readFull(r, h[:min(size, 64)], 0) != nil || string(h[:4]) != elf.ELFMAG {
-		return elfInfo{}, errors.New("not an ELF file")
+		return nil, errors.New("not an ELF file")
 	}
-	var bo binary.ByteOrder
+	f := &elfFile{r: r, size: size}
 	switch elf.Data(h[elf.EI_DATA]) {
 	case elf.ELFDATA2LSB:
-		bo = binary.LittleEndian
+		f.bo = binary.LittleEndian
 	case elf.ELFDATA2MSB:
-		bo = binary.BigEndian
+		f.bo = binary.BigEndian
 	default:
-		return elfInfo{}, errors.New("not an ELF file (bad byte order)")
+		return nil, errors.New("not an ELF file (bad byte order)")
 	}
 	if v := elf.Version(h[elf.EI_VERSION]); v != elf.EV_CURRENT {
-		return elfInfo{}, fmt.Errorf("not an ELF file (version %d)", v)
+		return nil, fmt.Errorf("not an ELF file (version %d)", v)
 	}
-	var shoff uint64
-	var shentsize, shnum uint16
-	is64 := elf.Class(h[elf.EI_CLASS]) == elf.ELFCLASS64
+	var shentsize uint16
+	f.is64 = elf.Class(h[elf.EI_CLASS]) == elf.ELFCLASS64
 	switch {
-	case is64 && size >= 64:
-		shoff, shentsize, shnum = bo.Uint64(h[40:]), bo.Uint16(h[58:]), bo.Uint16(h[60:])
+	case f.is64 && size >= 64:
+		f.shoff, shentsize, f.shnum = f.bo.Uint64(h[40:]), f.bo.Uint16(h[58:]), f.bo.Uint16(h[60:])
 	case elf.Class(h[elf.EI_CLASS]) == elf.ELFCLASS32:
-		shoff, shentsize, shnum = uint64(bo.Uint32(h[32:])), bo.Uint16(h[46:]), bo.Uint16(h[48:])
+		f.shoff, shentsize, f.shnum = uint64(f.bo.Uint32(h[32:])), f.bo.Uint16(h[46:]), f.bo.Uint16(h[48:])
 	default:
-		return elfInfo{}, errors.New("not an ELF file (bad class)")
+		return nil, errors.New("not an ELF file (bad class)")
 	}
-	if t := elf.Type(bo.Uint16(h[16:])); t != elf.ET_DYN {
-		return elfInfo{}, fmt.Errorf("not a shared object (%s)", t)
+	if t := elf.Type(f.bo.Uint16(h[16:])); t != elf.ET_DYN {
+		return nil, fmt.Errorf("not a shared object (%s)", t)
 	}
-	if shnum == 0 {
-		if shoff != 0 {
-			return elfInfo{}, errors.New("ELF extended section numbering is not supported")
+	if f.shnum == 0 {
+		if f.shoff != 0 {
+			return nil, errors.New("ELF extended section numbering is not supported")
 		}
-		return elfInfo{}, errors.New("no SONAME")
+		return nil, errors.New("no SONAME")
 	}
-	want := uint16(40)
-	if is64 {
-		want = 64
+	f.shentsize = 40
+	if f.is64 {
+		f.shentsize = 64
 	}
-	if shentsize != want {
-		return elfInfo{}, fmt.Errorf("ELF section header size %d (want %d)", shentsize, want)
+	if shentsize != f.shentsize {
+		return nil, fmt.Errorf("ELF section header size %d (want %d)", shentsize, f.shentsize)
 	}
-	within := func(off, n uint64) bool { return off <= uint64(size) && n <= uint64(size)-off }
-	if !within(shoff, uint64(want)*uint64(shnum)) {
-		return elfInfo{}, errors.New("ELF section headers lie outside the file")
+	if !f.within(f.shoff, uint64(f.shentsize)*uint64(f.shnum)) {
+		return nil, errors.New("ELF section headers lie outside the file")
 	}
+	return f, nil
+}
 
-	type section struct {
-		typ, flags, link uint32
-		off, size        uint64
+// section decodes the section header at the start of b.
+func (f *elfFile) section(b []byte) elfSection {
+	bo := f.bo
+	if f.is64 {
+		return elfSection{typ: bo.Uint32(b[4:]), flags: uint32(bo.Uint64(b[8:])), off: bo.Uint64(b[24:]), size: bo.Uint64(b[32:]), link: bo.Uint32(b[40:])}
 	}
-	header := func(b []byte) section {
-		if is64 {
-			return section{typ: bo.Uint32(b[4:]), flags: uint32(bo.Uint64(b[8:])), off: bo.Uint64(b[24:]), size: bo.Uint64(b[32:]), link: bo.Uint32(b[40:])}
-		}
-		return section{typ: bo.Uint32(b[4:]), flags: bo.Uint32(b[8:]), off: uint64(bo.Uint32(b[16:])), size: uint64(bo.Uint32(b[20:])), link: bo.Uint32(b[24:])}
-	}
-	// The first SHT_DYNAMIC section, its headers read elfChunk at a time.
-	buf := make([]byte, elfChunk)
-	var dyn section
+	return elfSection{typ: bo.Uint32(b[4:]), flags: bo.Uint32(b[8:]), off: uint64(bo.Uint32(b[16:])), size: uint64(bo.Uint32(b[20:])), link: bo.Uint32(b[24:])}
+}
+
+// dynamic returns the first SHT_DYNAMIC section, its headers read
+// elfChunk at a time into buf, and its string table, both checked to lie
+// within the file, uncompressed, the section within maxDynamic.
+func (f *elfFile) dynamic(buf []byte) (dyn, str elfSection, err error) {
+	want := int(f.shentsize)
 	found := false
-	per := elfChunk / int(want)
-	for i := 0; i < int(shnum) && !found; i += per {
-		n := min(per, int(shnum)-i)
-		if readFull(r, buf[:n*int(want)], int64(shoff)+int64(i)*int64(want)) != nil {
-			return elfInfo{}, errors.New("ELF section headers unreadable")
+	per := elfChunk / want
+	for i := 0; i < int(f.shnum) && !found; i += per {
+		n := min(per, int(f.shnum)-i)
+		if readFull(f.r, buf[:n*want], int64(f.shoff)+int64(i)*int64(want)) != nil {
+			return dyn, str, errors.New("ELF section headers unreadable")
 		}
 		for j := range n {
-			if s := header(buf[j*int(want):]); elf.SectionType(s.typ) == elf.SHT_DYNAMIC {
+			if s := f.section(buf[j*want:]); elf.SectionType(s.typ) == elf.SHT_DYNAMIC {
 				dyn, found = s, true
 				break
 			}
 		}
 	}
-	if !found {
-		return elfInfo{}, errors.New("no SONAME")
+	switch {
+	case !found:
+		return dyn, str, errors.New("no SONAME")
+	case !f.within(dyn.off, dyn.size):
+		return dyn, str, errors.New("ELF .dynamic section lies outside the file")
+	case dyn.size > maxDynamic:
+		return dyn, str, fmt.Errorf("ELF .dynamic section of %d bytes, more than the %d read", dyn.size, maxDynamic)
+	case dyn.flags&uint32(elf.SHF_COMPRESSED) != 0:
+		return dyn, str, errors.New("ELF .dynamic section is compressed")
 	}
-	if !within(dyn.off, dyn.size) {
-		return elfInfo{}, errors.New("ELF .dynamic section lies outside the file")
+	if dyn.link == 0 || dyn.link >= uint32(f.shnum) || readFull(f.r, buf[:want], int64(f.shoff)+int64(dyn.link)*int64(want)) != nil {
+		return dyn, str, errors.New("ELF .dynamic section has no string table")
 	}
-	if dyn.size > maxDynamic {
-		return elfInfo{}, fmt.Errorf("ELF .dynamic section of %d bytes, more than the %d read", dyn.size, maxDynamic)
+	str = f.section(buf[:want])
+	if elf.SectionType(str.typ) != elf.SHT_STRTAB || str.flags&uint32(elf.SHF_COMPRESSED) != 0 || !f.within(str.off, str.size) {
+		return dyn, str, errors.New("ELF .dynamic section has no string table")
 	}
-	if dyn.flags&uint32(elf.SHF_COMPRESSED) != 0 {
-		return elfInfo{}, errors.New("ELF .dynamic section is compressed")
-	}
-	if dyn.link == 0 || dyn.link >= uint32(shnum) || readFull(r, buf[:want], int64(shoff)+int64(dyn.link)*int64(want)) != nil {
-		return elfInfo{}, errors.New("ELF .dynamic section has no string table")
-	}
-	str := header(buf[:want])
-	if elf.SectionType(str.typ) != elf.SHT_STRTAB || str.flags&uint32(elf.SHF_COMPRESSED) != 0 || !within(str.off, str.size) {
-		return elfInfo{}, errors.New("ELF .dynamic section has no string table")
-	}
+	return dyn, str, nil
+}
 
-	// DT_SONAME, reading the entries elfChunk at a time up to DT_NULL.
+// soname returns the string table offset of DT_SONAME in dyn, reading the
+// entries elfChunk at a time into buf, up to DT_NULL.
+func (f *elfFile) soname(buf []byte, dyn elfSection) (uint64, error) {
 	entsize := uint64(8)
-	if is64 {
+	if f.is64 {
 		entsize = 16
 	}
-	var soname uint64
-	found = false
-	for off := uint64(0); off+entsize <= dyn.size && !found; off += elfChunk {
+	for off := uint64(0); off+entsize <= dyn.size; off += elfChunk {
 		n := min(elfChunk, (dyn.size-off)/entsize*entsize)
-		if readFull(r, buf[:n], int64(dyn.off+off)) != nil {
-			return elfInfo{}, errors.New("ELF .dynamic section unreadable")
+		if readFull(f.r, buf[:n], int64(dyn.off+off)) != nil {
+			return 0, errors.New("ELF .dynamic section unreadable")
 		}
 		for e := buf[:n]; len(e) > 0; e = e[entsize:] {
 			var tag, val uint64
-			if is64 {
-				tag, val = bo.Uint64(e), bo.Uint64(e[8:])
+			if f.is64 {
+				tag, val = f.bo.Uint64(e), f.bo.Uint64(e[8:])
 			} else {
-				tag, val = uint64(bo.Uint32(e)), uint64(bo.Uint32(e[4:]))
+				tag, val = uint64(f.bo.Uint32(e)), uint64(f.bo.Uint32(e[4:]))
 			}
 			if elf.DynTag(tag) == elf.DT_NULL {
-				return elfInfo{}, errors.New("no SONAME")
+				return 0, errors.New("no SONAME")
 			}
 			if elf.DynTag(tag) == elf.DT_SONAME {
-				soname, found = val, true
-				break
+				return val, nil
 			}
 		}
 	}
-	if !found {
-		return elfInfo{}, errors.New("no SONAME")
+	return 0, errors.New("no SONAME")
+}
+
+// name reads the NUL-terminated name at offset off of the string table
+// str into buf: at most maxSONAME bytes.
+func (f *elfFile) name(buf []byte, str elfSection, off uint64) (string, error) {
+	if off >= str.size {
+		return "", fmt.Errorf("SONAME at offset %d outside its string table", off)
 	}
-	if soname >= str.size {
-		return elfInfo{}, fmt.Errorf("SONAME at offset %d outside its string table", soname)
-	}
-	name := buf[:min(maxSONAME+1, str.size-soname)]
-	if readFull(r, name, int64(str.off+soname)) != nil {
-		return elfInfo{}, errors.New("ELF string table unreadable")
+	name := buf[:min(maxSONAME+1, str.size-off)]
+	if readFull(f.r, name, int64(str.off+off)) != nil {
+		return "", errors.New("ELF string table unreadable")
 	}
 	end := bytes.IndexByte(name, 0)
 	switch {
-	case end < 0 && uint64(len(name)) == str.size-soname:
-		return elfInfo{}, errors.New("SONAME not terminated")
+	case end < 0 && uint64(len(name)) == str.size-off:
+		return "", errors.New("SONAME not terminated")
 	case end < 0:
-		return elfInfo{}, fmt.Errorf("SONAME longer than %d bytes", maxSONAME)
+		return "", fmt.Errorf("SONAME longer than %d bytes", maxSONAME)
 	case end == 0:
-		return elfInfo{}, errors.New("no SONAME")
+		return "", errors.New("no SONAME")
 	}
-	return elfInfo{SONAME: string(name[:end]), Is64: is64}, nil
+	return string(name[:end]), nil
 }
 
 // readFull reads len(b) bytes at off, or fails.

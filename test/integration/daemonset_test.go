@@ -7,12 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-gpu/nri-gpu/test/simnode"
@@ -46,17 +47,59 @@ type podSpec struct {
 	} `json:"spec"`
 }
 
-// TestDaemonSetLayout runs nri-gpu as deploy/kubernetes's DaemonSet runs
-// it: in a root of its own (chroot, private mount namespace) holding
-// exactly the DaemonSet's volume mounts, read-only where it says so, with
-// the host paths mapped to a simulated node (/ -> the node, /proc and
-// /dev -> the node's, /var/run/nri -> the test runtime's socket
-// directory, /var/lib/nri-gpu -> the node's), the ConfigMap's
-// configuration at its mount path, and the container's arguments (the
-// metrics port aside). The plugin must connect, report ready and inject
-// from the node, with its library directories prepared in the only
-// writable host directory, as copies (the driver root is read-only).
-func TestDaemonSetLayout(t *testing.T) {
+// dsLayout is nri-gpu running as the DaemonSet runs it (startDaemonSet):
+// its simulated node, the runtime side it serves, its process and the
+// stand-in kubelet's device plugin directory.
+type dsLayout struct {
+	n          *simnode.Node
+	r          *runtimeSide
+	p          *pluginProc
+	kubeletDir string
+}
+
+// create sends ctr through NRI, of its pod in namespace ns with the
+// annotations ann.
+func (l *dsLayout) create(ns string, ann map[string]string, ctr *api.Container) (*api.ContainerAdjustment, error) {
+	rpl, err := l.r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
+		Pod: &api.PodSandbox{Id: ctr.PodSandboxId, Name: ctr.PodSandboxId, Namespace: ns, Uid: "uid-" + ctr.Name, Annotations: ann}, Container: ctr})
+	return rpl.GetAdjust(), err
+}
+
+// container is container name of pod pod-<name>, with PATH and env.
+func container(name string, env ...string) *api.Container {
+	return &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Env: append([]string{"PATH=/usr/bin:/bin"}, env...), Linux: &api.LinuxContainer{}}
+}
+
+// withNodes adds the device nodes of gpus to ctr, as the runtime does for
+// a device plugin's DeviceSpecs.
+func withNodes(ctr *api.Container, gpus ...simnode.GPU) *api.Container {
+	for _, g := range gpus {
+		ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)})
+	}
+	return ctr
+}
+
+// devicePlugin is container name as NVIDIA's device plugin's answer
+// (volume-mounts list, PASS_DEVICE_SPECS) makes it: every GPU's list
+// entry and node.
+func (l *dsLayout) devicePlugin(name string, env ...string) *api.Container {
+	ctr := withNodes(container(name, env...), l.n.GPUs...)
+	for _, g := range l.n.GPUs {
+		ctr.Mounts = append(ctr.Mounts, &api.Mount{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/" + g.UUID})
+	}
+	return ctr
+}
+
+// startDaemonSet runs nri-gpu as deploy/kubernetes's DaemonSet runs it:
+// in a root of its own (chroot, private mount namespace) holding exactly
+// the DaemonSet's volume mounts, read-only where it says so, with the host
+// paths mapped to a simulated node of 2 GPUs (/ -> the node, /proc and
+// /dev -> the node's, /var/run/nri -> the test runtime's socket directory,
+// /var/lib/nri-gpu -> the node's), the ConfigMap's configuration at its
+// mount path, and the container's arguments (the metrics port aside). It
+// returns once the plugin connected, answers and reports ready.
+func startDaemonSet(t *testing.T) *dsLayout {
+	t.Helper()
 	needRoot(t)
 	for _, tool := range []string{"unshare", "mount", "chroot"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -87,7 +130,7 @@ func TestDaemonSetLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startRuntime(t, dir)
-	defer r.stop()
+	t.Cleanup(r.stop)
 
 	// The image's binary (CGO_ENABLED=0, as deploy/Dockerfile builds
 	// it): the root holds nothing else but the C library that the image's
@@ -167,25 +210,16 @@ func TestDaemonSetLayout(t *testing.T) {
 	script = append(script, fmt.Sprintf("exec chroot %q /usr/bin/nri-gpu %s", root, strings.Join(args, " ")))
 	p := startCommand(t, "unshare", "-m", "sh", "-c", strings.Join(script, "\n"))
 	url := metricsURL(t, p)
+	l := &dsLayout{n: n, r: r, p: p, kubeletDir: kubeletDir}
 	// The shipped policy refuses waitSynced's probe (the environment);
 	// the device plugin's answer is the probe here.
-	devicePlugin := func(name string, env ...string) (*api.ContainerAdjustment, error) {
-		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Env: append([]string{"PATH=/usr/bin:/bin"}, env...), Linux: &api.LinuxContainer{}}
-		for _, g := range n.GPUs {
-			ctr.Mounts = append(ctr.Mounts, &api.Mount{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/" + g.UUID})
-			ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)})
-		}
-		rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
-			Pod: &api.PodSandbox{Id: "pod-" + name, Name: "pod-" + name, Namespace: "default", Uid: "uid-" + name}, Container: ctr})
-		return rpl.GetAdjust(), err
-	}
 	select {
 	case <-r.synced:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the plugin did not connect and synchronize")
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if adj, err := devicePlugin("probe"); err == nil && len(adj.GetLinux().GetDevices()) > 0 {
+		if adj, err := l.create("default", nil, l.devicePlugin("probe")); err == nil && len(adj.GetLinux().GetDevices()) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -195,13 +229,89 @@ func TestDaemonSetLayout(t *testing.T) {
 	if code, body := httpGet(t, url+"/readyz"); code != 200 {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
-	// devCharLinks: the pod made the GPUs' /dev/char links in the host's
-	// /dev/char, writable on top of the read-only /dev.
-	for _, g := range n.GPUs {
-		link := fmt.Sprintf("/dev/char/195:%d", g.Minor)
-		if target, err := os.Readlink(n.HostPath(link)); err != nil || target != fmt.Sprintf("../nvidia%d", g.Minor) {
-			t.Errorf("host %s -> %q (%v), want ../nvidia%d", link, target, err, g.Minor)
+	return l
+}
+
+// TestDaemonSetLayout: nri-gpu run as the DaemonSet runs it
+// (startDaemonSet) connects, reports ready and injects from the node, with
+// its library directories prepared in the only writable host directory,
+// as copies (the driver root is read-only). Under the shipped
+// configuration (a closed policy, the device plugin on), each container
+// gets exactly its answer.
+func TestDaemonSetLayout(t *testing.T) {
+	l := startDaemonSet(t)
+	n := l.n
+	g0, g1 := n.GPUs[0], n.GPUs[1]
+	voided := &answer{Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}}
+	// served is the answer of a container given gpus by the runtime
+	// (their nodes there) under the shipped layout: the control nodes,
+	// the prepared library and binary directories, the environment.
+	served := func(gpus ...simnode.GPU) *answer {
+		var ids []string
+		for _, g := range gpus {
+			ids = append(ids, g.UUID)
 		}
+		return &answer{Devices: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+			Mounts: []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"},
+			Env:    map[string]string{"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ","), "PATH": "/usr/bin:/bin:/usr/local/nvidia/bin"}}
+	}
+	graphics := &answer{Devices: []string{"/dev/nvidiactl", "/dev/dri/card1", "/dev/dri/renderD129", "/dev/dri/card2", "/dev/dri/renderD130"},
+		Mounts: []string{"/etc/OpenCL/vendors/nvidia.icd", "/etc/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+			"/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json", "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+			"/usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json", "/usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json",
+			"/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/usr/share/nvidia/nvoptix.bin", "/usr/local/nvidia/lib64",
+			"/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf", "/dev/dri/by-path"},
+		Env: map[string]string{"GBM_BACKENDS_PATH": "/usr/local/nvidia/lib64/gbm", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "NVIDIA_VISIBLE_DEVICES": g0.UUID + "," + g1.UUID}}
+	got := map[string]*api.ContainerAdjustment{}
+	for _, tc := range []struct {
+		name string
+		ns   string
+		ann  map[string]string // the pod's annotations
+		ctr  *api.Container
+		want *answer
+		err  string // a part of the error; "" for none
+	}{
+		{"an annotation is refused", "default", map[string]string{"gpus.nri-gpu.dev/pod": "all"}, container("ann"), nil,
+			`not allowed in namespace "default" (policy.annotationNamespaces: [] (none: policy.default is deny))`},
+		{"the image's NVIDIA_VISIBLE_DEVICES=all is voided", "default", nil, container("env", "NVIDIA_VISIBLE_DEVICES=all"), voided, ""},
+		// The GPUs' nodes are there; nri-gpu adds the control nodes and
+		// the driver files.
+		{"the device plugin's answer", "default", nil, l.devicePlugin("ds"), served(g0, g1), ""},
+		// The GPU's node and the kubelet's annotation, as the kubelet
+		// makes the container from nri-gpu's Allocate: the kubelet's
+		// assignment, with the driver files.
+		{"the kubelet's assignment", "tenant-a", nil, withNodes(&api.Container{Id: "ctr-k", PodSandboxId: "pod-k", Name: "k", Env: []string{"PATH=/usr/bin:/bin"},
+			Annotations: map[string]string{"gpus.nri-gpu.dev/kubelet.nvidia.com_gpu": g1.UUID}, Linux: &api.LinuxContainer{}}, g1), served(g1), ""},
+		{"the kubelet's assignment of a container made before one annotation per resource", "tenant-a", nil,
+			withNodes(&api.Container{Id: "ctr-k0", PodSandboxId: "pod-k0", Name: "k0", Env: []string{"PATH=/usr/bin:/bin"},
+				Annotations: map[string]string{"gpus.nri-gpu.dev/kubelet": g1.UUID}, Linux: &api.LinuxContainer{}}, g1), served(g1), ""},
+		// Only the device plugins' allocations get GPUs: the kubelet's
+		// annotation without the GPU's node (a pod's forgery) gets
+		// nothing; NVIDIA's device plugin's envvar output with its
+		// device specs gets the driver for that GPU, without them it is
+		// voided.
+		{"a forged kubelet annotation is voided", "tenant-b", nil, func() *api.Container {
+			c := container("forged", "NVIDIA_VISIBLE_DEVICES="+g0.UUID)
+			c.Annotations = map[string]string{"gpus.nri-gpu.dev/kubelet": g0.UUID}
+			return c
+		}(), voided, ""},
+		{"NVIDIA's envvar output without device specs is voided", "tenant-b", nil, container("envvar", "NVIDIA_VISIBLE_DEVICES="+g0.UUID), voided, ""},
+		{"NVIDIA's envvar output with device specs", "tenant-b", nil, withNodes(container("envvar-specs", "NVIDIA_VISIBLE_DEVICES="+g0.UUID), g0), served(g0), ""},
+		// A graphics container gets its GPUs' DRM nodes, found through
+		// the host's /sys (/host/sys), and the profile prepared in the
+		// cache.
+		{"graphics", "default", nil, l.devicePlugin("gfx", "NVIDIA_DRIVER_CAPABILITIES=graphics"), graphics, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			adj, err := l.create(tc.ns, tc.ann, tc.ctr)
+			got[tc.name] = adj
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("error %v, want one with %q", err, tc.err)
+			}
+			if d := cmp.Diff(tc.want, answerOf(adj), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("answer (-want +got):\n%s", d)
+			}
+		})
 	}
 	// Their record is in the host's /var/lib/nri-gpu, beside the library
 	// cache, where a replaced pod finds it (not in the pod's emptyDir).
@@ -209,131 +319,73 @@ func TestDaemonSetLayout(t *testing.T) {
 		t.Errorf("no record of the /dev/char links in the host's /var/lib/nri-gpu: %v %s", err, data)
 	}
 
-	// The shipped policy is closed: an annotation is refused, the
-	// image's NVIDIA_VISIBLE_DEVICES=all is voided.
-	if _, err := r.create(map[string]string{"gpus.nri-gpu.dev/pod": "all"}, "ann"); err == nil ||
-		!strings.Contains(err.Error(), `not allowed in namespace "default" (policy.annotationNamespaces: [] (none: policy.default is deny))`) {
-		t.Errorf("annotation under the shipped policy: %v", err)
-	}
-	if adj, err := r.create(nil, "env", "NVIDIA_VISIBLE_DEVICES=all"); err != nil || len(adj.GetLinux().GetDevices()) != 0 ||
-		!slices.ContainsFunc(adj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" }) {
-		t.Errorf("env under the shipped policy: %v, %v", adj, err)
-	}
-	// The device plugin's answer (volume-mounts list, PASS_DEVICE_SPECS):
-	// the GPUs' nodes are there; nri-gpu adds the control nodes and the
-	// driver files.
-	adj, err := devicePlugin("ds")
-	if err != nil || len(adj.GetLinux().GetDevices()) != 3 || len(adj.GetMounts()) == 0 {
-		t.Fatalf("CreateContainer: %v, %v", adj, err)
-	}
-	// Mount sources are host paths (driverRoot /), and exist on the
-	// "host" (the node).
-	for _, m := range adj.GetMounts() {
-		if _, err := os.Stat(n.HostPath(m.Source)); err != nil {
-			t.Errorf("mount source %s is not a host path of the node: %v", m.Source, err)
+	t.Run("devCharLinks", func(t *testing.T) {
+		// The pod made the GPUs' /dev/char links in the host's
+		// /dev/char, writable on top of the read-only /dev.
+		for _, g := range n.GPUs {
+			link := fmt.Sprintf("/dev/char/195:%d", g.Minor)
+			if target, err := os.Readlink(n.HostPath(link)); err != nil || target != fmt.Sprintf("../nvidia%d", g.Minor) {
+				t.Errorf("host %s -> %q (%v), want ../nvidia%d", link, target, err, g.Minor)
+			}
 		}
-	}
-	// The device plugin (on in the shipped ConfigMap) serves its socket
-	// in the kubelet's directory, through the read-write mount.
-	sock := filepath.Join(kubeletDir, "nri-gpu-nvidia.com-gpu.sock")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if fi, err := os.Lstat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			break
+	})
+	t.Run("mount sources are the node's", func(t *testing.T) {
+		// Mount sources are host paths (driverRoot /), and exist on the
+		// "host" (the node).
+		for _, m := range got["the device plugin's answer"].GetMounts() {
+			if _, err := os.Stat(n.HostPath(m.Source)); err != nil {
+				t.Errorf("mount source %s is not a host path of the node: %v", m.Source, err)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the device plugin's socket %s did not appear:\n%s", sock, p.log.String())
+	})
+	t.Run("library directories copied into /var/lib/nri-gpu", func(t *testing.T) {
+		libDir := ""
+		for _, m := range got["the device plugin's answer"].GetMounts() {
+			if m.Destination == "/usr/local/nvidia/lib64" {
+				libDir = n.HostPath(m.Source)
+			}
 		}
-	}
-	// A container as the kubelet makes it from nri-gpu's Allocate: the
-	// GPU's node and the kubelet's annotation. The shipped policy serves
-	// it (the kubelet's assignment), with the driver files.
-	g := n.GPUs[1]
-	kctr := &api.Container{Id: "ctr-k", PodSandboxId: "pod-k", Name: "k", Env: []string{"PATH=/usr/bin:/bin"},
-		Annotations: map[string]string{"gpus.nri-gpu.dev/kubelet": g.UUID},
-		Linux:       &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}}}
-	rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
-		Pod: &api.PodSandbox{Id: "pod-k", Name: "pod-k", Namespace: "tenant-a", Uid: "uid-k"}, Container: kctr})
-	kadj := rpl.GetAdjust()
-	if err != nil || len(kadj.GetMounts()) == 0 || !slices.ContainsFunc(kadj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == g.UUID }) {
-		t.Errorf("the kubelet's assignment under the shipped policy: %v, %v", kadj, err)
-	}
-	// Only the device plugins' allocations get GPUs under the shipped
-	// configuration: the kubelet's annotation without the GPU's node (a
-	// pod's forgery) gets nothing; NVIDIA's device plugin's envvar output
-	// with its device specs gets the driver for that GPU, without them
-	// it is voided.
-	nvidia := func(name string, ann map[string]string, nodes bool) *api.ContainerAdjustment {
-		t.Helper()
-		g := n.GPUs[0]
-		ctr := &api.Container{Id: "ctr-" + name, PodSandboxId: "pod-" + name, Name: name, Annotations: ann,
-			Env: []string{"PATH=/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=" + g.UUID}, Linux: &api.LinuxContainer{}}
-		if nodes {
-			ctr.Linux.Devices = []*api.LinuxDevice{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}
+		cuda, err := os.ReadFile(filepath.Join(libDir, "libcuda.so.1"))
+		if err != nil || len(cuda) == 0 || !strings.HasPrefix(libDir, n.HostPath("/var/lib/nri-gpu")+"/") {
+			t.Errorf("library directory %q (host view) has no libcuda.so.1: %v", libDir, err)
 		}
-		rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{
-			Pod: &api.PodSandbox{Id: "pod-" + name, Name: "pod-" + name, Namespace: "tenant-b", Uid: "uid-" + name}, Container: ctr})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+	})
+	t.Run("graphics profile", func(t *testing.T) {
+		profile := ""
+		for _, m := range got["graphics"].GetMounts() {
+			if m.Destination == "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf" {
+				profile = n.HostPath(m.Source)
+			}
 		}
-		return rpl.GetAdjust()
-	}
-	voided := func(a *api.ContainerAdjustment) bool {
-		return len(a.GetMounts()) == 0 && len(a.GetLinux().GetDevices()) == 0 &&
-			slices.ContainsFunc(a.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" })
-	}
-	if a := nvidia("forged", map[string]string{"gpus.nri-gpu.dev/kubelet": n.GPUs[0].UUID}, false); !voided(a) {
-		t.Errorf("a forged kubelet annotation under the shipped policy: %v", a)
-	}
-	if a := nvidia("envvar", nil, false); !voided(a) {
-		t.Errorf("NVIDIA's envvar output without device specs under the shipped policy: %v", a)
-	}
-	if a := nvidia("envvar-specs", nil, true); len(a.GetMounts()) == 0 || len(a.GetLinux().GetDevices()) == 0 {
-		t.Errorf("NVIDIA's envvar output with device specs under the shipped policy: %v", a)
-	}
-	if !strings.Contains(p.log.String(), "serving status on /run/nri-gpu/status.sock") {
-		t.Errorf("no status socket in the DaemonSet layout:\n%s", p.log.String())
-	}
-	if !strings.Contains(p.log.String(), "library directories ready in /var/lib/nri-gpu") {
-		t.Errorf("no library directories in the DaemonSet layout:\n%s", p.log.String())
-	}
-	if !strings.Contains(p.log.String(), "the cache holds its own copy of each") {
-		t.Errorf("library directories not copied from the read-only driver root:\n%s", p.log.String())
-	}
-	libDir := ""
-	for _, m := range adj.GetMounts() {
-		if m.Destination == "/usr/local/nvidia/lib64" {
-			libDir = n.HostPath(m.Source)
+		if data, err := os.ReadFile(profile); err != nil || !strings.Contains(string(data), "EGLVisibleDGPUDevices") {
+			t.Errorf("application profile %q: %q, %v", profile, data, err)
 		}
-	}
-	cuda, err := os.ReadFile(filepath.Join(libDir, "libcuda.so.1"))
-	if err != nil || len(cuda) == 0 || !strings.HasPrefix(libDir, n.HostPath("/var/lib/nri-gpu")+"/") {
-		t.Errorf("library directory %q (host view) has no libcuda.so.1: %v", libDir, err)
-	}
-
-	// A graphics container gets its GPUs' DRM nodes, found through the
-	// host's /sys (/host/sys), and the profile prepared in the cache.
-	adj, err = devicePlugin("gfx", "NVIDIA_DRIVER_CAPABILITIES=graphics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dri []string
-	for _, d := range adj.GetLinux().GetDevices() {
-		if strings.HasPrefix(d.Path, "/dev/dri/") {
-			dri = append(dri, d.Path)
+	})
+	t.Run("device plugin socket", func(t *testing.T) {
+		// The device plugin (on in the shipped ConfigMap) serves its
+		// socket in the kubelet's directory, through the read-write
+		// mount.
+		sock := filepath.Join(l.kubeletDir, "nri-gpu-nvidia.com-gpu.sock")
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if fi, err := os.Lstat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the device plugin's socket %s did not appear:\n%s", sock, l.p.log.String())
+			}
 		}
-	}
-	if len(dri) != 2*len(n.GPUs) {
-		t.Errorf("graphics container DRM nodes %q, want %d", dri, 2*len(n.GPUs))
-	}
-	profile := ""
-	for _, m := range adj.GetMounts() {
-		if m.Destination == "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf" {
-			profile = n.HostPath(m.Source)
+	})
+	t.Run("log", func(t *testing.T) {
+		for _, want := range []string{
+			"serving status on /run/nri-gpu/status.sock",    // the status socket
+			"library directories ready in /var/lib/nri-gpu", // the library directories
+			"the cache holds its own copy of each",          // copied from the read-only driver root
+		} {
+			if !strings.Contains(l.p.log.String(), want) {
+				t.Errorf("log lacks %q:\n%s", want, l.p.log.String())
+			}
 		}
-	}
-	if data, err := os.ReadFile(profile); err != nil || !strings.Contains(string(data), "EGLVisibleDGPUDevices") {
-		t.Errorf("application profile %q: %q, %v", profile, data, err)
-	}
+	})
 }
 
 // copyCLibrary copies into root, at their host paths, the dynamic loader

@@ -289,37 +289,7 @@ func TestAdversarialFlood(t *testing.T) {
 		t.Fatalf("NRI's default plugin request timeout is %v, not the runtime's 2s", nri.DefaultPluginRequestTimeout)
 	}
 	nri.SetPluginRequestTimeout(nri.DefaultPluginRequestTimeout)
-
-	// Each shape, at the largest count that fits in one message.
-	type combo struct {
-		shape string
-		ns    string
-		ann   map[string]string
-		ctr   *api.Container
-	}
-	var combos []combo
-	for _, s := range floodShapes() {
-		n := s.n
-		for {
-			ann, ctr := s.make(n)
-			size := proto.Size(floodRequest(99999, "web", ann, ctr))
-			if size <= floodMessage {
-				t.Logf("%s: %d bytes", s.name, size)
-				// "open" allows every source; "web" denies the
-				// environment, so an NVIDIA_VISIBLE_DEVICES of any
-				// length there must cost nothing.
-				for _, ns := range []string{"open", "web"} {
-					combos = append(combos, combo{s.name, ns, ann, ctr})
-				}
-				break
-			}
-			smaller := int(int64(n) * floodMessage / int64(size) * 99 / 100)
-			if smaller <= 0 || smaller >= n {
-				t.Fatalf("%s: %d bytes, over the message size %d", s.name, size, floodMessage)
-			}
-			n = smaller
-		}
-	}
+	combos := floodCombos(t)
 
 	dir := shortTempDir(t)
 	n, cfg := simNode(t, dir, simnode.LayoutDebian,
@@ -345,11 +315,84 @@ func TestAdversarialFlood(t *testing.T) {
 	registered := len(metrics.counts)
 	metrics.mu.Unlock()
 
+	start := time.Now()
+	outcomes, sent := flood(t, r, combos, workers, floodRequests, floodTime)
+	elapsed := time.Since(start)
+	checkGPUPod(t, r, n)
+
+	keys := make([]string, 0, len(outcomes))
+	for k := range outcomes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("%s: %v", k, outcomes[k])
+	}
+	metrics.mu.Lock()
+	t.Logf("flood: %d requests from %d goroutines in %v; plugin calls %v; longest %v", sent, workers, elapsed.Round(time.Millisecond), metrics.calls, metrics.max)
+	metrics.mu.Unlock()
+	checkRuntimeKept(t, metrics, registered, hook)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		t.Errorf("the plugin (pid %d) exited: %v", pid, err)
+	default:
+	}
+	log := p.log.String()
+	if c := strings.Count(log, "connected to "); c != 1 || strings.Contains(log, "NRI connection lost") {
+		t.Errorf("the plugin (pid %d) connected %d times (want once; its log follows)", pid, c)
+	}
+}
+
+// floodCombo is one shape of hostile request, at the largest count that
+// fits in one message, in one namespace.
+type floodCombo struct {
+	shape string
+	ns    string
+	ann   map[string]string
+	ctr   *api.Container
+}
+
+// floodCombos returns each shape at the largest count that fits in one
+// message, in namespace "open", which allows every source, and "web",
+// which denies the environment, so that an NVIDIA_VISIBLE_DEVICES of any
+// length there must cost nothing.
+func floodCombos(t *testing.T) []floodCombo {
+	t.Helper()
+	var combos []floodCombo
+	for _, s := range floodShapes() {
+		n := s.n
+		for {
+			ann, ctr := s.make(n)
+			size := proto.Size(floodRequest(99999, "web", ann, ctr))
+			if size <= floodMessage {
+				t.Logf("%s: %d bytes", s.name, size)
+				for _, ns := range []string{"open", "web"} {
+					combos = append(combos, floodCombo{s.name, ns, ann, ctr})
+				}
+				break
+			}
+			smaller := int(int64(n) * floodMessage / int64(size) * 99 / 100)
+			if smaller <= 0 || smaller >= n {
+				t.Fatalf("%s: %d bytes, over the message size %d", s.name, size, floodMessage)
+			}
+			n = smaller
+		}
+	}
+	return combos
+}
+
+// flood sends the combos round-robin from workers goroutines, requests of
+// them at most (and each combo once at least, for up to floodTime), each
+// followed by its RemoveContainer, and returns how each combo fared
+// ("<shape> in <ns>" -> outcome -> count) and how many were sent. An
+// error that is not nri-gpu's refusal fails the test.
+func flood(t *testing.T, r *runtimeSide, combos []floodCombo, workers, requests int, floodTime time.Duration) (map[string]map[string]int, int) {
 	ctx := context.WithValue(context.Background(), floodKey{}, true)
 	var (
 		next     atomic.Int64
 		mu       sync.Mutex
-		outcomes = map[string]map[string]int{} // shape/ns -> outcome -> count
+		outcomes = map[string]map[string]int{}
 		wg       sync.WaitGroup
 	)
 	start := time.Now()
@@ -359,7 +402,7 @@ func TestAdversarialFlood(t *testing.T) {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= floodRequests || i >= len(combos) && time.Since(start) > floodTime {
+				if i >= requests || i >= len(combos) && time.Since(start) > floodTime {
 					return
 				}
 				c := combos[i%len(combos)]
@@ -368,21 +411,7 @@ func TestAdversarialFlood(t *testing.T) {
 				// As the runtime does after a failed creation, or when the
 				// container ends; the plugin releases by ID.
 				r.nri.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: req.Pod, Container: &api.Container{Id: req.Container.Id, PodSandboxId: req.Pod.Id, Name: "c"}})
-				outcome := "nothing"
-				switch adj := rpl.GetAdjust(); {
-				case err != nil && strings.Contains(err.Error(), "nri-gpu: "):
-					outcome = "refused"
-					if _, msg, ok := strings.Cut(err.Error(), "nri-gpu: "); ok {
-						outcome += " (" + msg[:min(len(msg), 90)] + ")"
-					}
-				case err != nil:
-					outcome = "error: " + err.Error()
-					t.Errorf("%s in %s: %v (not a refusal of nri-gpu)", c.shape, c.ns, err)
-				case len(adj.GetLinux().GetDevices()) > 0:
-					outcome = "devices"
-				case slices.ContainsFunc(adj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" }):
-					outcome = "void"
-				}
+				outcome := floodOutcome(t, c, rpl.GetAdjust(), err)
 				mu.Lock()
 				k := c.shape + " in " + c.ns
 				if outcomes[k] == nil {
@@ -394,43 +423,67 @@ func TestAdversarialFlood(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	flood := time.Since(start)
-	sent := min(int(next.Load()), floodRequests)
+	return outcomes, min(int(next.Load()), requests)
+}
 
-	// Right after the flood: a GPU pod in a namespace that may ask.
+// floodOutcome names what a flood request got: refused (with the
+// message's start), devices, void or nothing; an error that is not
+// nri-gpu's refusal fails the test.
+func floodOutcome(t *testing.T, c floodCombo, adj *api.ContainerAdjustment, err error) string {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "nri-gpu: "):
+		outcome := "refused"
+		if _, msg, ok := strings.Cut(err.Error(), "nri-gpu: "); ok {
+			outcome += " (" + msg[:min(len(msg), 90)] + ")"
+		}
+		return outcome
+	case err != nil:
+		t.Errorf("%s in %s: %v (not a refusal of nri-gpu)", c.shape, c.ns, err)
+		return "error: " + err.Error()
+	case len(adj.GetLinux().GetDevices()) > 0:
+		return "devices"
+	case slices.ContainsFunc(adj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == "void" }):
+		return "void"
+	}
+	return "nothing"
+}
+
+// checkGPUPod checks that, right after the flood, a GPU pod in a
+// namespace that may ask gets a GPU of the node.
+func checkGPUPod(t *testing.T, r *runtimeSide, n *simnode.Node) {
+	t.Helper()
+	ctx := context.WithValue(context.Background(), floodKey{}, true)
 	g := &api.PodSandbox{Id: "pod-gpu", Name: "gpu", Namespace: "ml", Uid: "uid-gpu", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "1"}}
 	rpl, err := r.nri.CreateContainer(ctx, &api.CreateContainerRequest{Pod: g, Container: &api.Container{Id: "ctr-gpu", PodSandboxId: g.Id, Name: "cuda", Env: []string{"PATH=/usr/bin:/bin"}}})
 	if err != nil {
 		t.Errorf("the GPU pod after the flood: %v", err)
-	} else {
-		spec := applyToSpec(t, rpl.GetAdjust())
-		env := strings.Join(spec.Process.Env, "\n")
-		got := false
-		for _, gpu := range n.GPUs {
-			if !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES="+gpu.UUID) {
-				continue
-			}
-			for _, d := range spec.Linux.Devices {
-				if d.Path == fmt.Sprintf("/dev/nvidia%d", gpu.Minor) && d.Type == "c" && d.Major == 195 && d.Minor == int64(gpu.Minor) {
-					got = true
-				}
-			}
+		return
+	}
+	spec := applyToSpec(t, rpl.GetAdjust())
+	env := strings.Join(spec.Process.Env, "\n")
+	got := false
+	for _, gpu := range n.GPUs {
+		if !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES="+gpu.UUID) {
+			continue
 		}
-		if !got {
-			t.Errorf("the GPU pod after the flood has no GPU: devices %+v, env:\n%s", spec.Linux.Devices, env)
+		for _, d := range spec.Linux.Devices {
+			if d.Path == fmt.Sprintf("/dev/nvidia%d", gpu.Minor) && d.Type == "c" && d.Major == 195 && d.Minor == int64(gpu.Minor) {
+				got = true
+			}
 		}
 	}
+	if !got {
+		t.Errorf("the GPU pod after the flood has no GPU: devices %+v, env:\n%s", spec.Linux.Devices, env)
+	}
+}
 
-	keys := make([]string, 0, len(outcomes))
-	for k := range outcomes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		t.Logf("%s: %v", k, outcomes[k])
-	}
+// checkRuntimeKept checks that the runtime kept the plugin through the
+// flood: it never closed it, no call missed its deadline, its plugin count
+// stayed 1 after the plugin registered (update registered on), it called
+// one plugin, and its log has no error or closing.
+func checkRuntimeKept(t *testing.T, metrics *floodMetrics, registered int, hook *floodLog) {
+	t.Helper()
 	metrics.mu.Lock()
-	t.Logf("flood: %d requests from %d goroutines in %v; plugin calls %v; longest %v", sent, workers, flood.Round(time.Millisecond), metrics.calls, metrics.max)
 	if len(metrics.fatal) > 0 {
 		t.Errorf("the runtime closed the plugin %d times, first: %s", len(metrics.fatal), metrics.fatal[0])
 	}
@@ -457,14 +510,4 @@ func TestAdversarialFlood(t *testing.T) {
 		}
 	}
 	hook.mu.Unlock()
-	select {
-	case err := <-p.done:
-		p.done <- err
-		t.Errorf("the plugin (pid %d) exited: %v", pid, err)
-	default:
-	}
-	log := p.log.String()
-	if c := strings.Count(log, "connected to "); c != 1 || strings.Contains(log, "NRI connection lost") {
-		t.Errorf("the plugin (pid %d) connected %d times (want once; its log follows)", pid, c)
-	}
 }

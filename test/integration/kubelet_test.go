@@ -89,7 +89,8 @@ func kubeletHolders(t *testing.T, socket string) map[int][]string {
 // through the real NRI runtime side to the built binary: it is served and
 // booked as the kubelet's, also after a plugin restart (Synchronize); the
 // same key as a pod annotation, or an annotation without the device node,
-// is not the kubelet's.
+// is not the kubelet's. A container of two resources carries one
+// annotation per resource, trusted as their union.
 func TestKubeletShapedContainerOverNRI(t *testing.T) {
 	needRoot(t)
 	dir := shortTempDir(t)
@@ -124,6 +125,22 @@ func TestKubeletShapedContainerOverNRI(t *testing.T) {
 		t.Errorf("kubelet holders %v, want %v", got, want)
 	}
 
+	// Two resources of the device plugin in one container: one annotation
+	// each (the kubelet keeps the first value of a key), trusted as their
+	// union against the container's device nodes.
+	g0, g3 := n.GPUs[0], n.GPUs[3]
+	adj, err = r.runShaped("two", nil, map[string]string{alloc.KubeletAnnotationFor("nvidia.com/gpu"): g0.UUID, alloc.KubeletAnnotationFor("example.com/gpu"): g3.UUID}, g0, g3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(adj.GetEnv(), func(e *api.KeyValue) bool { return e.Key == "NVIDIA_VISIBLE_DEVICES" && e.Value == g0.UUID+","+g3.UUID }) || len(adj.GetMounts()) == 0 {
+		t.Errorf("two resources: env %v, %d mounts; want NVIDIA_VISIBLE_DEVICES=%s,%s and the driver files", adj.GetEnv(), len(adj.GetMounts()), g0.UUID, g3.UUID)
+	}
+	want = map[int][]string{g0.Index: {"two"}, g1.Index: {"kub"}, g3.Index: {"two"}}
+	if got := kubeletHolders(t, socket); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("kubelet holders %v, want %v", got, want)
+	}
+
 	// The same key on the pod, with the device node: booked (the runtime
 	// gave the GPU), but not as the kubelet's.
 	g2 := n.GPUs[2]
@@ -141,7 +158,7 @@ func TestKubeletShapedContainerOverNRI(t *testing.T) {
 	if !strings.Contains(p.log.String(), "annotation gpus.nri-gpu.dev/kubelet ignored: names GPUs 3 but the container has the device nodes of GPUs none") {
 		t.Errorf("no warning for the annotation without device nodes:\n%s", p.log.String())
 	}
-	wantTable := "0=free 1=exclusive[kubelet:default/pod-kub/kub] 2=exclusive[default/pod-podann/podann] 3=free"
+	wantTable := "0=exclusive[kubelet:default/pod-two/two] 1=exclusive[kubelet:default/pod-kub/kub] 2=exclusive[default/pod-podann/podann] 3=exclusive[kubelet:default/pod-two/two]"
 	if got := table(t, socket); got != wantTable {
 		t.Errorf("table %s\nwant %s", got, wantTable)
 	}

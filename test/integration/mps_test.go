@@ -205,7 +205,7 @@ func TestMPSOverNRI(t *testing.T) {
 	}
 	g0, g1 := n.GPUs[0].UUID, n.GPUs[1].UUID
 	resp, err := allocate(dp, g0+"::2")
-	if err != nil || resp.Annotations[alloc.KubeletSharedAnnotation("nvidia.com/gpu")] != "mps:"+g0+"=1/4" || resp.Annotations[alloc.KubeletAnnotation] != g0 {
+	if err != nil || resp.Annotations[alloc.KubeletSharedAnnotation("nvidia.com/gpu")] != "mps:"+g0+"=1/4" || resp.Annotations[alloc.KubeletAnnotationFor("nvidia.com/gpu")] != g0 {
 		t.Errorf("Allocate %s::2: %v, %v", g0, resp, err)
 	}
 	if _, err := allocate(dp, g0+"::0", g0+"::1"); err == nil || !strings.Contains(err.Error(), "maximum request size for shared resources is 1; found 2") {

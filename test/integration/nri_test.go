@@ -351,30 +351,13 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 		}
 		g0, g2 := n.GPUs[0], n.GPUs[2]
 		spec := applyToSpec(t, adj)
-
-		wantDevs := map[string][2]int64{
+		checkDevices(t, spec, map[string][2]int64{
 			fmt.Sprintf("/dev/nvidia%d", g0.Minor): {195, int64(g0.Minor)},
 			fmt.Sprintf("/dev/nvidia%d", g2.Minor): {195, int64(g2.Minor)},
 			"/dev/nvidiactl":                       {195, 255},
 			"/dev/nvidia-uvm":                      {int64(n.UVMMajor), 0},
 			"/dev/nvidia-uvm-tools":                {int64(n.UVMMajor), 1},
-		}
-		if len(spec.Linux.Devices) != len(wantDevs) {
-			t.Errorf("spec has %d devices, want %d: %+v", len(spec.Linux.Devices), len(wantDevs), spec.Linux.Devices)
-		}
-		for _, d := range spec.Linux.Devices {
-			w, ok := wantDevs[d.Path]
-			if !ok || d.Type != "c" || d.Major != w[0] || d.Minor != w[1] || d.FileMode == nil || *d.FileMode != 0o666 {
-				t.Errorf("unexpected device %+v (mode %v)", d, d.FileMode)
-			}
-			allowed := slices.ContainsFunc(spec.Linux.Resources.Devices, func(r rspec.LinuxDeviceCgroup) bool {
-				return r.Allow && r.Type == "c" && r.Major != nil && *r.Major == d.Major && r.Minor != nil && *r.Minor == d.Minor && strings.Contains(r.Access, "rw")
-			})
-			if !allowed {
-				t.Errorf("no cgroup allow rule for %s in %+v", d.Path, spec.Linux.Resources.Devices)
-			}
-		}
-
+		})
 		env := strings.Join(spec.Process.Env, "\n")
 		if want := "NVIDIA_VISIBLE_DEVICES=" + g0.UUID + "," + g2.UUID; !strings.Contains(env, want) {
 			t.Errorf("env lacks %s:\n%s", want, env)
@@ -386,76 +369,11 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 		if !strings.Contains("\n"+env+"\n", "\nPATH=/usr/bin:/bin:/usr/local/nvidia/bin\n") {
 			t.Errorf("env lacks PATH with /usr/local/nvidia/bin appended:\n%s", env)
 		}
-
-		// Mounts: exactly the compute and utility files, read-only, from
-		// the node's driver root.
-		wantMounts := map[string]string{}
-		for _, f := range n.Files {
-			switch f.Capability {
-			case simnode.CapCompute, simnode.CapUtility:
-				if f.SONAME != "" {
-					wantMounts["/usr/local/nvidia/lib64/"+f.SONAME] = filepath.Join(n.Root, f.Path)
-					if f.SONAME == "libcuda.so.1" { // and the development name -lcuda looks for
-						wantMounts["/usr/local/nvidia/lib64/libcuda.so"] = filepath.Join(n.Root, f.Path)
-					}
-				} else {
-					wantMounts["/usr/local/nvidia/bin/"+filepath.Base(f.Path)] = filepath.Join(n.Root, f.Path)
-				}
-			}
-		}
-		if wantFirmware {
-			wantMounts["/lib/firmware/nvidia/"+n.DriverVersion] = filepath.Join(n.Root, "usr/lib/firmware/nvidia", n.DriverVersion)
-		}
+		wantMounts := driverMounts(n, wantFirmware)
 		if mode == "directory" {
-			// The libraries and the binaries come as one directory each
-			// of hard links to them (libcuda.so a link to libcuda.so.1).
-			for _, dir := range []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"} {
-				var hostDir string
-				for _, m := range spec.Mounts {
-					if m.Destination == dir {
-						hostDir = m.Source
-					}
-				}
-				if !strings.HasPrefix(hostDir, filepath.Join(n.Root, "var/lib/nri-gpu")+"/") {
-					t.Fatalf("%s mounted from %q, want a directory in the cache", dir, hostDir)
-				}
-				entries, _ := os.ReadDir(hostDir)
-				n := 0
-				for dst, src := range wantMounts {
-					if name, ok := strings.CutPrefix(dst, dir+"/"); ok {
-						n++
-						if !sameFile(t, filepath.Join(hostDir, name), src) {
-							t.Errorf("%s/%s is not %s", hostDir, name, src)
-						}
-						delete(wantMounts, dst)
-					}
-				}
-				if len(entries) != n {
-					t.Errorf("%s has %d entries, want %d", hostDir, len(entries), n)
-				}
-				wantMounts[dir] = hostDir
-			}
+			checkDirectories(t, spec, n, wantMounts)
 		}
-		got := map[string]string{}
-		for _, m := range spec.Mounts {
-			if _, ok := wantMounts[m.Destination]; !ok && !strings.HasPrefix(m.Source, n.Root) {
-				continue // the default spec's own mounts (/proc, /dev, ...)
-			}
-			got[m.Destination] = m.Source
-			if m.Type != "bind" || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "nosuid") || !slices.Contains(m.Options, "nodev") {
-				t.Errorf("mount %s is not a read-only nosuid nodev bind: %+v", m.Destination, m)
-			}
-		}
-		for dst, src := range wantMounts {
-			if got[dst] != src {
-				t.Errorf("mount %s: source %q, want %q", dst, got[dst], src)
-			}
-		}
-		for dst := range got {
-			if _, ok := wantMounts[dst]; !ok {
-				t.Errorf("unexpected mount %s", dst)
-			}
-		}
+		checkMounts(t, spec, n, wantMounts)
 		if !strings.Contains(p.log.String(), "injected") {
 			t.Errorf("no injection log line in:\n%s", p.log.String())
 		}
@@ -543,6 +461,113 @@ func testCreateContainerOverNRI(t *testing.T, mode string) {
 			t.Errorf("plugin exited with %v after SIGTERM", err)
 		}
 	})
+}
+
+// checkDevices checks the spec's device nodes against want (path ->
+// major, minor): exactly those, character devices of mode 0666, each with
+// its cgroup allow rule.
+func checkDevices(t *testing.T, spec *rspec.Spec, want map[string][2]int64) {
+	t.Helper()
+	if len(spec.Linux.Devices) != len(want) {
+		t.Errorf("spec has %d devices, want %d: %+v", len(spec.Linux.Devices), len(want), spec.Linux.Devices)
+	}
+	for _, d := range spec.Linux.Devices {
+		w, ok := want[d.Path]
+		if !ok || d.Type != "c" || d.Major != w[0] || d.Minor != w[1] || d.FileMode == nil || *d.FileMode != 0o666 {
+			t.Errorf("unexpected device %+v (mode %v)", d, d.FileMode)
+		}
+		allowed := slices.ContainsFunc(spec.Linux.Resources.Devices, func(r rspec.LinuxDeviceCgroup) bool {
+			return r.Allow && r.Type == "c" && r.Major != nil && *r.Major == d.Major && r.Minor != nil && *r.Minor == d.Minor && strings.Contains(r.Access, "rw")
+		})
+		if !allowed {
+			t.Errorf("no cgroup allow rule for %s in %+v", d.Path, spec.Linux.Resources.Devices)
+		}
+	}
+}
+
+// driverMounts are the mounts (destination -> source) of the compute and
+// utility files of the node's driver root, one by one, and its firmware
+// when firmware is set.
+func driverMounts(n *simnode.Node, firmware bool) map[string]string {
+	want := map[string]string{}
+	for _, f := range n.Files {
+		switch f.Capability {
+		case simnode.CapCompute, simnode.CapUtility:
+			if f.SONAME != "" {
+				want["/usr/local/nvidia/lib64/"+f.SONAME] = filepath.Join(n.Root, f.Path)
+				if f.SONAME == "libcuda.so.1" { // and the development name -lcuda looks for
+					want["/usr/local/nvidia/lib64/libcuda.so"] = filepath.Join(n.Root, f.Path)
+				}
+			} else {
+				want["/usr/local/nvidia/bin/"+filepath.Base(f.Path)] = filepath.Join(n.Root, f.Path)
+			}
+		}
+	}
+	if firmware {
+		want["/lib/firmware/nvidia/"+n.DriverVersion] = filepath.Join(n.Root, "usr/lib/firmware/nvidia", n.DriverVersion)
+	}
+	return want
+}
+
+// checkDirectories checks libraryMode: directory's mounts: the libraries
+// and the binaries come as one directory each of the cache, holding hard
+// links to exactly the files of want under it (libcuda.so a link to
+// libcuda.so.1). It replaces those files in want by the directories.
+func checkDirectories(t *testing.T, spec *rspec.Spec, n *simnode.Node, want map[string]string) {
+	t.Helper()
+	for _, dir := range []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"} {
+		var hostDir string
+		for _, m := range spec.Mounts {
+			if m.Destination == dir {
+				hostDir = m.Source
+			}
+		}
+		if !strings.HasPrefix(hostDir, filepath.Join(n.Root, "var/lib/nri-gpu")+"/") {
+			t.Fatalf("%s mounted from %q, want a directory in the cache", dir, hostDir)
+		}
+		entries, _ := os.ReadDir(hostDir)
+		files := 0
+		for dst, src := range want {
+			if name, ok := strings.CutPrefix(dst, dir+"/"); ok {
+				files++
+				if !sameFile(t, filepath.Join(hostDir, name), src) {
+					t.Errorf("%s/%s is not %s", hostDir, name, src)
+				}
+				delete(want, dst)
+			}
+		}
+		if len(entries) != files {
+			t.Errorf("%s has %d entries, want %d", hostDir, len(entries), files)
+		}
+		want[dir] = hostDir
+	}
+}
+
+// checkMounts checks the spec's mounts from the node against want
+// (destination -> source): exactly those, read-only nosuid nodev binds.
+// The default spec's own mounts (/proc, /dev, ...) are left out.
+func checkMounts(t *testing.T, spec *rspec.Spec, n *simnode.Node, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, m := range spec.Mounts {
+		if _, ok := want[m.Destination]; !ok && !strings.HasPrefix(m.Source, n.Root) {
+			continue
+		}
+		got[m.Destination] = m.Source
+		if m.Type != "bind" || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "nosuid") || !slices.Contains(m.Options, "nodev") {
+			t.Errorf("mount %s is not a read-only nosuid nodev bind: %+v", m.Destination, m)
+		}
+	}
+	for dst, src := range want {
+		if got[dst] != src {
+			t.Errorf("mount %s: source %q, want %q", dst, got[dst], src)
+		}
+	}
+	for dst := range got {
+		if _, ok := want[dst]; !ok {
+			t.Errorf("unexpected mount %s", dst)
+		}
+	}
 }
 
 // TestPreRegisteredPlugin installs nri-gpu as /opt/nri/plugins/10-nri-gpu

@@ -47,13 +47,17 @@ const (
 )
 
 // AllocationAnnotation is the annotation Allocate puts on each container
-// the kubelet gives GPUs: the GPUs' IDs (UUIDs), comma-separated. The
-// kubelet passes it in the CRI container config, which runtimes hand to NRI
-// plugins as the container's annotations; a pod author cannot set it there.
-// The NRI side is to trust it only together with the GPUs' device nodes,
-// which the kubelet adds from Allocate's device specs and a non-privileged
-// pod cannot add itself (docs/design.md, "The kubelet device plugin").
-const AllocationAnnotation = alloc.KubeletAnnotation
+// the kubelet gives devices of resource: the devices' IDs (UUIDs),
+// comma-separated, under a key of the resource's own
+// (alloc.KubeletAnnotationFor), since the kubelet keeps only the first
+// value of a key when it merges the answers of a container's resources.
+// The kubelet passes it in the CRI container config, which runtimes hand
+// to NRI plugins as the container's annotations; a pod author cannot set
+// it there. The NRI side trusts the union of a container's such
+// annotations only together with the devices' nodes, which the kubelet
+// adds from Allocate's device specs and a non-privileged pod cannot add
+// itself (docs/design.md, "The kubelet device plugin").
+func AllocationAnnotation(resource string) string { return alloc.KubeletAnnotationFor(resource) }
 
 // registerTimeout bounds one Register call to the kubelet; retryInterval
 // is how long a failed registration waits before the next try (a kubelet
@@ -145,7 +149,9 @@ func (p *Plugin) Socket() string { return p.socket }
 // that is not there yet, or refuses the registration, is retried: when
 // its socket appears and every few seconds. Run fails only when the
 // socket directory cannot be watched or the plugin's socket cannot be
-// served.
+// served. It is one piece on purpose: one loop over the directory's
+// events, the retry timer and the node's changes, whose state (serving,
+// registered, when to retry) lives in its local variables.
 func (p *Plugin) Run(ctx context.Context) error {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -480,8 +480,9 @@ func TestAllocate(t *testing.T) {
 		if !slices.Equal(paths, wantPaths) {
 			t.Errorf("container %d: device nodes %q, want %q", i, paths, wantPaths)
 		}
-		if got, w := cr.Annotations, strings.Join(uuids(snap, want...), ","); len(got) != 1 || got[deviceplugin.AllocationAnnotation] != w {
-			t.Errorf("container %d: annotations %v, want %s=%s", i, got, deviceplugin.AllocationAnnotation, w)
+		key := "gpus.nri-gpu.dev/kubelet.nvidia.com_gpu"
+		if got, w := cr.Annotations, strings.Join(uuids(snap, want...), ","); len(got) != 1 || got[key] != w {
+			t.Errorf("container %d: annotations %v, want %s=%s", i, got, key, w)
 		}
 		if len(cr.Mounts) != 0 || len(cr.Envs) != 0 || len(cr.CdiDevices) != 0 {
 			t.Errorf("container %d: mounts %v, env %v, CDI devices %v; want none (NRI injects them)", i, cr.Mounts, cr.Envs, cr.CdiDevices)

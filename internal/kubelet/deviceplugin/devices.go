@@ -375,7 +375,7 @@ func deviceNodes(gpus []inventory.GPU) []inventory.DeviceNode {
 // Allocate answers the kubelet with, for each container, the device nodes
 // of the GPUs it was given (read-write; /dev/nvidia<minor> in the
 // container, the same node under Options.DevRoot on the host, hostPath)
-// and the annotation AllocationAnnotation naming them, each once however
+// and the annotation AllocationAnnotation(resource) naming them, each once however
 // many of its replicas the container was given. Replicas also get the
 // annotation alloc.KubeletSharedAnnotation(resource), which tells the NRI
 // side how many replicas of which shared GPU. Driver files and environment
@@ -398,7 +398,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		for _, gpu := range g.gpus {
 			ids = append(ids, gpu.ID())
 		}
-		cresp.Annotations[AllocationAnnotation] = strings.Join(ids, ",")
+		cresp.Annotations[AllocationAnnotation(p.o.ResourceName)] = strings.Join(ids, ",")
 		if len(g.shares) > 0 {
 			ks := alloc.KubeletShares{Strategy: g.shares[0].Strategy}
 			for _, sh := range g.shares {

@@ -113,14 +113,15 @@ func TestTimeSlicing(t *testing.T) {
 	}
 	g0 := s.snap.GPUs[0]
 	shareKey := alloc.KubeletSharedAnnotation("nvidia.com/gpu")
+	mainKey := alloc.KubeletAnnotationFor("nvidia.com/gpu")
 	for _, tc := range []struct {
 		name string
 		ids  []string
 		want map[string]string
 	}{
-		{"one replica", s.replicas(0, 1), map[string]string{alloc.KubeletAnnotation: g0.UUID, shareKey: "time-slicing:" + g0.UUID + "=1/4"}},
-		{"two replicas of one GPU", s.replicas(0, 3, 1), map[string]string{alloc.KubeletAnnotation: g0.UUID, shareKey: "time-slicing:" + g0.UUID + "=2/4"}},
-		{"replicas of two GPUs", []string{s.replicas(1, 2)[0], s.replicas(0, 0)[0]}, map[string]string{alloc.KubeletAnnotation: g0.UUID + "," + s.snap.GPUs[1].UUID,
+		{"one replica", s.replicas(0, 1), map[string]string{mainKey: g0.UUID, shareKey: "time-slicing:" + g0.UUID + "=1/4"}},
+		{"two replicas of one GPU", s.replicas(0, 3, 1), map[string]string{mainKey: g0.UUID, shareKey: "time-slicing:" + g0.UUID + "=2/4"}},
+		{"replicas of two GPUs", []string{s.replicas(1, 2)[0], s.replicas(0, 0)[0]}, map[string]string{mainKey: g0.UUID + "," + s.snap.GPUs[1].UUID,
 			shareKey: "time-slicing:" + g0.UUID + "=1/4," + s.snap.GPUs[1].UUID + "=1/4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,7 +132,7 @@ func TestTimeSlicing(t *testing.T) {
 			if d := cmp.Diff(tc.want, r.Annotations); d != "" {
 				t.Errorf("annotations (-want +got):\n%s", d)
 			}
-			if len(r.Devices) != strings.Count(tc.want[alloc.KubeletAnnotation], ",")+1 || r.Devices[0].HostPath != g0.Node.Path {
+			if len(r.Devices) != strings.Count(tc.want[mainKey], ",")+1 || r.Devices[0].HostPath != g0.Node.Path {
 				t.Errorf("device specs %v", r.Devices)
 			}
 		})
@@ -187,7 +188,7 @@ func TestRenamedReplicas(t *testing.T) {
 		t.Errorf("nvidia.com/gpu: %v", got)
 	}
 	r, err := s.allocate("nvidia.com/gpu", s.snap.GPUs[1].UUID)
-	if err != nil || !cmp.Equal(r.Annotations, map[string]string{alloc.KubeletAnnotation: s.snap.GPUs[1].UUID}) {
+	if err != nil || !cmp.Equal(r.Annotations, map[string]string{alloc.KubeletAnnotationFor("nvidia.com/gpu"): s.snap.GPUs[1].UUID}) {
 		t.Errorf("a whole GPU: %v, %v", r, err)
 	}
 	r, err = s.allocate("nvidia.com/gpu.shared", s.replicas(0, 1)...)

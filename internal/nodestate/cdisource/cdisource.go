@@ -98,88 +98,14 @@ func Discover(o Options) (*Source, error) {
 	warnf := func(format string, args ...any) {
 		snap.Warnings = append(snap.Warnings, fmt.Sprintf(format, args...))
 	}
-	var dirs []string
-	for _, d := range o.SpecDirs {
-		if why := Trusted(d); why != "" {
-			warnf("CDI spec directory %s refused: %s: none of its specs is read", d, why)
-			continue
-		}
-		dirs = append(dirs, d)
+	specs, err := vendorSpecs(o.SpecDirs, vendor, warnf)
+	if err != nil {
+		return nil, err
 	}
-	var vendorSpecs []*cdi.Spec
-	if len(dirs) > 0 { // none would be the CDI library's default directories
-		cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
-		if cache == nil {
-			return nil, fmt.Errorf("reading CDI specs: %w", err)
-		}
-		for p, errs := range cache.GetErrors() {
-			for _, e := range errs {
-				warnf("CDI spec %s refused: %v", p, e)
-			}
-		}
-		vendorSpecs = cache.GetVendorSpecs(vendor)
-	}
-
 	c := checker{host: host, allowHooks: o.AllowHooks, allowWritableMounts: o.AllowWritableMounts}
-	type found struct {
-		name  string
-		edits *edits
-	}
-	var devices []found
-	var common *edits
-	for _, spec := range vendorSpecs {
-		if spec.GetClass() != class {
-			continue
-		}
-		if why := Trusted(spec.GetPath()); why != "" {
-			warnf("CDI spec %s refused: %s: none of its devices is offered", spec.GetPath(), why)
-			continue
-		}
-		specEdits, err := c.edits(spec.ContainerEdits)
-		if err != nil {
-			warnf("CDI spec %s: its own edits are unusable (%v): none of its devices is offered", spec.GetPath(), err)
-			continue
-		}
-		if common != nil && !isEmpty(specEdits) {
-			warnf("CDI spec %s: a second spec of %s with edits of its own: its devices are not offered", spec.GetPath(), o.Kind)
-			continue
-		}
-		if !isEmpty(specEdits) {
-			common = specEdits
-		}
-		for _, d := range spec.Devices {
-			if d.Name == "all" {
-				continue // nri-gpu's own "all" covers it
-			}
-			e, err := c.edits(d.ContainerEdits)
-			if err != nil {
-				warnf("CDI device %s=%s: not offered: %v", o.Kind, d.Name, err)
-				continue
-			}
-			if len(e.nodes) == 0 {
-				warnf("CDI device %s=%s: not offered: it has no device node", o.Kind, d.Name)
-				continue
-			}
-			devices = append(devices, found{name: d.Name, edits: e})
-		}
-	}
-	src.common = common
-
-	// Numeric names first by value (as their vendors number devices),
-	// then the others by name; the index is the position.
-	sort.SliceStable(devices, func(i, j int) bool {
-		a, errA := strconv.Atoi(devices[i].name)
-		b, errB := strconv.Atoi(devices[j].name)
-		switch {
-		case errA == nil && errB == nil:
-			return a < b
-		case errA == nil:
-			return true
-		case errB == nil:
-			return false
-		}
-		return devices[i].name < devices[j].name
-	})
+	var devices []cdiDevice
+	devices, src.common = c.devices(specs, o.Kind, class, warnf)
+	sortDevices(devices)
 	for i, d := range devices {
 		main := d.edits.nodes[0]
 		rest := *d.edits
@@ -193,6 +119,102 @@ func Discover(o Options) (*Source, error) {
 		warnf("no usable CDI device of kind %s in %v", o.Kind, o.SpecDirs)
 	}
 	return src, nil
+}
+
+// vendorSpecs reads the CDI specs of vendor in the trusted ones of dirs;
+// a directory or spec refused is a warning.
+func vendorSpecs(dirs []string, vendor string, warnf func(string, ...any)) ([]*cdi.Spec, error) {
+	var trusted []string
+	for _, d := range dirs {
+		if why := Trusted(d); why != "" {
+			warnf("CDI spec directory %s refused: %s: none of its specs is read", d, why)
+			continue
+		}
+		trusted = append(trusted, d)
+	}
+	if len(trusted) == 0 { // none would be the CDI library's default directories
+		return nil, nil
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(trusted...), cdi.WithAutoRefresh(false))
+	if cache == nil {
+		return nil, fmt.Errorf("reading CDI specs: %w", err)
+	}
+	for p, errs := range cache.GetErrors() {
+		for _, e := range errs {
+			warnf("CDI spec %s refused: %v", p, e)
+		}
+	}
+	return cache.GetVendorSpecs(vendor), nil
+}
+
+// cdiDevice is a device of a spec, with its checked edits.
+type cdiDevice struct {
+	name  string
+	edits *edits
+}
+
+// devices returns the usable devices of the specs of class (kind is
+// vendor/class, for messages) and the edits common to them: at most one
+// spec may have edits of its own. A spec or device that cannot be used is
+// left out with a warning.
+func (c checker) devices(specs []*cdi.Spec, kind, class string, warnf func(string, ...any)) ([]cdiDevice, *edits) {
+	var devices []cdiDevice
+	var common *edits
+	for _, spec := range specs {
+		if spec.GetClass() != class {
+			continue
+		}
+		if why := Trusted(spec.GetPath()); why != "" {
+			warnf("CDI spec %s refused: %s: none of its devices is offered", spec.GetPath(), why)
+			continue
+		}
+		specEdits, err := c.edits(spec.ContainerEdits)
+		if err != nil {
+			warnf("CDI spec %s: its own edits are unusable (%v): none of its devices is offered", spec.GetPath(), err)
+			continue
+		}
+		if common != nil && !isEmpty(specEdits) {
+			warnf("CDI spec %s: a second spec of %s with edits of its own: its devices are not offered", spec.GetPath(), kind)
+			continue
+		}
+		if !isEmpty(specEdits) {
+			common = specEdits
+		}
+		for _, d := range spec.Devices {
+			if d.Name == "all" {
+				continue // nri-gpu's own "all" covers it
+			}
+			e, err := c.edits(d.ContainerEdits)
+			if err != nil {
+				warnf("CDI device %s=%s: not offered: %v", kind, d.Name, err)
+				continue
+			}
+			if len(e.nodes) == 0 {
+				warnf("CDI device %s=%s: not offered: it has no device node", kind, d.Name)
+				continue
+			}
+			devices = append(devices, cdiDevice{name: d.Name, edits: e})
+		}
+	}
+	return devices, common
+}
+
+// sortDevices orders devices as they are indexed: numeric names first by
+// value (as their vendors number devices), then the others by name.
+func sortDevices(devices []cdiDevice) {
+	sort.SliceStable(devices, func(i, j int) bool {
+		a, errA := strconv.Atoi(devices[i].name)
+		b, errB := strconv.Atoi(devices[j].name)
+		switch {
+		case errA == nil && errB == nil:
+			return a < b
+		case errA == nil:
+			return true
+		case errB == nil:
+			return false
+		}
+		return devices[i].name < devices[j].name
+	})
 }
 
 // checker turns a spec's edits into inventory edits, checking them

@@ -63,59 +63,16 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 	var uuids []string
 	graphics := caps.Has(inventory.Graphics) || caps.Has(inventory.Display)
 	for _, g := range snap.Units() {
-		if g.MIG != nil {
-			// A MIG device as the toolkit names it (<gpu>:<mig> and
-			// MIG-<uuid>) with its edits: its parent's node and its
-			// GPU and compute instances' capability nodes. MIG has
-			// no graphics.
-			nodes := []inventory.DeviceNode{g.Node, g.MIG.GINode, g.MIG.CINode}
-			edits := specs.ContainerEdits{DeviceNodes: deviceNodes(nodes)}
-			spec.Devices = append(spec.Devices,
-				specs.Device{Name: g.MIG.Name(), ContainerEdits: edits},
-				specs.Device{Name: g.UUID, ContainerEdits: edits})
-			all = appendNew(all, nodes...)
-			uuids = append(uuids, g.UUID)
-			continue
-		}
-		nodes := []inventory.DeviceNode{g.Node}
-		if graphics {
-			// The GPU's DRM nodes, as a request with graphics or
-			// display gets them. The application profile and by-path
-			// links are prepared per set of GPUs: a runtime appends
-			// the mounts of every device a container names, and two
-			// devices' mounts at one path would shadow each other,
-			// so only the device "all" carries them (below).
-			for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
-				if n.Path != "" {
-					nodes = append(nodes, n)
-				}
-			}
-		}
+		name, nodes := unitDevice(g, graphics)
 		edits := specs.ContainerEdits{DeviceNodes: deviceNodes(nodes)}
 		spec.Devices = append(spec.Devices,
-			specs.Device{Name: strconv.Itoa(g.Index), ContainerEdits: edits},
+			specs.Device{Name: name, ContainerEdits: edits},
 			specs.Device{Name: g.UUID, ContainerEdits: edits})
 		all = appendNew(all, nodes...)
 		uuids = append(uuids, g.UUID)
 	}
 	if len(all) > 0 {
-		edits := specs.ContainerEdits{
-			DeviceNodes: deviceNodes(all),
-			Env:         []string{adjust.EnvVisibleDevices + "=" + strings.Join(uuids, ",")},
-		}
-		if graphics {
-			// The application profile and by-path links of the set of
-			// every GPU, files nri-gpu prepared in its library cache
-			// (none with libraryMode: files).
-			var set []inventory.Mount
-			for _, m := range src.Edits(snap.GPUs, caps).Mounts {
-				if m.Destination == adjust.ProfileDestination || m.Destination == adjust.ByPathDestination {
-					set = append(set, m)
-				}
-			}
-			edits.Mounts = mounts(set)
-		}
-		spec.Devices = append(spec.Devices, specs.Device{Name: "all", ContainerEdits: edits})
+		spec.Devices = append(spec.Devices, allDevice(src, caps, all, uuids, graphics))
 	}
 	version, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -123,6 +80,53 @@ func Generate(src adjust.Source, caps inventory.Capabilities) (*specs.Spec, erro
 	}
 	spec.Version = version
 	return spec, nil
+}
+
+// unitDevice returns the name (besides its UUID) and the device nodes of
+// the CDI device of a GPU or MIG device. A MIG device is named as the
+// toolkit names it (<gpu>:<mig>), with its parent's node and its GPU and
+// compute instances' capability nodes; MIG has no graphics. A GPU is named
+// by its index, with its node and, for graphics or display, its DRM nodes.
+func unitDevice(g inventory.GPU, graphics bool) (string, []inventory.DeviceNode) {
+	if g.MIG != nil {
+		return g.MIG.Name(), []inventory.DeviceNode{g.Node, g.MIG.GINode, g.MIG.CINode}
+	}
+	nodes := []inventory.DeviceNode{g.Node}
+	if graphics {
+		// The GPU's DRM nodes, as a request with graphics or display gets
+		// them. The application profile and by-path links are prepared
+		// per set of GPUs: a runtime appends the mounts of every device a
+		// container names, and two devices' mounts at one path would
+		// shadow each other, so only the device "all" carries them
+		// (allDevice).
+		for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
+			if n.Path != "" {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	return strconv.Itoa(g.Index), nodes
+}
+
+// allDevice is the CDI device "all": every device node of the units, and
+// NVIDIA_VISIBLE_DEVICES naming them all (uuids); with graphics, the
+// application profile and by-path links of the set of every GPU, files
+// nri-gpu prepared in its library cache (none with libraryMode: files).
+func allDevice(src adjust.Source, caps inventory.Capabilities, all []inventory.DeviceNode, uuids []string, graphics bool) specs.Device {
+	edits := specs.ContainerEdits{
+		DeviceNodes: deviceNodes(all),
+		Env:         []string{adjust.EnvVisibleDevices + "=" + strings.Join(uuids, ",")},
+	}
+	if graphics {
+		var set []inventory.Mount
+		for _, m := range src.Edits(src.Snapshot().GPUs, caps).Mounts {
+			if m.Destination == adjust.ProfileDestination || m.Destination == adjust.ByPathDestination {
+				set = append(set, m)
+			}
+		}
+		edits.Mounts = mounts(set)
+	}
+	return specs.Device{Name: "all", ContainerEdits: edits}
 }
 
 // IMEXKind is the CDI kind of the exported IMEX channels, the NVIDIA

@@ -363,67 +363,25 @@ var systemLibDirs = []string{"/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32
 var systemBinDirs = []string{"/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbin", "/usr/local", "/usr/local/bin", "/usr/local/sbin"}
 
 // Validate checks that every path is absolute and clean and every mode one
-// of its constants.
+// of its constants. The checks of a key, or of a few keys that depend on
+// each other, are a function of their own, run in this order; the first
+// error is returned. A new key's validation is one more such function and
+// one more call here.
 func (c Config) Validate() error {
 	if err := c.Health.validate(); err != nil {
 		return err
 	}
-	for _, p := range []struct{ key, val string }{
-		{"hostRoot", c.HostRoot},
-		{"driverRoot", c.DriverRoot},
-		{"driverRootMount", c.DriverRootMount},
-		{"libraryDir", c.LibraryDir},
-		{"library32Dir", c.Library32Dir},
-		{"libraryCache", c.LibraryCache},
-		{"libraryCacheMount", c.LibraryCacheMount},
-	} {
-		if p.val == "" && p.key == "libraryCacheMount" {
-			continue
-		}
-		if err := checkPath(p.key, p.val); err != nil {
-			return err
-		}
-		if strings.ContainsAny(p.val, ":\x00") {
-			return fmt.Errorf("key %s: %q must not contain ':' or NUL", p.key, p.val)
-		}
+	if err := c.validatePaths(); err != nil {
+		return err
 	}
-	for _, p := range []struct{ key, val string }{{"libraryDir", c.LibraryDir}, {"library32Dir", c.Library32Dir}} {
-		if p.val == "/" {
-			return fmt.Errorf("key %s: must not be /", p.key)
-		}
-		// In directory mode the prepared directory is mounted whole at
-		// the library directory, hiding what the image has there (its
-		// C library, in a system directory).
-		if c.LibraryMode != LibraryFiles && (slices.Contains(systemLibDirs, p.val) || slices.Contains(systemBinDirs, p.val)) {
-			return fmt.Errorf("key %s: %q would hide the image's own files (libraryMode %s mounts one directory there); use a directory images do not have, such as %s, or libraryMode: files", p.key, p.val, c.LibraryMode, map[string]string{"libraryDir": DefaultLibraryDir, "library32Dir": DefaultLibrary32Dir}[p.key])
-		}
+	if err := c.validateLibraryDirs(); err != nil {
+		return err
 	}
 	if err := checkMode("layout", "layout", c.Layout, layouts); err != nil {
 		return err
 	}
-	if c.Layout == LayoutToolkit && c.BinaryDir != "" {
-		return fmt.Errorf("key binaryDir: %q is not used with layout: toolkit (binaries at /usr/bin; the default with emit: cdi); remove binaryDir, or use layout: nvidia", c.BinaryDir)
-	}
-	if c.Layout == LayoutNVIDIA && c.BinaryDir == "" {
-		return fmt.Errorf("key binaryDir: empty with layout: nvidia; use a directory such as %s, or layout: toolkit for binaries at /usr/bin", DefaultBinaryDir)
-	}
-	if c.BinaryDir != "" {
-		if err := checkPath("binaryDir", c.BinaryDir); err != nil {
-			return err
-		}
-		if strings.ContainsAny(c.BinaryDir, ":\x00") {
-			return fmt.Errorf("key binaryDir: %q must not contain ':' or NUL", c.BinaryDir)
-		}
-		// A directory mount hides what the image has there.
-		if slices.Contains(systemBinDirs, c.BinaryDir) {
-			return fmt.Errorf("key binaryDir: %q would hide the image's own programs; use a directory images do not have, such as /usr/local/nvidia/bin", c.BinaryDir)
-		}
-		if c.BinaryDir == c.LibraryDir || c.BinaryDir == c.Library32Dir {
-			return fmt.Errorf("key binaryDir: %q must differ from libraryDir and library32Dir", c.BinaryDir)
-		}
-		if c.Emit == EmitCDI {
-			return fmt.Errorf("key layout: nvidia (binaryDir %s) not with emit: cdi (a CDI spec can only replace PATH, not append to it); use layout: toolkit, the default with emit: cdi", c.BinaryDir)
-		}
+	if err := c.validateBinaryDir(); err != nil {
+		return err
 	}
 	if err := checkMode("libraryMode", "mode", c.LibraryMode, libraryModes); err != nil {
 		return err
@@ -439,22 +397,8 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	if ci := c.CDIImport; ci != nil {
-		vendor, class, ok := strings.Cut(ci.Kind, "/")
-		if !ok || vendor == "" || class == "" || !strings.Contains(vendor, ".") {
-			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu", ci.Kind)
-		}
-		if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
-			return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu: %s", ci.Kind, strings.ReplaceAll(err.Error(), "\n", "; "))
-		}
-		if ci.Kind == inventory.KindNVIDIA {
-			return fmt.Errorf("key cdiImport.kind: nvidia.com/gpu is served by nri-gpu's own discovery; remove cdiImport")
-		}
-		for _, d := range ci.SpecDirs {
-			if err := checkPath("cdiImport.specDirs", d); err != nil {
-				return err
-			}
-		}
+	if err := c.CDIImport.validate(); err != nil {
+		return err
 	}
 	if err := checkCacheDir("libraryCache", c.LibraryCache); err != nil {
 		return err
@@ -483,6 +427,103 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.Policy.Validate()
+}
+
+// validatePaths checks the root and library paths: absolute, clean, and
+// without ':' or NUL (they go into LD_LIBRARY_PATH and mount options).
+func (c Config) validatePaths() error {
+	for _, p := range []struct{ key, val string }{
+		{"hostRoot", c.HostRoot},
+		{"driverRoot", c.DriverRoot},
+		{"driverRootMount", c.DriverRootMount},
+		{"libraryDir", c.LibraryDir},
+		{"library32Dir", c.Library32Dir},
+		{"libraryCache", c.LibraryCache},
+		{"libraryCacheMount", c.LibraryCacheMount},
+	} {
+		if p.val == "" && p.key == "libraryCacheMount" {
+			continue
+		}
+		if err := checkPath(p.key, p.val); err != nil {
+			return err
+		}
+		if strings.ContainsAny(p.val, ":\x00") {
+			return fmt.Errorf("key %s: %q must not contain ':' or NUL", p.key, p.val)
+		}
+	}
+	return nil
+}
+
+// validateLibraryDirs checks that libraryDir and library32Dir hide none of
+// the image's own files.
+func (c Config) validateLibraryDirs() error {
+	for _, p := range []struct{ key, val string }{{"libraryDir", c.LibraryDir}, {"library32Dir", c.Library32Dir}} {
+		if p.val == "/" {
+			return fmt.Errorf("key %s: must not be /", p.key)
+		}
+		// In directory mode the prepared directory is mounted whole at
+		// the library directory, hiding what the image has there (its
+		// C library, in a system directory).
+		if c.LibraryMode != LibraryFiles && (slices.Contains(systemLibDirs, p.val) || slices.Contains(systemBinDirs, p.val)) {
+			return fmt.Errorf("key %s: %q would hide the image's own files (libraryMode %s mounts one directory there); use a directory images do not have, such as %s, or libraryMode: files", p.key, p.val, c.LibraryMode, map[string]string{"libraryDir": DefaultLibraryDir, "library32Dir": DefaultLibrary32Dir}[p.key])
+		}
+	}
+	return nil
+}
+
+// validateBinaryDir checks binaryDir against the layout, the library
+// directories and emit.
+func (c Config) validateBinaryDir() error {
+	if c.Layout == LayoutToolkit && c.BinaryDir != "" {
+		return fmt.Errorf("key binaryDir: %q is not used with layout: toolkit (binaries at /usr/bin; the default with emit: cdi); remove binaryDir, or use layout: nvidia", c.BinaryDir)
+	}
+	if c.Layout == LayoutNVIDIA && c.BinaryDir == "" {
+		return fmt.Errorf("key binaryDir: empty with layout: nvidia; use a directory such as %s, or layout: toolkit for binaries at /usr/bin", DefaultBinaryDir)
+	}
+	if c.BinaryDir == "" {
+		return nil
+	}
+	if err := checkPath("binaryDir", c.BinaryDir); err != nil {
+		return err
+	}
+	if strings.ContainsAny(c.BinaryDir, ":\x00") {
+		return fmt.Errorf("key binaryDir: %q must not contain ':' or NUL", c.BinaryDir)
+	}
+	// A directory mount hides what the image has there.
+	if slices.Contains(systemBinDirs, c.BinaryDir) {
+		return fmt.Errorf("key binaryDir: %q would hide the image's own programs; use a directory images do not have, such as /usr/local/nvidia/bin", c.BinaryDir)
+	}
+	if c.BinaryDir == c.LibraryDir || c.BinaryDir == c.Library32Dir {
+		return fmt.Errorf("key binaryDir: %q must differ from libraryDir and library32Dir", c.BinaryDir)
+	}
+	if c.Emit == EmitCDI {
+		return fmt.Errorf("key layout: nvidia (binaryDir %s) not with emit: cdi (a CDI spec can only replace PATH, not append to it); use layout: toolkit, the default with emit: cdi", c.BinaryDir)
+	}
+	return nil
+}
+
+// validate checks cdiImport (nil: not set): a CDI kind of another vendor,
+// and clean spec directories.
+func (ci *CDIImport) validate() error {
+	if ci == nil {
+		return nil
+	}
+	vendor, class, ok := strings.Cut(ci.Kind, "/")
+	if !ok || vendor == "" || class == "" || !strings.Contains(vendor, ".") {
+		return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu", ci.Kind)
+	}
+	if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
+		return fmt.Errorf("key cdiImport.kind: %q is not a CDI kind such as amd.com/gpu: %s", ci.Kind, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if ci.Kind == inventory.KindNVIDIA {
+		return fmt.Errorf("key cdiImport.kind: nvidia.com/gpu is served by nri-gpu's own discovery; remove cdiImport")
+	}
+	for _, d := range ci.SpecDirs {
+		if err := checkPath("cdiImport.specDirs", d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // systemTrees are directories of the operating system and of the

@@ -292,61 +292,8 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 		kinds = append(kinds, inventory.Binary)
 	}
 	for _, kind := range kinds {
-		var libs []*lib
-		var present inventory.Capabilities
-		for _, f := range snap.Files {
-			if f.Kind != kind {
-				continue
-			}
-			rel, ok := relTo(o.DriverRoot, f.HostPath)
-			if !ok {
-				return nil, fmt.Errorf("%s is not under the driver root %s", f.HostPath, o.DriverRoot)
-			}
-			l, err := p.open(root, rel, f)
-			if err != nil {
-				return nil, err
-			}
-			libs = append(libs, l)
-			present |= inventory.Capabilities(f.Capability)
-		}
-		// The files the 64-bit directories hold under names of their
-		// own (the GBM backend, the NGX Wine DLLs).
-		var extras []extra
-		if kind == inventory.Library {
-			for _, x := range inventory.LibraryExtras(snap.Files) {
-				rel, ok := relTo(o.DriverRoot, x.File.HostPath)
-				if !ok {
-					return nil, fmt.Errorf("%s is not under the driver root %s", x.File.HostPath, o.DriverRoot)
-				}
-				l, err := p.open(root, rel, x.File)
-				if err != nil {
-					return nil, err
-				}
-				extras = append(extras, extra{name: x.Name, cap: x.Capability, l: l})
-			}
-		}
-		dirs := map[inventory.FileKind]map[inventory.Capabilities]string{
-			inventory.Library: c.Dirs, inventory.Library32: c.Dirs32, inventory.Binary: c.DirsBin,
-		}[kind]
-		for _, set := range subsets(present) {
-			var members []*lib
-			for _, l := range libs {
-				if set.Has(l.cap) {
-					members = append(members, l)
-				}
-			}
-			var xs []extra
-			for _, x := range extras {
-				if set.Has(x.cap) {
-					xs = append(xs, x)
-				}
-			}
-			rel, err := p.makeDir(kind, set, members, xs)
-			if err != nil {
-				return nil, err
-			}
-			dirs[set] = filepath.Join(o.DriverRoot, o.Dir, rel)
-			c.Links += len(members)
+		if err := p.buildKind(root, snap, o, kind); err != nil {
+			return nil, err
 		}
 	}
 	sets, err := p.gpuSets(snap, o)
@@ -355,6 +302,80 @@ func Build(snap *inventory.Snapshot, o Options) (*Cache, error) {
 	}
 	c.GPUSets = sets
 	return c, nil
+}
+
+// buildKind makes (or reuses) the directories of the files of kind: one
+// per set of the capabilities the files have, holding the files of those
+// capabilities (and, for the 64-bit libraries, the files held under names
+// of their own).
+func (p *placer) buildKind(root *os.Root, snap *inventory.Snapshot, o Options, kind inventory.FileKind) error {
+	libs, present, err := p.openKind(root, snap, o, kind)
+	if err != nil {
+		return err
+	}
+	// The files the 64-bit directories hold under names of their
+	// own (the GBM backend, the NGX Wine DLLs).
+	var extras []extra
+	if kind == inventory.Library {
+		for _, x := range inventory.LibraryExtras(snap.Files) {
+			rel, ok := relTo(o.DriverRoot, x.File.HostPath)
+			if !ok {
+				return fmt.Errorf("%s is not under the driver root %s", x.File.HostPath, o.DriverRoot)
+			}
+			l, err := p.open(root, rel, x.File)
+			if err != nil {
+				return err
+			}
+			extras = append(extras, extra{name: x.Name, cap: x.Capability, l: l})
+		}
+	}
+	dirs := map[inventory.FileKind]map[inventory.Capabilities]string{
+		inventory.Library: p.c.Dirs, inventory.Library32: p.c.Dirs32, inventory.Binary: p.c.DirsBin,
+	}[kind]
+	for _, set := range subsets(present) {
+		var members []*lib
+		for _, l := range libs {
+			if set.Has(l.cap) {
+				members = append(members, l)
+			}
+		}
+		var xs []extra
+		for _, x := range extras {
+			if set.Has(x.cap) {
+				xs = append(xs, x)
+			}
+		}
+		rel, err := p.makeDir(kind, set, members, xs)
+		if err != nil {
+			return err
+		}
+		dirs[set] = filepath.Join(o.DriverRoot, o.Dir, rel)
+		p.c.Links += len(members)
+	}
+	return nil
+}
+
+// openKind opens the snapshot's files of kind under the driver root, and
+// returns them with the capabilities they have.
+func (p *placer) openKind(root *os.Root, snap *inventory.Snapshot, o Options, kind inventory.FileKind) ([]*lib, inventory.Capabilities, error) {
+	var libs []*lib
+	var present inventory.Capabilities
+	for _, f := range snap.Files {
+		if f.Kind != kind {
+			continue
+		}
+		rel, ok := relTo(o.DriverRoot, f.HostPath)
+		if !ok {
+			return nil, 0, fmt.Errorf("%s is not under the driver root %s", f.HostPath, o.DriverRoot)
+		}
+		l, err := p.open(root, rel, f)
+		if err != nil {
+			return nil, 0, err
+		}
+		libs = append(libs, l)
+		present |= inventory.Capabilities(f.Capability)
+	}
+	return libs, present, nil
 }
 
 // lib is a library (or binary) to link into a directory.

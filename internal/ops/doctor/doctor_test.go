@@ -208,9 +208,22 @@ func TestHealthyNode(t *testing.T) {
 	expect(t, results, "device plugin", Skip, "devicePlugin.enabled is off")
 }
 
-// TestEachFailure breaks one thing at a time and checks the verdict that
-// names it, and that the report fails (or warns) for it.
-func TestEachFailure(t *testing.T) {
+// failureCase is one thing broken on an otherwise good node, and the
+// verdict of the check that must name it.
+type failureCase struct {
+	name string
+	// opts lay out the node, and breakIt (when set) breaks it.
+	opts    simnode.Options
+	breakIt func(t *testing.T, f *fixture)
+	// check is the check that must say so, with status and a verdict
+	// that holds want.
+	check  string
+	status Status
+	want   string
+}
+
+// failureCases are the things TestEachFailure breaks, one at a time.
+func failureCases() []failureCase {
 	nvidiaRuntime := func(def string) string {
 		return `version = 3
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
@@ -221,14 +234,7 @@ func TestEachFailure(t *testing.T) {
   BinaryName = '/usr/bin/nvidia-container-runtime'
 `
 	}
-	for _, tc := range []struct {
-		name    string
-		opts    simnode.Options
-		breakIt func(t *testing.T, f *fixture)
-		check   string
-		status  Status
-		want    string
-	}{
+	return []failureCase{
 		{"driver not loaded", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.remove(t, "/proc/driver/nvidia/version")
 			f.remove(t, "/sys/module/nvidia/version")
@@ -368,7 +374,13 @@ func TestEachFailure(t *testing.T) {
 		{"nri-gpu required globally", simnode.Options{}, func(t *testing.T, f *fixture) {
 			f.write(t, "/etc/containerd/conf.d/30-req.toml", "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\n  enable = true\n  required_plugins = ['nri-gpu']\n")
 		}, "required plugins", Pass, "requires nri-gpu for every container"},
-	} {
+	}
+}
+
+// TestEachFailure breaks one thing at a time and checks the verdict that
+// names it, and that the report fails (or warns) for it.
+func TestEachFailure(t *testing.T) {
+	for _, tc := range failureCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.check == "device nodes" {
 				needNodes(t)

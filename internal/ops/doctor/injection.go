@@ -349,53 +349,89 @@ func isNvidiaRuntime(name, binary string) bool {
 // nvidia.com devices.
 func checkOtherInjectors(o *Options, f *runtimeFacts, out *[]Result) {
 	const name = "other injectors"
-	var fails, warns, cdiUsed []string
-	if f.ctd != nil {
-		cri := f.ctd.criRuntime()
-		def := getString(cri, "containerd", "default_runtime_name")
-		if def == "" {
-			def = "runc"
+	fails, warns := containerdInjectors(f)
+	crioFails, crioWarns := crioInjectors(o, f)
+	cdiFails, cdiUsed := cdiInjectors(o, f)
+	fails = slices.Concat(fails, crioFails, cdiFails)
+	warns = append(warns, crioWarns...)
+	switch {
+	case len(fails) > 0:
+		add(out, Injection, name, Fail, firstLines(append(fails, warns...), 2),
+			"remove NVIDIA's runtime from the runtime's default (default_runtime_name = \"runc\"), its OCI hook, and the nvidia.com CDI specs (and what regenerates them: nvidia-ctk cdi generate, nvidia-cdi-refresh); nri-gpu replaces them (or, to keep a spec of nri-gpu cdi generate, set emit: cdi)")
+	case len(warns) > 0:
+		add(out, Injection, name, Warn, firstLines(warns, 2), "remove the runtime class, or keep GPU pods off it")
+	case len(cdiUsed) > 0:
+		add(out, Injection, name, Pass, "no NVIDIA runtime or OCI hook; the CDI specs "+strings.Join(cdiUsed, ", ")+" are what nri-gpu names (emit: cdi)", "")
+	default:
+		add(out, Injection, name, Pass, "no NVIDIA runtime, OCI hook or nvidia.com CDI spec", "")
+	}
+}
+
+// containerdInjectors finds NVIDIA's runtime among containerd's CRI
+// runtimes: a failure as the default, a warning otherwise.
+func containerdInjectors(f *runtimeFacts) (fails, warns []string) {
+	if f.ctd == nil {
+		return nil, nil
+	}
+	cri := f.ctd.criRuntime()
+	def := getString(cri, "containerd", "default_runtime_name")
+	if def == "" {
+		def = "runc"
+	}
+	runtimes, _ := getTable(cri, "containerd", "runtimes")
+	for _, rn := range sortedKeys(runtimes) {
+		bin := getString(runtimes, rn, "options", "BinaryName")
+		if !isNvidiaRuntime(rn, bin) {
+			continue
 		}
-		runtimes, _ := getTable(cri, "containerd", "runtimes")
-		for _, rn := range sortedKeys(runtimes) {
-			bin := getString(runtimes, rn, "options", "BinaryName")
-			if !isNvidiaRuntime(rn, bin) {
-				continue
-			}
-			if rn == def {
-				fails = append(fails, fmt.Sprintf("containerd's default runtime %q is NVIDIA's (%s): every container is injected twice", rn, orDefault(bin, "nvidia-container-runtime")))
-			} else {
-				warns = append(warns, fmt.Sprintf("containerd runtime %q is NVIDIA's: pods of its runtime class are injected twice", rn))
+		if rn == def {
+			fails = append(fails, fmt.Sprintf("containerd's default runtime %q is NVIDIA's (%s): every container is injected twice", rn, orDefault(bin, "nvidia-container-runtime")))
+		} else {
+			warns = append(warns, fmt.Sprintf("containerd runtime %q is NVIDIA's: pods of its runtime class are injected twice", rn))
+		}
+	}
+	return fails, warns
+}
+
+// crioInjectors finds NVIDIA's runtime among CRI-O's runtimes (a failure
+// as the default, a warning otherwise) and NVIDIA's OCI hook in its hook
+// directories (a failure).
+func crioInjectors(o *Options, f *runtimeFacts) (fails, warns []string) {
+	if f.crio == nil {
+		return nil, nil
+	}
+	def := getString(f.crio.Tree, "crio", "runtime", "default_runtime")
+	runtimes, _ := getTable(f.crio.Tree, "crio", "runtime", "runtimes")
+	for _, rn := range sortedKeys(runtimes) {
+		bin := getString(runtimes, rn, "runtime_path")
+		if !isNvidiaRuntime(rn, bin) {
+			continue
+		}
+		if rn == def {
+			fails = append(fails, fmt.Sprintf("CRI-O's default runtime %q is NVIDIA's: every container is injected twice", rn))
+		} else {
+			warns = append(warns, fmt.Sprintf("CRI-O runtime %q is NVIDIA's: pods of its runtime class are injected twice", rn))
+		}
+	}
+	hookDirs := getStrings(f.crio.Tree, "crio", "runtime", "hooks_dir")
+	if len(hookDirs) == 0 {
+		hookDirs = []string{"/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"}
+	}
+	for _, d := range hookDirs {
+		matches, _ := filepath.Glob(filepath.Join(o.host(d), "*.json"))
+		for _, m := range matches {
+			if data, err := os.ReadFile(m); err == nil && bytes.Contains(data, []byte("nvidia-container")) {
+				fails = append(fails, fmt.Sprintf("OCI hook %s runs NVIDIA's toolkit on every container", m))
 			}
 		}
 	}
-	if f.crio != nil {
-		def := getString(f.crio.Tree, "crio", "runtime", "default_runtime")
-		runtimes, _ := getTable(f.crio.Tree, "crio", "runtime", "runtimes")
-		for _, rn := range sortedKeys(runtimes) {
-			bin := getString(runtimes, rn, "runtime_path")
-			if !isNvidiaRuntime(rn, bin) {
-				continue
-			}
-			if rn == def {
-				fails = append(fails, fmt.Sprintf("CRI-O's default runtime %q is NVIDIA's: every container is injected twice", rn))
-			} else {
-				warns = append(warns, fmt.Sprintf("CRI-O runtime %q is NVIDIA's: pods of its runtime class are injected twice", rn))
-			}
-		}
-		hookDirs := getStrings(f.crio.Tree, "crio", "runtime", "hooks_dir")
-		if len(hookDirs) == 0 {
-			hookDirs = []string{"/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"}
-		}
-		for _, d := range hookDirs {
-			matches, _ := filepath.Glob(filepath.Join(o.host(d), "*.json"))
-			for _, m := range matches {
-				if data, err := os.ReadFile(m); err == nil && bytes.Contains(data, []byte("nvidia-container")) {
-					fails = append(fails, fmt.Sprintf("OCI hook %s runs NVIDIA's toolkit on every container", m))
-				}
-			}
-		}
-	}
+	return fails, warns
+}
+
+// cdiInjectors finds CDI specs of nvidia.com devices in the runtime's CDI
+// directories: a failure, except nri-gpu's own spec under emit: cdi
+// (used).
+func cdiInjectors(o *Options, f *runtimeFacts) (fails, used []string) {
 	for _, d := range f.CDIDirs {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
@@ -418,23 +454,13 @@ func checkOtherInjectors(o *Options, f *runtimeFacts, out *[]Result) {
 			case !strings.HasPrefix(spec.Kind, "nvidia.com/"):
 			case o.Config.Emit == "cdi" && spec.Kind == cdispec.Kind:
 				// nri-gpu itself names these devices (emit: cdi).
-				cdiUsed = append(cdiUsed, p)
+				used = append(used, p)
 			default:
 				fails = append(fails, fmt.Sprintf("CDI spec %s defines %s devices: a pod that asks for them through CDI gets the driver twice, from a copy that goes stale at the next driver upgrade", p, spec.Kind))
 			}
 		}
 	}
-	switch {
-	case len(fails) > 0:
-		add(out, Injection, name, Fail, firstLines(append(fails, warns...), 2),
-			"remove NVIDIA's runtime from the runtime's default (default_runtime_name = \"runc\"), its OCI hook, and the nvidia.com CDI specs (and what regenerates them: nvidia-ctk cdi generate, nvidia-cdi-refresh); nri-gpu replaces them (or, to keep a spec of nri-gpu cdi generate, set emit: cdi)")
-	case len(warns) > 0:
-		add(out, Injection, name, Warn, firstLines(warns, 2), "remove the runtime class, or keep GPU pods off it")
-	case len(cdiUsed) > 0:
-		add(out, Injection, name, Pass, "no NVIDIA runtime or OCI hook; the CDI specs "+strings.Join(cdiUsed, ", ")+" are what nri-gpu names (emit: cdi)", "")
-	default:
-		add(out, Injection, name, Pass, "no NVIDIA runtime, OCI hook or nvidia.com CDI spec", "")
-	}
+	return fails, used
 }
 
 // checkRequiredPlugins checks whether the runtime refuses GPU pods while

@@ -55,9 +55,36 @@ func checkNVML(o *Options, snap *inventory.Snapshot, out *[]Result) {
 		add(out, UserSpace, name, Warn, fmt.Sprintf("%s: enumerating GPUs: %v: no MIG devices, no XID health", from, err), "run nvidia-smi on the host: NVML fails there too")
 		return
 	}
-	var modes, lost []string
-	var in []discover.NVMLGPU
-	reported := 0
+	modes, lost, in, reported := migModes(gpus)
+	verdict := from + ": " + strings.Join(modes, ", ")
+	if len(lost) > 0 {
+		add(out, UserSpace, name, Warn, verdict+"; NVML cannot query "+firstLines(lost, 2)+" (unhealthy: count requests skip it)", "check the GPU with nvidia-smi and the kernel log (XID); reset it (nvidia-smi -r) or reboot")
+		return
+	}
+	if reported == 0 && !anyMIG(in) {
+		add(out, UserSpace, name, Pass, verdict+"; XID health available", "")
+		return
+	}
+	// MIG is on: the capability minors and their major.
+	major, entries := o.migNumbers()
+	res := discover.AddMIG(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount}, snap, in)
+	verdict += fmt.Sprintf("; %d of %d MIG devices numbered (%s, %s)", len(res.MIG), reported, entries, major)
+	news := res.Warnings[len(snap.Warnings):]
+	switch {
+	case len(res.MIG) < reported:
+		add(out, UserSpace, name, Fail, verdict+": "+firstLines(news, 2),
+			"MIG devices without their capability minors are not offered: load the driver's nvidia-caps support (nvidia-modprobe -f /proc/driver/nvidia-caps/mig-minors, or run nvidia-smi once as root) and check that hostRoot shows the host's /proc")
+	case len(news) > 0:
+		add(out, UserSpace, name, Warn, verdict+": "+firstLines(news, 2), "see nri-gpu inventory; a MIG-enabled GPU without MIG devices offers nothing: create them (nvidia-smi mig -cgi ... -C) or disable MIG (nvidia-smi -mig 0)")
+	default:
+		add(out, UserSpace, name, Pass, verdict+"; XID health available", "")
+	}
+}
+
+// migModes returns what NVML says of each GPU for the verdict ("GPU 0 MIG
+// off"), the GPUs NVML cannot query, the answer as discovery takes it, and
+// how many MIG devices NVML reports.
+func migModes(gpus []nvml.GPU) (modes, lost []string, in []discover.NVMLGPU, reported int) {
 	for _, g := range gpus {
 		if g.Err != nil {
 			lost = append(lost, fmt.Sprintf("GPU %d: %v", g.Index, g.Err))
@@ -75,17 +102,14 @@ func checkNVML(o *Options, snap *inventory.Snapshot, out *[]Result) {
 		}
 		in = append(in, ng)
 	}
-	verdict := from + ": " + strings.Join(modes, ", ")
-	if len(lost) > 0 {
-		add(out, UserSpace, name, Warn, verdict+"; NVML cannot query "+firstLines(lost, 2)+" (unhealthy: count requests skip it)", "check the GPU with nvidia-smi and the kernel log (XID); reset it (nvidia-smi -r) or reboot")
-		return
-	}
-	if reported == 0 && !anyMIG(in) {
-		add(out, UserSpace, name, Pass, verdict+"; XID health available", "")
-		return
-	}
-	// MIG is on: the capability minors and their major.
-	major := "nvidia-caps major missing"
+	return modes, lost, in, reported
+}
+
+// migNumbers says, for the verdict, what the host's /proc/devices and
+// /proc/driver/nvidia-caps/mig-minors give MIG devices: the nvidia-caps
+// major, and how many instances mig-minors numbers.
+func (o *Options) migNumbers() (major, entries string) {
+	major = "nvidia-caps major missing"
 	if data, err := os.ReadFile(o.host("/proc/devices")); err == nil {
 		if majors, err := discover.ParseProcDevices(data); err == nil {
 			if m, ok := majors["nvidia-caps"]; ok {
@@ -93,7 +117,7 @@ func checkNVML(o *Options, snap *inventory.Snapshot, out *[]Result) {
 			}
 		}
 	}
-	entries := "mig-minors missing"
+	entries = "mig-minors missing"
 	switch data, err := os.ReadFile(o.host("/proc/driver/nvidia-caps/mig-minors")); {
 	case err == nil:
 		if mm, err := discover.ParseMIGMinors(data); err == nil {
@@ -104,18 +128,7 @@ func checkNVML(o *Options, snap *inventory.Snapshot, out *[]Result) {
 	case !errors.Is(err, fs.ErrNotExist):
 		entries = "mig-minors: " + err.Error()
 	}
-	res := discover.AddMIG(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount}, snap, in)
-	verdict += fmt.Sprintf("; %d of %d MIG devices numbered (%s, %s)", len(res.MIG), reported, entries, major)
-	news := res.Warnings[len(snap.Warnings):]
-	switch {
-	case len(res.MIG) < reported:
-		add(out, UserSpace, name, Fail, verdict+": "+firstLines(news, 2),
-			"MIG devices without their capability minors are not offered: load the driver's nvidia-caps support (nvidia-modprobe -f /proc/driver/nvidia-caps/mig-minors, or run nvidia-smi once as root) and check that hostRoot shows the host's /proc")
-	case len(news) > 0:
-		add(out, UserSpace, name, Warn, verdict+": "+firstLines(news, 2), "see nri-gpu inventory; a MIG-enabled GPU without MIG devices offers nothing: create them (nvidia-smi mig -cgi ... -C) or disable MIG (nvidia-smi -mig 0)")
-	default:
-		add(out, UserSpace, name, Pass, verdict+"; XID health available", "")
-	}
+	return major, entries
 }
 
 func anyMIG(gpus []discover.NVMLGPU) bool {

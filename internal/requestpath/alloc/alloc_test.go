@@ -192,16 +192,20 @@ func TestModeAndRecord(t *testing.T) {
 	}
 	r := Record{Mode: "exclusive", GPUs: []string{"GPU-a", "GPU-b"}}
 	enc := r.Encode()
-	if enc != `{"mode":"exclusive","gpus":["GPU-a","GPU-b"]}` {
+	if enc != `{"version":1,"mode":"exclusive","gpus":["GPU-a","GPU-b"]}` {
 		t.Errorf("Encode = %s", enc)
 	}
 	got, m, err := DecodeRecord(enc)
-	if err != nil || m != Exclusive || !cmp.Equal(got, r) {
+	if want := (Record{Version: 1, Mode: r.Mode, GPUs: r.GPUs}); err != nil || m != Exclusive || !cmp.Equal(got, want) {
 		t.Errorf("DecodeRecord = %+v, %v, %v", got, m, err)
 	}
 	for in, want := range map[string]string{
 		`{"mode":"solo","gpus":[]}`: `annotation nri-gpu.dev/allocation: unknown sharing mode "solo" (valid: shared, exclusive)`,
 		`0,1`:                       `annotation nri-gpu.dev/allocation: "0,1": invalid character ',' after top-level value`,
+		`{"version":2,"mode":"shared","gpus":["GPU-a"],"lease":"x"}`: "annotation nri-gpu.dev/allocation: record version 2, which this nri-gpu cannot read " +
+			"(it reads versions up to 1; a newer nri-gpu wrote it?)",
+		`{"version":-1,"mode":"shared","gpus":["GPU-a"]}`: "annotation nri-gpu.dev/allocation: record version -1, which this nri-gpu cannot read " +
+			"(it reads versions up to 1; a newer nri-gpu wrote it?)",
 	} {
 		if _, _, err := DecodeRecord(in); err == nil || err.Error() != want {
 			t.Errorf("DecodeRecord(%s) = %v, want %s", in, err, want)
@@ -315,13 +319,40 @@ func TestRecordEncode(t *testing.T) {
 		{Mode: "shared", GPUs: []string{`we"ird\<name>`, "é"}},
 		{Mode: "shared"},
 	} {
-		want, _ := json.Marshal(r)
+		versioned := r
+		versioned.Version = RecordVersion
+		want, _ := json.Marshal(versioned)
 		if got := r.Encode(); got != string(want) {
 			t.Errorf("Encode() = %s, want %s", got, want)
 		}
 		back, _, err := DecodeRecord(r.Encode())
 		if err != nil || !slices.Equal(back.GPUs, r.GPUs) {
 			t.Errorf("round trip of %+v: %+v, %v", r, back, err)
+		}
+	}
+}
+
+// TestRecordBeforeVersions: records as nri-gpu wrote them before records
+// had a version (copied verbatim from the annotations that commit e1d7dc6
+// wrote for a container's and a pod's request) still decode, as version 0
+// with the same meaning, so that a node upgraded from there keeps its
+// holdings.
+func TestRecordBeforeVersions(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Record
+	}{
+		{`{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`,
+			Record{Mode: "shared", GPUs: []string{"GPU-00000001-558d-fb20-8eca-25de8b98f5a7", "GPU-00000003-558d-fb20-8eca-25de8b98f5a7"}}},
+		{`{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"],"pod":true}`,
+			Record{Mode: "shared", GPUs: []string{"GPU-00000001-558d-fb20-8eca-25de8b98f5a7", "GPU-00000003-558d-fb20-8eca-25de8b98f5a7"}, Pod: true}},
+	} {
+		got, m, err := DecodeRecord(tc.in)
+		if err != nil || m != Shared {
+			t.Errorf("DecodeRecord(%s): mode %v, %v", tc.in, m, err)
+		}
+		if d := cmp.Diff(tc.want, got); d != "" {
+			t.Errorf("DecodeRecord(%s) (-want +got):\n%s", tc.in, d)
 		}
 	}
 }

@@ -45,7 +45,7 @@ func TestEmitCDI(t *testing.T) {
 	// booking's record goes with the CDI form.
 	adj, how = answer("2,exclusive=true")
 	if how != "cdi" || len(adj.CDIDevices) != 2 || adj.CDIDevices[0].Name != "nvidia.com/gpu="+snap.GPUs[0].UUID ||
-		adj.Annotations[alloc.Annotation] != `{"mode":"exclusive","gpus":["`+snap.GPUs[0].UUID+`","`+snap.GPUs[1].UUID+`"],"pod":true}` {
+		adj.Annotations[alloc.Annotation] != `{"version":1,"mode":"exclusive","gpus":["`+snap.GPUs[0].UUID+`","`+snap.GPUs[1].UUID+`"],"pod":true}` {
 		t.Errorf("count request: %q, %v", how, adj)
 	}
 	adj, how = answer(`"device=0,2"`)

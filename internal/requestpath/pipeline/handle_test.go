@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
@@ -39,42 +40,51 @@ func handle(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pod *api.
 	return handleWithPolicy(src, table, sharing, policy.Policy{}, pod, ctr)
 }
 
+// TestHandle: a container annotation naming GPUs with every capability
+// gets exactly those GPUs' nodes, the control nodes and every driver file,
+// its own LD_LIBRARY_PATH extended, and the booking's record; a container
+// of another name in the pod, and a refused request, get nothing.
 func TestHandle(t *testing.T) {
 	s := benchSnapshot()
-	pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.a": `"device=1,GPU-00000003-558d-fb20-8eca-25de8b98f5a7",capabilities=all`}}
-	adj, res, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := len(adj.Linux.Devices); got != 2+4 {
-		t.Errorf("%d devices, want 2 GPUs and 4 control nodes", got)
-	}
-	if got := len(adj.Mounts); got != 40 {
-		t.Errorf("%d mounts, want 40", got)
-	}
-	env := map[string]string{}
-	for _, e := range adj.Env {
-		env[e.Key] = e.Value
-	}
-	if got, want := adj.Annotations[alloc.Annotation], `{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`; got != want {
-		t.Errorf("allocation annotation %s, want %s", got, want)
-	}
-	if env["NVIDIA_VISIBLE_DEVICES"] != "GPU-00000001-558d-fb20-8eca-25de8b98f5a7,GPU-00000003-558d-fb20-8eca-25de8b98f5a7" ||
-		env["LD_LIBRARY_PATH"] != "/opt/lib:/usr/local/nvidia/lib64" || len(env) != 2 {
-		t.Errorf("env = %v", env)
-	}
-	if res.Edits.Files != 40 || res.Selection.Caps != inventory.AllCapabilities {
-		t.Errorf("result = %+v", res)
-	}
-
-	// A container of another name in the same pod is left alone; so is
-	// a failed request.
-	if adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "b"}); adj != nil || err != nil {
-		t.Errorf("other container: %v, %v", adj, err)
-	}
+	src := adjust.Prepare(s, layout)
+	named := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.a": `"device=1,GPU-00000003-558d-fb20-8eca-25de8b98f5a7",capabilities=all`}}
 	bad := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "device=8"}}
-	if adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, bad, &api.Container{Name: "b"}); adj != nil || err == nil {
-		t.Errorf("bad request: %v, %v", adj, err)
+	gpus := []inventory.GPU{s.GPUs[1], s.GPUs[3]}
+	for _, tc := range []struct {
+		name string
+		pod  *api.PodSandbox
+		ctr  *api.Container
+		want *answer
+		// files and caps are the Result's count of driver files and
+		// capabilities; err says whether the request is refused.
+		files int
+		caps  inventory.Capabilities
+		err   bool
+	}{
+		{"named GPUs, every capability", named, &api.Container{Name: "a", Env: []string{"LD_LIBRARY_PATH=/opt/lib"}}, &answer{
+			Devices:     []string{"/dev/nvidia1", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
+			Mounts:      mountsOf(src.Edits(gpus, inventory.AllCapabilities)),
+			Env:         map[string]string{"NVIDIA_VISIBLE_DEVICES": uuid(1) + "," + uuid(3), "LD_LIBRARY_PATH": "/opt/lib:/usr/local/nvidia/lib64"},
+			Annotations: map[string]string{alloc.Annotation: `{"version":1,"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`},
+		}, 40, inventory.AllCapabilities, false},
+		{"another container of the pod", named, &api.Container{Name: "b"}, nil, 0, 0, false},
+		{"a refused request", bad, &api.Container{Name: "b"}, nil, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			adj, res, err := handle(src, tableFor(s), alloc.Shared, tc.pod, tc.ctr)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if d := cmp.Diff(tc.want, answerOf(adj)); d != "" {
+				t.Errorf("answer (-want +got):\n%s", d)
+			}
+			if tc.want != nil && len(tc.want.Mounts) != tc.files {
+				t.Errorf("the source's edits have %d mounts, want %d driver files", len(tc.want.Mounts), tc.files)
+			}
+			if res.Edits.Files != tc.files || res.Selection.Caps != tc.caps {
+				t.Errorf("result: %d files, capabilities %v; want %d, %v", res.Edits.Files, res.Selection.Caps, tc.files, tc.caps)
+			}
+		})
 	}
 }
 

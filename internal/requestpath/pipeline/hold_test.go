@@ -67,7 +67,7 @@ func TestPrivilegedRule(t *testing.T) {
 		{"read only", []*api.LinuxDeviceCgroup{rule(true, "", nil, nil, "r")}, false},
 	} {
 		ctr := &api.Container{Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Devices: tc.rules}}}
-		if got := privileged(ctr); got != tc.want {
+		if got := isPrivileged(ctr); got != tc.want {
 			t.Errorf("%s: privileged = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -42,16 +42,20 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 // spec and those named by its CDI devices of the source's kind
 // (nvidia.com/gpu=<index, UUID or all>), in the node's sharing mode: nri-gpu
 // does not know what was meant, so it applies its own policy (as the
-// request path books such GPUs, Path.hold). A privileged container (the
-// runtime gave it every host device, see privileged) holds no GPU by its
+// request path books such GPUs, Path.bookGiven). A privileged container (the
+// runtime gave it every host device, see isPrivileged) holds no GPU by its
 // device nodes: only by its record or its CDI devices. A record of a
 // pod-level request (alloc.Record.Pod) is the pod's: the pod holds the
 // GPUs (alloc.PodHolder) as long as one of its containers with such a
 // record is not stopped. A container without a record that carries the
-// kubelet's assignment (alloc.KubeletAnnotation) with the device nodes of
+// kubelet's assignment (its annotations alloc.KubeletAnnotationFor, one per
+// resource, or the older alloc.KubeletAnnotation) with the device nodes of
 // exactly its GPUs holds them as the kubelet's (Holding.Kubelet); an
-// annotation without those nodes is reported and not trusted
-// (kubeletAssignment). Warnings tell what could not be read.
+// assignment without those nodes is reported and not trusted
+// (kubeletAssignment). A record this nri-gpu cannot read (malformed, or of
+// a newer version, alloc.DecodeRecord) books nothing and is reported; the
+// container then holds what its device nodes show, as one made without
+// nri-gpu. Warnings tell what could not be read.
 func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
 	devs := src.Devices()
 	byPod := make(map[string]*api.PodSandbox, len(pods))
@@ -69,75 +73,93 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 		h := alloc.Holding{Holder: HolderOf(byPod[c.GetPodSandboxId()], c), Mode: sharing}
 		podLevel := false
 		if v, ok := c.GetAnnotations()[alloc.Annotation]; ok {
-			rec, mode, err := alloc.DecodeRecord(v)
-			if err != nil {
-				warnings = append(warnings, h.Holder.String()+": "+err.Error())
-			} else {
-				var unknown, forged []string
-				for _, u := range rec.GPUs {
-					g, ok := findGPU(devs, u)
-					switch {
-					case !ok:
-						unknown = append(unknown, u)
-					case !hasGPUNode(c, g):
-						forged = append(forged, u)
-					default:
-						h.GPUs = append(h.GPUs, g.Index)
-					}
-				}
-				if len(unknown) == 1 {
-					warnings = append(warnings, h.Holder.String()+": holds GPU "+unknown[0]+", which the inventory does not have")
-				} else if len(unknown) > 1 {
-					warnings = append(warnings, h.Holder.String()+": holds GPUs "+few(unknown)+", which the inventory does not have")
-				}
-				if len(forged) > 0 {
-					// Not nri-gpu's record (or not all of it): none of
-					// it counts.
-					warnings = append(warnings, h.Holder.String()+": annotation "+alloc.Annotation+" names GPUs whose device nodes the container does not have ("+
-						few(forged)+"): not counted")
-					h.GPUs = nil
-				} else {
-					h.Mode = mode
-					podLevel = rec.Pod && len(h.GPUs) > 0
-				}
-			}
+			h.GPUs, h.Mode, podLevel, warnings = recorded(devs, c, h, v, warnings)
 		}
 		if podLevel {
 			h.Holder = alloc.PodHolder(h.Holder.PodID, h.Holder.Namespace, h.Holder.Pod)
 			if i, ok := podAt[h.Holder.ID]; ok {
-				// Every container of the pod records the pod's GPUs.
-				hs[i].GPUs = append(hs[i].GPUs, h.GPUs...)
-				slices.Sort(hs[i].GPUs)
-				hs[i].GPUs = slices.Compact(hs[i].GPUs)
-				hs[i].Members = append(hs[i].Members, c.GetId())
-				if h.Mode == alloc.Exclusive {
-					hs[i].Mode = alloc.Exclusive
-				}
+				joinPodHolding(&hs[i], h, c.GetId())
 				continue
 			}
 			podAt[h.Holder.ID] = len(hs)
 			h.Members = []string{c.GetId()}
 		}
 		if len(h.GPUs) == 0 {
-			kub, warn := kubeletAssignment(devs, c, privileged(c))
-			if warn != "" {
-				warnings = append(warnings, h.Holder.String()+": "+warn)
-			}
-			if kub != nil {
-				for _, g := range kub {
-					h.GPUs = append(h.GPUs, g.Index)
-				}
-				h.Kubelet = true
-			} else {
-				h.GPUs, warnings = foreignGPUs(src, c, privileged(c), h.Holder, warnings)
-			}
-			h.Runtime = len(h.GPUs) > 0
+			h, warnings = givenHolding(src, c, h, warnings)
 		}
 		if len(h.GPUs) > 0 {
 			hs = append(hs, h)
 		}
 	}
 	return hs, warnings
+}
+
+// recorded returns what the container's record v (alloc.Annotation) holds
+// of the inventory: the GPUs it names whose device nodes the container
+// has, its mode and whether they are its pod's. A record that cannot be
+// read (malformed, or of a version this nri-gpu does not know: written by
+// a newer one) or that names a GPU without its node holds nothing; the
+// warning says why. Other fields come back as in h.
+func recorded(devs []inventory.GPU, c *api.Container, h alloc.Holding, v string, warnings []string) ([]int, alloc.Mode, bool, []string) {
+	rec, mode, err := alloc.DecodeRecord(v)
+	if err != nil {
+		return nil, h.Mode, false, append(warnings, h.Holder.String()+": "+err.Error())
+	}
+	var gpus []int
+	var unknown, forged []string
+	for _, u := range rec.GPUs {
+		g, ok := findGPU(devs, u)
+		switch {
+		case !ok:
+			unknown = append(unknown, u)
+		case !hasGPUNode(c, g):
+			forged = append(forged, u)
+		default:
+			gpus = append(gpus, g.Index)
+		}
+	}
+	if len(unknown) == 1 {
+		warnings = append(warnings, h.Holder.String()+": holds GPU "+unknown[0]+", which the inventory does not have")
+	} else if len(unknown) > 1 {
+		warnings = append(warnings, h.Holder.String()+": holds GPUs "+few(unknown)+", which the inventory does not have")
+	}
+	if len(forged) > 0 {
+		// Not nri-gpu's record (or not all of it): none of it counts.
+		return nil, h.Mode, false, append(warnings, h.Holder.String()+": annotation "+alloc.Annotation+" names GPUs whose device nodes the container does not have ("+
+			few(forged)+"): not counted")
+	}
+	return gpus, mode, rec.Pod && len(gpus) > 0, warnings
+}
+
+// joinPodHolding adds container id's record h of its pod's GPUs to the
+// pod's holding: every container of the pod records the pod's GPUs.
+func joinPodHolding(pod *alloc.Holding, h alloc.Holding, id string) {
+	pod.GPUs = append(pod.GPUs, h.GPUs...)
+	slices.Sort(pod.GPUs)
+	pod.GPUs = slices.Compact(pod.GPUs)
+	pod.Members = append(pod.Members, id)
+	if h.Mode == alloc.Exclusive {
+		pod.Mode = alloc.Exclusive
+	}
+}
+
+// givenHolding returns h holding what the runtime gave a container that
+// holds nothing by a record: the kubelet's assignment (kubeletAssignment),
+// else the GPUs of its device nodes and CDI devices (foreignGPUs), as the
+// request path books them (bookGiven).
+func givenHolding(src adjust.Source, c *api.Container, h alloc.Holding, warnings []string) (alloc.Holding, []string) {
+	priv := isPrivileged(c)
+	kub, warn := kubeletAssignment(src.Devices(), c, priv)
+	if warn != "" {
+		warnings = append(warnings, h.Holder.String()+": "+warn)
+	}
+	if kub != nil {
+		h.GPUs, h.Kubelet = indexes(kub), true
+	} else {
+		h.GPUs, warnings = foreignGPUs(src, c, priv, h.Holder, warnings)
+	}
+	h.Runtime = len(h.GPUs) > 0
+	return h, warnings
 }
 
 // few joins at most 8 names, and says how many more there are: a record

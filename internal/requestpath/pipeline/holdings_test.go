@@ -93,3 +93,58 @@ func TestHoldings(t *testing.T) {
 		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
 }
+
+// TestHoldingsRecordVersions: at Synchronize, a record without a version
+// (copied verbatim from what commit e1d7dc6 wrote, before records had
+// one) holds its GPUs as before, a container's or its pod's, so a node
+// upgraded from there keeps its holdings; a record of a newer version is
+// not read: it books nothing, a warning says why, and the container holds
+// what its device nodes show, as one made without nri-gpu.
+func TestHoldingsRecordVersions(t *testing.T) {
+	src := adjust.Prepare(benchSnapshot(), layout)
+	pod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "ns"}
+	nodes := func(gpus ...int) *api.LinuxContainer {
+		l := &api.LinuxContainer{}
+		for _, g := range gpus {
+			l.Devices = append(l.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", g), Type: "c", Major: 195, Minor: int64(g)})
+		}
+		return l
+	}
+	ctr := func(rec string, l *api.LinuxContainer) *api.Container {
+		return &api.Container{Id: "c", PodSandboxId: "p", Name: "c", State: api.ContainerState_CONTAINER_RUNNING,
+			Annotations: map[string]string{alloc.Annotation: rec}, Linux: l}
+	}
+	holder := alloc.Holder{ID: "c", PodID: "p", Namespace: "ns", Pod: "p", Container: "c"}
+	const newer = `ns/p/c: annotation nri-gpu.dev/allocation: record version 2, which this nri-gpu cannot read (it reads versions up to 1; a newer nri-gpu wrote it?)`
+	for _, tc := range []struct {
+		name     string
+		ctr      *api.Container
+		want     []alloc.Holding
+		warnings []string
+	}{
+		{"unversioned, the container's",
+			ctr(`{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`, nodes(1, 3)),
+			[]alloc.Holding{{Holder: holder, Mode: alloc.Shared, GPUs: []int{1, 3}}}, nil},
+		{"unversioned, the pod's",
+			ctr(`{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"],"pod":true}`, nodes(1, 3)),
+			[]alloc.Holding{{Holder: alloc.PodHolder("p", "ns", "p"), Mode: alloc.Shared, GPUs: []int{1, 3}, Members: []string{"c"}}}, nil},
+		{"version 1", ctr(alloc.Record{Mode: "shared", GPUs: []string{uuid(1)}}.Encode(), nodes(1)),
+			[]alloc.Holding{{Holder: holder, Mode: alloc.Shared, GPUs: []int{1}}}, nil},
+		{"newer version, with the device nodes",
+			ctr(`{"version":2,"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7"],"pod":true}`, nodes(1)),
+			[]alloc.Holding{{Holder: holder, Mode: alloc.Exclusive, GPUs: []int{1}, Runtime: true}}, []string{newer}},
+		{"newer version, no device nodes",
+			ctr(`{"version":2,"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7"]}`, nil),
+			nil, []string{newer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hs, warnings := Holdings(src, alloc.Exclusive, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+			if d := cmp.Diff(tc.want, hs); d != "" {
+				t.Errorf("holdings (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.warnings, warnings); d != "" {
+				t.Errorf("warnings (-want +got):\n%s", d)
+			}
+		})
+	}
+}

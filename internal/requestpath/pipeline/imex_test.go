@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -171,5 +173,36 @@ func TestHandleIMEXPolicy(t *testing.T) {
 			}
 			wantChannel1(t, imexDevices(adj))
 		})
+	}
+}
+
+// BenchmarkHandleIMEXBounds is an IMEX request at the bounds: all 2048
+// channels of a node (maxIMEXList, the driver's default count) for a
+// container that the runtime gives 4096 device nodes (maxDevices), the
+// last 2048 of them the channels themselves, so that every channel is
+// looked up among the container's nodes. The work is linear: the nodes'
+// paths are put in a set once.
+func BenchmarkHandleIMEXBounds(b *testing.B) {
+	s := *benchSnapshot()
+	const channels = 2048
+	for n := range channels {
+		s.IMEXChannels = append(s.IMEXChannels, inventory.IMEXChannel{Number: n,
+			Node: inventory.DeviceNode{Path: inventory.IMEXChannelPath(n), Major: imexMajor, Minor: int64(n), Mode: 0o666}})
+	}
+	ctr := &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=all"}, Linux: &api.LinuxContainer{}}
+	for i := range 4096 - channels {
+		ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: fmt.Sprintf("/dev/other%d", i), Type: "c", Major: 1, Minor: int64(i)})
+	}
+	for n := range channels {
+		ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: inventory.IMEXChannelPath(n), Type: "c", Major: imexMajor, Minor: int64(n)})
+	}
+	p := Path{Source: adjust.Prepare(&s, layout), Table: tableFor(&s), Sharing: alloc.Shared}
+	pod := &api.PodSandbox{Namespace: "nvl72"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, res, err := p.Handle(context.Background(), pod, ctr)
+		if err != nil || len(res.IMEX) != channels {
+			b.Fatalf("%v, %d channels", err, len(res.IMEX))
+		}
 	}
 }

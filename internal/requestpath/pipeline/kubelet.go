@@ -11,28 +11,34 @@ import (
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
-// maxKubeletAnnotation bounds the value of alloc.KubeletAnnotation that is
-// read: a UUID is 40 bytes, and a node has a few dozen GPUs at most.
+// maxKubeletAnnotation bounds the values of the kubelet's annotations
+// (alloc.KubeletAnnotation and the per-resource alloc.KubeletAnnotationFor
+// keys) that are read, all together: a UUID is 40 bytes, and a node has a
+// few dozen GPUs and MIG devices at most.
 const maxKubeletAnnotation = 4096
 
 // kubeletAssignment returns the GPUs the kubelet assigned the container,
-// in index order: those its annotation alloc.KubeletAnnotation names
-// (UUIDs, as nri-gpu's device plugin writes them in Allocate), when the
-// container has the device nodes of exactly those GPUs, which the kubelet
-// adds from the same Allocate answer. The annotation alone is no proof: a
-// runtime that passes pod annotations on to containers lets a pod author
-// write it, but a non-privileged pod cannot add device nodes to its spec.
-// So an annotation whose GPUs differ from those of the container's device
-// nodes, or on a privileged container (which has every node of the host),
-// is ignored, and warn says why; the container is then handled as if it
-// had no annotation. Without the annotation it returns nothing and no
+// in index order: the union of those its kubelet annotations name (UUIDs,
+// as nri-gpu's device plugin writes them in Allocate, one annotation per
+// resource; see kubeletAnnotations), when the container has the device
+// nodes of exactly those GPUs, which the kubelet adds from the same
+// Allocate answers. The annotations alone are no proof: a runtime that
+// passes pod annotations on to containers lets a pod author write them,
+// but a non-privileged pod cannot add device nodes to its spec. So an
+// assignment whose GPUs differ from those of the container's device nodes,
+// or on a privileged container (which has every node of the host), is
+// ignored, and warn says why; the container is then handled as if it had
+// no annotation. Without the annotations it returns nothing and no
 // warning.
 func kubeletAssignment(devs []inventory.GPU, ctr *api.Container, privileged bool) (gpus []inventory.GPU, warn string) {
-	val, ok := ctr.GetAnnotations()[alloc.KubeletAnnotation]
+	keys, val, ok := kubeletAnnotations(ctr.GetAnnotations())
 	if !ok {
 		return nil, ""
 	}
-	ignored := "annotation " + alloc.KubeletAnnotation + " ignored: "
+	ignored := "annotation " + keys + " ignored: "
+	if strings.Contains(keys, ", ") {
+		ignored = "annotations " + keys + " ignored: "
+	}
 	switch {
 	case privileged:
 		return nil, ignored + "the container is privileged (the runtime gave it every host device), so its device nodes cannot back the kubelet's assignment"
@@ -67,6 +73,40 @@ func kubeletAssignment(devs []inventory.GPU, ctr *api.Container, privileged bool
 			ignored, gpuList(named), gpuList(have))
 	}
 	return named, ""
+}
+
+// kubeletAnnotations returns the kubelet's assignment as the container's
+// annotations carry it: the keys found ("k1, k2", sorted) and their
+// values joined by commas. The keys are alloc.KubeletAnnotation (the one
+// key of containers created before one annotation per resource) and every
+// alloc.KubeletAnnotationFor key. They are found in one pass over the
+// annotations, within maxAnnotations; a container with more (the pod's
+// passed on: the kubelet's own are a few) has only its
+// alloc.KubeletAnnotation looked up, and so is not the kubelet's where its
+// device plugin wrote the per-resource keys.
+func kubeletAnnotations(ann map[string]string) (keys, val string, ok bool) {
+	if len(ann) > maxAnnotations {
+		val, ok = ann[alloc.KubeletAnnotation]
+		return alloc.KubeletAnnotation, val, ok
+	}
+	var found []string
+	for k := range ann {
+		if strings.HasPrefix(k, alloc.KubeletAnnotation) && (len(k) == len(alloc.KubeletAnnotation) || strings.HasPrefix(k, alloc.KubeletAnnotationPrefix)) {
+			found = append(found, k)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", "", false
+	case 1:
+		return found[0], ann[found[0]], true
+	}
+	slices.Sort(found)
+	vals := make([]string, len(found))
+	for i, k := range found {
+		vals[i] = ann[k]
+	}
+	return strings.Join(found, ", "), strings.Join(vals, ","), true
 }
 
 // gpuList writes GPUs as "0, 2", or "none".

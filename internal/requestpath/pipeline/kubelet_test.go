@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
@@ -146,5 +147,72 @@ func TestKubeletAnnotationForged(t *testing.T) {
 	_, res, err := handle(prep, table, alloc.Shared, counted, ctr)
 	if err != nil || res.Holding == nil || res.Holding.Kubelet || !slices.Equal(res.Holding.GPUs, []int{0}) || len(res.Warnings) != 1 {
 		t.Errorf("count with a forged annotation: %v, %+v, %q", err, res.Holding, res.Warnings)
+	}
+}
+
+// TestKubeletResources: the kubelet's assignment of a container is the
+// union of its device plugin annotations, one per resource
+// (alloc.KubeletAnnotationFor), and of the one key that nri-gpu wrote for
+// every resource before (alloc.KubeletAnnotation, on containers created
+// before an upgrade), checked against the container's device nodes as a
+// whole, at CreateContainer and at Synchronize.
+func TestKubeletResources(t *testing.T) {
+	prep := adjust.Prepare(benchSnapshot(), layout)
+	pod := &api.PodSandbox{Id: "p-k", Name: "k", Namespace: "ml"}
+	gpuKey, otherKey := alloc.KubeletAnnotationFor("nvidia.com/gpu"), alloc.KubeletAnnotationFor("nvidia.com/mig-1g.10gb")
+	ctr := func(ann map[string]string, gpus ...int) *api.Container {
+		return &api.Container{Id: "main", PodSandboxId: "p-k", Name: "main", State: api.ContainerState_CONTAINER_RUNNING, Linux: pluginLinux(gpus...), Annotations: ann}
+	}
+	kubelet := func(gpus ...int) *alloc.Holding {
+		return &alloc.Holding{Holder: alloc.Holder{ID: "main", PodID: "p-k", Namespace: "ml", Pod: "k", Container: "main"}, Mode: alloc.Shared, GPUs: gpus, Kubelet: true, Runtime: true}
+	}
+	runtime := func(gpus ...int) *alloc.Holding {
+		h := kubelet(gpus...)
+		h.Kubelet = false
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		ctr  *api.Container
+		want *alloc.Holding
+		warn string
+	}{
+		{"one key before the upgrade", ctr(map[string]string{alloc.KubeletAnnotation: uuid(1) + "," + uuid(3)}, 1, 3), kubelet(1, 3), ""},
+		{"one resource", ctr(map[string]string{gpuKey: uuid(1)}, 1), kubelet(1), ""},
+		{"two resources", ctr(map[string]string{gpuKey: uuid(1), otherKey: uuid(3)}, 1, 3), kubelet(1, 3), ""},
+		{"old key and a resource's", ctr(map[string]string{alloc.KubeletAnnotation: uuid(1), otherKey: uuid(3)}, 1, 3), kubelet(1, 3), ""},
+		{"the same GPU under two keys", ctr(map[string]string{gpuKey: uuid(1), otherKey: uuid(1)}, 1), kubelet(1), ""},
+		{"a resource's GPU without its node", ctr(map[string]string{gpuKey: uuid(1), otherKey: uuid(3)}, 1), runtime(1),
+			"annotations " + gpuKey + ", " + otherKey + " ignored: names GPUs 1, 3 but the container has the device nodes of GPUs 1: not the kubelet's assignment (a pod annotation passed on?)"},
+		{"a node no key names", ctr(map[string]string{gpuKey: uuid(1)}, 1, 3), runtime(1, 3),
+			"annotation " + gpuKey + " ignored: names GPUs 1 but the container has the device nodes of GPUs 1, 3: not the kubelet's assignment (a pod annotation passed on?)"},
+		{"a key that only starts like one", ctr(map[string]string{alloc.KubeletAnnotation + "x": uuid(1)}, 1), runtime(1), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var warns []string
+			if tc.warn != "" {
+				warns = []string{tc.warn}
+			}
+			_, res, err := handle(prep, tableFor(prep.Snapshot()), alloc.Shared, pod, tc.ctr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, res.Holding); d != "" {
+				t.Errorf("holding at CreateContainer (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(warns, res.Warnings); d != "" {
+				t.Errorf("warnings at CreateContainer (-want +got):\n%s", d)
+			}
+			hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+			if d := cmp.Diff([]alloc.Holding{*tc.want}, hs); d != "" {
+				t.Errorf("holdings at Synchronize (-want +got):\n%s", d)
+			}
+			for i := range warnings {
+				warnings[i] = strings.TrimPrefix(warnings[i], "ml/k/main: ")
+			}
+			if d := cmp.Diff(warns, warnings); d != "" {
+				t.Errorf("warnings at Synchronize (-want +got):\n%s", d)
+			}
+		})
 	}
 }

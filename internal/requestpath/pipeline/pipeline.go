@@ -1,31 +1,38 @@
 // Package pipeline is nri-gpu's request path: what happens to one
 // container between the runtime's CreateContainer event and the plugin's
 // answer. A Path holds what the path needs (the node's device source, the
-// allocation table, the sharing mode, the policy); Handle runs the stages
-// in order, each a method that reads and fills one call:
+// allocation table, the sharing mode, the policy). Handle decides once what
+// kind of container it has (serve), from what the runtime gave the
+// container and what it carries, and runs that kind's path: one function
+// that reads top to bottom as named steps, each a method of Path. Then
+// every kind's answer gets the IMEX channels the container asks for
+// (imex), a request of its own.
 //
-//	hold       the GPUs the runtime gave the container (its device nodes, CDI devices), booked as the runtime's choice
-//	find       which source carries the container's request, by key, its value not read (package request)
-//	authorize  whether the pod's namespace may use that source (package policy)
-//	parse      the request, from the source's value: only an allowed source's is read (package request)
-//	reconcile  what the runtime already gave the container: CDI devices, GPU device nodes
-//	select     the devices the request names, looked up in the device source
-//	book       the GPUs in the allocation table (package alloc), which picks those of a count
-//	require    the image's NVIDIA_REQUIRE_* variables against the driver and the GPUs
-//	build      the edits for the devices and capabilities, less what the container has
-//	encode     the NRI adjustment, with the booking's record as an annotation
+// The kinds, in the order serve tries them, and each kind's steps
+// (docs/kinds_test.go checks this block against the code):
 //
-// A stage either passes the call on, ends it with an answer (a note, or an
-// adjustment that only hides NVIDIA_VISIBLE_DEVICES), or fails it with an
-// error that names the request's source; an error releases what the call
-// booked, so a refused container holds nothing. Nothing here touches a
-// file: the device source was discovered and prepared before.
+// <!-- request path kinds: serve's order; each kind's steps -->
 //
-// Every stage's work is linear in what it reads and bounded whatever the
+//	kubeletAssigned  bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode
+//	runtimeGiven     bookGiven, find, authorizeGiven, parse, reconcile, selectDevices, keepGiven, require, build, encode
+//	none             -
+//	management       authorize, parse, reconcile, selectDevices, checkManagement, require, build, encode
+//	privileged       ownRequest
+//	ownRequest       authorize, parse, reconcile, selectDevices, book, require, build, release, encode
+//
+// A step either hands its result to the next, ends the path with an
+// answer (a note, or an adjustment that only hides NVIDIA_VISIBLE_DEVICES),
+// or fails it with an error that names the request's source; an error
+// releases what the call booked, so a refused container holds nothing.
+// Nothing here touches a file: the device source was discovered and
+// prepared before.
+//
+// Every step's work is linear in what it reads and bounded whatever the
 // container holds (request.MaxEnvEntries, request.MaxMounts, the bounds
 // of package require, maxAnnotations, maxDevices): a request costs well
-// under a millisecond, within the runtime's 2 s. Handle also stops
-// between stages once the runtime's context is done.
+// under a millisecond, within the runtime's 2 s. Each step that does work
+// first checks the runtime's context, and the path stops there once it is
+// done (the runtime stopped waiting).
 package pipeline
 
 import (
@@ -40,7 +47,6 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/require"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -97,554 +103,267 @@ type Result struct {
 // driver files (an answer may also only hide NVIDIA_VISIBLE_DEVICES).
 func (r *Result) Injected() bool { return len(r.Edits.Devices) > 0 || len(r.Edits.Mounts) > 0 }
 
-// call is one container's way through the path.
+// call is one container's way through the path: what the runtime sent,
+// and the Result, which the steps fill as they decide.
 type call struct {
 	ctx context.Context
 	pod *api.PodSandbox
 	ctr *api.Container
 	res Result
-	// found is the request's carrier (find), parsed once authorized.
-	found request.Found
-	// given are the inventory's GPUs whose nodes the runtime gave the
-	// container already (reconcile).
-	given []inventory.GPU
-	// privileged is set for a container that the runtime gave every
-	// host device (privileged): its device nodes say nothing of its GPUs.
-	privileged bool
-	// runtimeBooked is set when the hold stage booked the GPUs the
-	// runtime gave the container: the runtime decided them.
-	runtimeBooked bool
-	// kubelet are the GPUs of the kubelet's assignment, checked against
-	// the container's device nodes (kubeletAssignment); the hold stage
-	// booked them, and they are the container's request.
-	kubelet []inventory.GPU
-	// joined is set when the container joined its pod's holding (a
-	// pod-level request that an earlier container of the pod booked):
-	// the holding is the pod's, and the call does not release it.
-	joined bool
-	// rec is the booking's record, for the container's annotation.
-	rec alloc.Record
-	// adj is the answer; done ends the path with it.
-	adj  *api.ContainerAdjustment
-	done bool
+}
+
+// given is what the runtime put in the container before nri-gpu saw it,
+// read once, when the container is classified (serve).
+type given struct {
+	// every is set for a privileged container: the runtime gave it every
+	// host device (isPrivileged), so its device nodes say nothing of its
+	// GPUs.
+	every bool
+	// gpus are the devices whose nodes the container has from the
+	// runtime, in index order (runtimeGPUs); none when every is set.
+	gpus []inventory.GPU
 }
 
 // Handle runs the path for container ctr of pod. A nil adjustment with a
 // nil error leaves the container untouched; an error changes nothing (a
 // booking made on the way is released). ctx is the runtime's request: once
-// it is done (the runtime stopped waiting), Handle stops at the next stage
+// it is done (the runtime stopped waiting), Handle stops at the next step
 // with an error, and releases what it booked.
 func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
 	c := call{ctx: ctx, pod: pod, ctr: ctr}
-	err := p.run(&c)
+	adj, err := p.serve(&c)
 	if err == nil {
-		err = p.imex(&c) // IMEX channels: a request of their own (imex.go)
+		adj, err = p.imex(&c, adj) // IMEX channels: a request of their own, for every kind (imex.go)
 	}
 	if err != nil {
 		p.release(&c)
 		return nil, c.res, err
 	}
-	return c.adj, c.res, nil
+	return adj, c.res, nil
 }
 
-// Stages of the path, in order.
-const (
-	stageHold = iota
-	stageFind
-	stageAuthorize
-	stageParse
-	stageReconcile
-	stageSelect
-	stageBook
-	stageRequire
-	stageBuild
-	stageEncode
-	stages
-)
-
-// run runs the stages in order, until one fails or ends the call, and
-// stops when the runtime no longer waits for the answer.
-func (p *Path) run(c *call) error {
-	for s := 0; s < stages; s++ {
-		if err := p.live(c); err != nil {
-			return err
-		}
-		if err := p.stage(s, c); err != nil || c.done {
-			return err
-		}
+// serve decides, once, what kind of container c is, and runs that kind's
+// path. The kinds, in the order they are tried:
+//
+//   - kubeletAssigned: nri-gpu's device plugin gave it GPUs through the
+//     kubelet (its annotations, backed by the GPUs' device nodes);
+//   - runtimeGiven: the runtime gave it GPUs itself (their device nodes,
+//     unless it is privileged, or CDI devices of the source's kind);
+//   - none: it asks for nothing, and is left untouched;
+//   - management: its carrier asks for management.nvidia.com/gpu=all;
+//   - privileged: a privileged container with a request of its own;
+//   - ownRequest: a request of its own (an annotation, a CDI annotation,
+//     the device-list mounts, NVIDIA_VISIBLE_DEVICES).
+//
+// A new kind (a container whose devices a Dynamic Resource Allocation
+// claim gave) is one more case here, where its precedence puts it, and
+// one more function like those below.
+func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
+	if err := c.live(); err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-// stage runs stage s. (A switch of direct calls rather than a table of
-// functions: the call then stays on the stack.)
-func (p *Path) stage(s int, c *call) error {
-	switch s {
-	case stageHold:
-		return p.hold(c)
-	case stageFind:
-		return p.find(c)
-	case stageAuthorize:
-		return p.authorize(c)
-	case stageParse:
-		return p.parse(c)
-	case stageReconcile:
-		return p.reconcile(c)
-	case stageSelect:
-		return p.selectDevices(c)
-	case stageBook:
-		return p.book(c)
-	case stageRequire:
-		return p.require(c)
-	case stageBuild:
-		return p.build(c)
-	default:
-		return p.encode(c)
+	gv, err := p.given(c)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// live returns an error when the runtime's context is done.
-func (p *Path) live(c *call) error {
-	if err := c.ctx.Err(); err != nil {
-		return p.abandoned(c, err)
+	if kub := p.kubelet(c, gv); kub != nil {
+		return p.kubeletAssigned(c, gv, kub)
 	}
-	return nil
+	if idx, _ := foreignGPUs(p.Source, c.ctr, gv.every, HolderOf(c.pod, c.ctr), nil); len(idx) > 0 {
+		return p.runtimeGiven(c, gv, idx)
+	}
+	f, err := p.find(c)
+	switch {
+	case err != nil || f.Source.Kind == request.NoSource:
+		return nil, err
+	case f.Management:
+		return p.management(c, gv, f)
+	case gv.every:
+		return p.privileged(c, f)
+	}
+	return p.ownRequest(c, gv, f)
 }
 
-// abandoned is the error of a call whose context is done: the runtime no
-// longer waits for the answer.
-func (p *Path) abandoned(c *call, err error) error {
+// kubeletAssigned is the path of a container whose GPUs nri-gpu's device
+// plugin gave it through the kubelet (kubeletAssignment checked them
+// against its device nodes). They are its request, booked as the
+// kubelet's; the pod's own carriers are not read.
+func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.ContainerAdjustment, error) {
+	if err := p.bookGiven(c, indexes(kub), true); err != nil {
+		return nil, err
+	}
+	r, err := p.kubeletRequest(c, kub)
+	if err != nil {
+		return nil, err
+	}
+	if end, err := p.reconcile(c, r, gv); end || err != nil {
+		return nil, err
+	}
+	sel, err := p.selectDevices(c, r)
+	if err != nil || !sel.Inject {
+		return nil, err
+	}
+	gpus := p.keepGiven(c, gv)
+	if err := p.require(c, gpus); err != nil {
+		return nil, err
+	}
+	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
+	if end || err != nil {
+		return nil, err
+	}
+	return p.encode(c, r, e, nil)
+}
+
+// runtimeGiven is the path of a container that the runtime gave GPUs
+// itself: their device nodes (a device plugin's DeviceSpecs, --device) or
+// CDI devices of the source's kind. They are the runtime's choice: booked
+// as such and kept exactly, never widened; the container's carrier, when
+// it has one, brings their driver files.
+func (p *Path) runtimeGiven(c *call, gv given, idx []int) (*api.ContainerAdjustment, error) {
+	if err := p.bookGiven(c, idx, false); err != nil {
+		return nil, err
+	}
+	f, err := p.find(c)
+	if err != nil {
+		return nil, err
+	}
+	if f.Source.Kind == request.NoSource {
+		c.res.Selection.Note = givenNote(c.res.Holding)
+		return nil, nil
+	}
+	if void, err := p.authorizeGiven(c, f, gv); void != nil || err != nil {
+		return void, err
+	}
+	r, err := p.parse(c, f)
+	if err != nil || r.Kind == request.Nothing {
+		return nil, err
+	}
+	if end, err := p.reconcile(c, r, gv); end || err != nil {
+		return nil, err
+	}
+	sel, err := p.selectDevices(c, r)
+	if err != nil || !sel.Inject {
+		return nil, err
+	}
+	gpus := p.keepGiven(c, gv)
+	if err := p.require(c, gpus); err != nil {
+		return nil, err
+	}
+	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
+	if end || err != nil {
+		return nil, err
+	}
+	return p.encode(c, r, e, nil)
+}
+
+// management is the path of a management request
+// (management.nvidia.com/gpu=all, in a CDI annotation or the device-list
+// mounts): every GPU and every control node, NVIDIA_VISIBLE_DEVICES void.
+// It books nothing, but is refused beside an exclusive holder.
+func (p *Path) management(c *call, gv given, f request.Found) (*api.ContainerAdjustment, error) {
+	if void, err := p.authorize(c, f); void != nil || err != nil {
+		return void, err
+	}
+	r, err := p.parse(c, f)
+	if err != nil {
+		return nil, err
+	}
+	if end, err := p.reconcile(c, r, gv); end || err != nil {
+		return nil, err
+	}
+	sel, err := p.selectDevices(c, r)
+	if err != nil || !sel.Inject {
+		return nil, err
+	}
+	if err := p.checkManagement(c, r, sel); err != nil {
+		return nil, err
+	}
+	if err := p.require(c, sel.GPUs); err != nil {
+		return nil, err
+	}
+	e, end, err := p.build(c, r, sel.Caps, sel.GPUs, gv)
+	if end || err != nil {
+		return nil, err
+	}
+	return p.encode(c, r, e, nil)
+}
+
+// privileged is the path of a privileged container (the runtime gave it
+// every host device) with a request of its own: ownRequest's, with
+// nothing given by its device nodes, which say nothing of its GPUs. So
+// its device-list mounts are taken as they are (it reaches every device
+// anyway), NVIDIA_VISIBLE_DEVICES names what it asked for, and it always
+// gets what is missing of the answer.
+func (p *Path) privileged(c *call, f request.Found) (*api.ContainerAdjustment, error) {
+	return p.ownRequest(c, given{every: true}, f)
+}
+
+// ownRequest is the path of a container that asks for GPUs itself: an
+// annotation, a CDI annotation, the device-list mounts or
+// NVIDIA_VISIBLE_DEVICES. Its GPUs are booked for it, and the booking is
+// recorded on the container.
+func (p *Path) ownRequest(c *call, gv given, f request.Found) (*api.ContainerAdjustment, error) {
+	if void, err := p.authorize(c, f); void != nil || err != nil {
+		return void, err
+	}
+	r, err := p.parse(c, f)
+	if err != nil || r.Kind == request.Nothing {
+		return nil, err
+	}
+	if end, err := p.reconcile(c, r, gv); end || err != nil {
+		return nil, err
+	}
+	sel, err := p.selectDevices(c, r)
+	if err != nil || !sel.Inject {
+		return nil, err
+	}
+	gpus, rec, err := p.book(c, r, sel)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.require(c, gpus); err != nil {
+		return nil, err
+	}
+	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
+	if end {
+		p.release(c) // nothing to write the record on: the booking goes back
+	}
+	if end || err != nil {
+		return nil, err
+	}
+	return p.encode(c, r, e, &rec)
+}
+
+// live returns an error when the runtime's context is done: the runtime
+// no longer waits for the answer.
+func (c *call) live() error {
+	err := c.ctx.Err()
+	if err == nil {
+		return nil
+	}
 	why := "the runtime cancelled the request"
 	if errors.Is(err, context.DeadlineExceeded) {
 		why = "the runtime's deadline passed"
 	}
 	msg := fmt.Sprintf("request abandoned: %s before nri-gpu answered; nothing injected, nothing booked", why)
-	if c.found.Source.Kind == request.NoSource {
-		return errors.New("nri-gpu: " + msg)
+	if src := c.res.Request.Source; src.Kind != request.NoSource {
+		return &request.Error{Source: src, Msg: msg}
 	}
-	return &request.Error{Source: c.found.Source, Msg: msg}
+	return errors.New("nri-gpu: " + msg)
 }
 
-// release gives back what the call booked; a pod's holding that the call
-// joined stays, since other containers of the pod hold it.
+// release gives back what the call booked. A pod's holding (a pod-level
+// request) is left, not released: other containers of the pod may hold it
+// too, and the pod's holding goes with its last member (alloc.Table.Leave).
 func (p *Path) release(c *call) {
-	if c.res.Holding != nil {
-		if c.joined {
-			p.Table.Leave(c.ctr.GetId())
-		} else {
-			p.Table.Release(c.res.Holding.Holder.ID)
-		}
-		c.res.Holding = nil
+	h := c.res.Holding
+	if h == nil {
+		return
 	}
-}
-
-// runtimeSource names the runtime's own devices in the table's refusals.
-const runtimeSource = "the GPUs the runtime gave the container (device plugin, --device or CDI)"
-
-// hold books the GPUs the runtime itself gave the container, before its
-// request is looked at: their device nodes (a device plugin's DeviceSpecs,
-// --device) and CDI devices of the source's kind. They are the runtime's
-// (the kubelet's) choice: the container keeps exactly those, and they are
-// booked in the node's sharing mode and marked as the runtime's
-// (alloc.Holding.Runtime), so that no count request hands them out again,
-// on a shared node either. A conflict with an exclusive holding refuses the container,
-// naming the holder, as for any request. A privileged container (one the
-// runtime gave every host device, see privileged) has no GPU from its
-// device nodes; a container without any books nothing. The booking is
-// rebuilt at Synchronize the same way (Holdings), without a record.
-func (p *Path) hold(c *call) error {
-	c.privileged = privileged(c.ctr)
-	if n := len(c.ctr.GetLinux().GetDevices()); n > maxDevices {
-		return fmt.Errorf("nri-gpu: container devices: %d device nodes (at most %d)", n, maxDevices)
-	}
-	if n := len(c.ctr.GetCDIDevices()); n > maxCDINames {
-		return fmt.Errorf("nri-gpu: the runtime's CDI devices: the container has more than %d CDI devices", maxCDINames)
-	}
-	h := HolderOf(c.pod, c.ctr)
-	kub, warn := kubeletAssignment(p.Source.Devices(), c.ctr, c.privileged)
-	if warn != "" {
-		c.res.Warnings = append(c.res.Warnings, warn)
-	}
-	var idx []int
-	source := runtimeSource
-	if kub != nil {
-		for _, g := range kub {
-			idx = append(idx, g.Index)
-		}
-		source = kubeletSource.String()
+	if strings.HasPrefix(h.Holder.ID, alloc.PodHolderPrefix) {
+		p.Table.Leave(c.ctr.GetId())
 	} else {
-		idx, _ = foreignGPUs(p.Source, c.ctr, c.privileged, h, nil)
+		p.Table.Release(h.Holder.ID)
 	}
-	if len(idx) == 0 {
-		return nil
-	}
-	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kub != nil, Runtime: true})
-	if err != nil {
-		return err
-	}
-	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kub != nil, Runtime: true}
-	c.runtimeBooked = true
-	c.kubelet = kub
-	return nil
-}
-
-// kubeletSource is the source of the kubelet's assignments.
-var kubeletSource = request.Source{Kind: request.Kubelet, Key: alloc.KubeletAnnotation}
-
-// find finds the carrier of the container's request, by key, without
-// reading its value; a container without one is left untouched.
-func (p *Path) find(c *call) error {
-	err := request.CheckMounts(len(c.ctr.GetMounts()))
-	if err != nil {
-		return err
-	}
-	if c.kubelet != nil {
-		// The kubelet decided the container's GPUs: they are its
-		// request, and the pod's own carriers are not read.
-		c.res.Request, err = request.KubeletRequest(alloc.KubeletAnnotation, uuids(c.kubelet), c.ctr.GetEnv())
-		return err
-	}
-	c.found, err = request.Find(requestInput(c))
-	c.res.Request.Source = c.found.Source
-	c.done = err == nil && c.found.Source.Kind == request.NoSource
-	if c.done && c.runtimeBooked {
-		c.res.Selection.Note = fmt.Sprintf("the runtime gives the container GPUs %s: booked (%s) as the runtime's choice", indices(c.res.Holding.GPUs), c.res.Holding.Mode)
-	}
-	return err
-}
-
-// authorize checks that the pod's namespace may use the request's source,
-// before its value is read. A denied NVIDIA_VISIBLE_DEVICES is ignored,
-// and set to void so that no other injector (the NVIDIA runtime, a CDI
-// hook) honours it; any other denied source refuses the container.
-//
-// NVIDIA_VISIBLE_DEVICES and the device plugin's mount list are also
-// what a device plugin (NVIDIA's, DEVICE_LIST_STRATEGY envvar or
-// volume-mounts) hands the kubelet: where the runtime gave the container
-// GPU device nodes as well (its PASS_DEVICE_SPECS=true), which a pod
-// cannot add to its spec, the nodes decide its GPUs (hold booked them,
-// reconcile keeps exactly them) and the variable or list is not a request
-// of the pod's author: it is served, whatever the policy, with the driver
-// files of those GPUs only.
-func (p *Path) authorize(c *call) error {
-	if c.kubelet != nil {
-		return nil
-	}
-	src := c.found.PolicySource()
-	if (src == policy.Env || src == policy.DeviceList) && c.runtimeBooked && !c.privileged && len(c.ctr.GetLinux().GetDevices()) > 0 {
-		if given, err := runtimeGPUs(p.Source.Devices(), c.ctr); err == nil && len(given) > 0 {
-			return nil
-		}
-	}
-	return p.allow(c, src, c.found.Source)
-}
-
-func (p *Path) allow(c *call, src policy.Source, from request.Source) error {
-	ns := c.pod.GetNamespace()
-	if p.Policy.Allows(src, ns) {
-		return nil
-	}
-	if src == policy.Env {
-		c.res.Selection.Note = fmt.Sprintf("%s ignored: not allowed in namespace %q (%s); set to void", from, ns, p.Policy.Setting(src))
-		c.adj = &api.ContainerAdjustment{}
-		c.adj.AddEnv(adjust.EnvVisibleDevices, "void")
-		c.done = true
-		return nil
-	}
-	return &request.Error{Source: from, Msg: fmt.Sprintf("not allowed in namespace %q (%s)", ns, p.Policy.Setting(src))}
-}
-
-// parse parses the allowed source's value into the request. Where the
-// request's class differs from the one find saw (a CDI list that find took
-// for a management request, or the reverse), it is authorized again.
-func (p *Path) parse(c *call) error {
-	if c.kubelet != nil {
-		return nil
-	}
-	var err error
-	c.res.Request, err = c.found.Parse()
-	if err != nil {
-		return err
-	}
-	r := &c.res.Request
-	c.done = r.Kind == request.Nothing
-	if !c.done && r.PolicySource() != c.found.PolicySource() {
-		return p.allow(c, r.PolicySource(), r.Source)
-	}
-	return nil
-}
-
-// reconcile looks at what the runtime already gives the container. CDI
-// devices of NVIDIA's kinds are the runtime's answer: nothing is added.
-// GPU device nodes (a device plugin's --device, a runtime class) decide
-// the container's GPUs: they are kept (hold booked them), and no other
-// GPU is added.
-func (p *Path) reconcile(c *call) error {
-	cdi, err := runtimeCDIDevices(c.ctr)
-	if err != nil {
-		return err
-	}
-	if len(cdi) > 0 {
-		c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container the CDI devices %s: nothing injected", c.res.Request.Source, strings.Join(cdi, ", "))
-		c.done = true
-		return nil
-	}
-	if !c.privileged {
-		if c.given, err = runtimeGPUs(p.Source.Devices(), c.ctr); err != nil {
-			return err
-		}
-	}
-	return p.deviceListBacked(c)
-}
-
-// deviceListBacked refuses a device plugin's mount list that the policy
-// does not trust on its own in the pod's namespace (policy.TrustsDeviceList)
-// unless the runtime gave the container GPU device nodes: a pod allowed
-// hostPath volumes can mount /dev/null at
-// /var/run/nvidia-container-devices/<ID> itself, but cannot add device
-// nodes to its spec. With the nodes, they decide the container's GPUs
-// (book), whatever the list names. A privileged container's list is taken
-// as it is: it reaches every device of the node anyway.
-func (p *Path) deviceListBacked(c *call) error {
-	r := &c.res.Request
-	ns := c.pod.GetNamespace()
-	if r.PolicySource() != policy.DeviceList || len(c.given) > 0 || c.privileged || p.Policy.TrustsDeviceList(ns) {
-		return nil
-	}
-	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q without the GPUs' device nodes from the runtime "+
-		"(%s; the NVIDIA device plugin passes them with PASS_DEVICE_SPECS=true)", ns, p.Policy.Setting(policy.DeviceList))}
-}
-
-// selectDevices resolves the request against the device source.
-func (p *Path) selectDevices(c *call) error {
-	var err error
-	c.res.Selection, err = request.Select(c.res.Request, p.Source)
-	c.done = err == nil && !c.res.Selection.Inject
-	c.res.GPUs = c.res.Selection.GPUs
-	return err
-}
-
-// book decides the container's GPUs and books them: the runtime's own
-// when it gave some (booked by hold: the runtime decided), none for a
-// management container (it sees every GPU and holds none, but is refused
-// while another container holds one of them exclusively), else those
-// named or, for a count, those the table picks. A pod-level request
-// (gpus.nri-gpu.dev/pod: a count or named GPUs) is the pod's: booked once,
-// by its first container, for the pod (alloc.PodHolder), and every later
-// container of the pod joins that holding and gets its GPUs, so that an
-// exclusive pod-level request does not refuse the pod's own sidecar.
-func (p *Path) book(c *call) error {
-	r, sel := &c.res.Request, &c.res.Selection
-	switch {
-	case c.runtimeBooked:
-		c.res.GPUs = c.given
-		if len(c.given) == 0 {
-			c.res.GPUs = byIndex(p.Source.Devices(), c.res.Holding.GPUs)
-		}
-		return nil
-	case r.Management:
-		return p.checkManagement(c)
-	case sel.Count == 0 && len(sel.GPUs) == 0:
-		return nil
-	}
-	mode := p.Sharing
-	if x := r.Exclusive; x != nil {
-		mode = alloc.Shared
-		if *x {
-			mode = alloc.Exclusive
-		}
-	}
-	req := alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: mode, Count: sel.Count, Source: r.Source.String(),
-		GPUs: make([]int, 0, len(sel.GPUs))}
-	for _, g := range sel.GPUs {
-		req.GPUs = append(req.GPUs, g.Index)
-	}
-	podLevel := r.Source.Kind == request.PodAnnotation
-	var got []int
-	var err error
-	if podLevel {
-		req.Member = req.Holder.ID
-		req.Holder = alloc.PodHolder(req.Holder.PodID, req.Holder.Namespace, req.Holder.Pod)
-		var h alloc.Holding
-		h, c.joined, err = p.Table.Join(req)
-		got, mode = h.GPUs, h.Mode
-	} else {
-		got, err = p.Table.Allocate(req)
-	}
-	if err != nil {
-		return err
-	}
-	if sel.Count > 0 {
-		// Named GPUs keep the order the user gave; picked ones come in
-		// index order.
-		c.res.GPUs = byIndex(p.Source.Devices(), got)
-	}
-	c.res.Holding = &alloc.Holding{Holder: req.Holder, Mode: mode, GPUs: got}
-	c.rec.Mode = c.res.Holding.Mode.String()
-	c.rec.Pod = podLevel
-	c.rec.GPUs = make([]string, 0, len(c.res.GPUs))
-	for _, g := range c.res.GPUs {
-		c.rec.GPUs = append(c.rec.GPUs, g.ID())
-	}
-	return nil
-}
-
-// checkManagement refuses a management container where it would reach a
-// GPU that another container holds exclusively. It books nothing: a
-// monitoring agent that held every GPU shared would keep every exclusive
-// request off the node. (A management container that is already running
-// when an exclusive holder comes keeps its view: management namespaces
-// are the operator's, policy.managementNamespaces.)
-func (p *Path) checkManagement(c *call) error {
-	req := alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: alloc.Shared, Source: c.res.Request.Source.String(),
-		GPUs: make([]int, 0, len(c.res.Selection.GPUs))}
-	for _, g := range c.res.Selection.GPUs {
-		req.GPUs = append(req.GPUs, g.Index)
-	}
-	return p.Table.Check(req)
-}
-
-// require checks the requirements the image states (NVIDIA_REQUIRE_*)
-// against the node and the GPUs the container gets, once they are known:
-// after booking, so that a count's picks are checked too. A requirement
-// that does not hold refuses the container, and the booking is released.
-func (p *Path) require(c *call) error {
-	err := p.Source.Check(c.ctr.GetEnv(), c.res.GPUs)
-	if err == nil {
-		return nil
-	}
-	var re *require.Error
-	if errors.As(err, &re) {
-		return &request.Error{Source: request.Source{Kind: request.Env, Key: re.Variable}, Msg: re.Msg}
-	}
-	return err
-}
-
-// build makes the edits: the device source's for the GPUs and
-// capabilities, every control node for a management container, less what
-// the runtime already gives the container.
-func (p *Path) build(c *call) error {
-	r := &c.res.Request
-	e := p.Source.Edits(c.res.GPUs, c.res.Selection.Caps)
-	if r.Management {
-		addNodes(&e, p.Source.Control())
-		e.VisibleDevices = "void"
-	}
-	mig, err := p.migManagement(c)
-	if err != nil {
-		return err
-	}
-	addNodes(&e, mig)
-	have, n := dropExisting(&e, p.Source.Devices(), c.ctr, c.privileged)
-	c.res.Edits = e
-	if have == "" {
-		return nil
-	}
-	if len(e.Devices) == 0 && len(e.Mounts) == 0 && !c.privileged {
-		// Nothing to write the booking's record on: a booking of this
-		// call's own goes back (the runtime's stays, rebuilt without
-		// a record; a pod's stays with the pod).
-		if !c.runtimeBooked {
-			p.release(c)
-		}
-		c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s and every driver file: nothing injected", r.Source, have)
-		c.done = true
-		return nil
-	}
-	what := "the missing control nodes and driver files"
-	if n == 0 {
-		what = "the missing device nodes and driver files"
-	}
-	c.res.Selection.Note = fmt.Sprintf("%s: the runtime already gives the container %s: injected only %s (%d device nodes, %d mounts)", r.Source, have, what, len(e.Devices), len(e.Mounts))
-	return nil
-}
-
-// encode turns the edits into the NRI adjustment, appending to the
-// container's own LD_LIBRARY_PATH and PATH, and records the booking in the
-// container's annotation alloc.Annotation, from which the table is
-// rebuilt after a restart. With emit: cdi, GPUs that the runtime's specs
-// define go as CDI device names instead, when the runtime resolves them.
-func (p *Path) encode(c *call) error {
-	c.adj = c.res.Edits.Adjustment(c.ctr.GetEnv())
-	c.res.BinariesAtUsrBin = c.res.Edits.BinariesAtUsrBin(c.ctr.GetEnv())
-	if p.EmitCDI && !c.res.Request.Management && c.res.Selection.Note == "" {
-		// Management containers get control nodes that no GPU's CDI
-		// device carries, and a container that has some of its devices
-		// from the runtime gets only the missing ones: always edits.
-		c.adj, c.res.Emit = p.emitCDI(c)
-	}
-	if c.res.Holding != nil && !c.runtimeBooked {
-		c.adj.AddAnnotation(alloc.Annotation, c.rec.Encode())
-	}
-	return nil
-}
-
-// emitCDI returns the CDI form of the answer when the runtime can resolve
-// it and its specs define every GPU of the container; otherwise the
-// edits, with the reason.
-func (p *Path) emitCDI(c *call) (*api.ContainerAdjustment, string) {
-	if !p.RuntimeCDI {
-		return c.adj, "edits (the runtime's NRI does not inject CDI devices)"
-	}
-	if len(c.res.GPUs) == 0 {
-		return c.adj, "edits (no GPU to name)"
-	}
-	if why := migManagementNodes(p.Source.Snapshot().MIGControl, c.res.Edits.Devices); why != "" {
-		return c.adj, "edits (" + why + ")"
-	}
-	names := make([]string, 0, len(c.res.GPUs))
-	for _, g := range c.res.GPUs {
-		n, ok := p.CDINames[g.UUID]
-		if !ok {
-			return c.adj, "edits (no CDI spec defines " + inventory.KindNVIDIA + "=" + g.UUID + ")"
-		}
-		names = append(names, n)
-	}
-	return adjust.CDIAdjustment(names, c.res.Edits.VisibleDevices), "cdi"
-}
-
-// indices writes GPU indices as "0, 2".
-func indices(idx []int) string {
-	s := make([]string, len(idx))
-	for i, g := range idx {
-		s[i] = inventory.UnitLabel(g)
-	}
-	return strings.Join(s, ", ")
-}
-
-// byIndex returns the devices of the given indices, in that order.
-func byIndex(devs []inventory.GPU, idx []int) []inventory.GPU {
-	out := make([]inventory.GPU, 0, len(idx))
-	for _, i := range idx {
-		for _, g := range devs {
-			if g.Index == i {
-				out = append(out, g)
-				break
-			}
-		}
-	}
-	return out
-}
-
-// mounts returns the container's mounts that may be the device plugin's
-// device list, as the request package sees them: only those whose
-// destination names its directory (request.DeviceListName), so that a
-// container's other mounts cost no copy.
-func mounts(ctr *api.Container) []inventory.Mount {
-	n := 0
-	for _, m := range ctr.GetMounts() {
-		if strings.Contains(m.GetDestination(), request.DeviceListName) {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	out := make([]inventory.Mount, 0, n)
-	for _, m := range ctr.GetMounts() {
-		if strings.Contains(m.GetDestination(), request.DeviceListName) {
-			out = append(out, inventory.Mount{Source: m.GetSource(), Destination: m.GetDestination()})
-		}
-	}
-	return out
+	c.res.Holding = nil
 }

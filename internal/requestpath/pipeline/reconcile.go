@@ -97,7 +97,7 @@ func runtimeCDIDevices(ctr *api.Container) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// privileged reports whether the runtime gave the container every host
+// isPrivileged reports whether the runtime gave the container every host
 // device: a privileged container. containerd's CRI (checked with 2.4)
 // gives one every device node of the host's /dev and one device cgroup
 // rule, allow all: {allow: true, access: "rwm"}, no type, no numbers; a
@@ -110,7 +110,7 @@ func runtimeCDIDevices(ctr *api.Container) ([]string, error) {
 // given. Kubernetes gives no unprivileged container such a rule, so a pod
 // author cannot produce it without being privileged (and so root on the
 // node already).
-func privileged(ctr *api.Container) bool {
+func isPrivileged(ctr *api.Container) bool {
 	all := false
 	for _, r := range ctr.GetLinux().GetResources().GetDevices() {
 		every := (r.GetType() == "" || r.GetType() == "a") && anyNumber(r.GetMajor()) && anyNumber(r.GetMinor())
@@ -168,16 +168,16 @@ func addNodes(e *adjust.Edits, nodes []inventory.DeviceNode) {
 
 // dropExisting adjusts the edits to a container that already has NVIDIA
 // device nodes from the runtime (a device plugin's --device, a runtime
-// class, CDI resolved before NRI). When it has GPU nodes of the inventory,
-// the runtime decided its GPUs: no GPU node is added (an image's
-// NVIDIA_VISIBLE_DEVICES=all must not widen them) and
+// class, CDI resolved before NRI). When it has GPU nodes of the inventory
+// (gv.gpus), the runtime decided its GPUs: no GPU node is added (an
+// image's NVIDIA_VISIBLE_DEVICES=all must not widen them) and
 // NVIDIA_VISIBLE_DEVICES names the GPUs it has. Device nodes (by path or
 // number) and mount destinations it already has are dropped. It says which
 // nodes it had ("/dev/nvidia0, /dev/nvidiactl"; empty when none) and how
-// many were GPUs. A privileged container has every node of the host: its
-// GPU nodes decide nothing, and NVIDIA_VISIBLE_DEVICES stays as the
-// request made it.
-func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, privileged bool) (string, int) {
+// many were GPUs. A privileged container has every node of the host
+// (gv.every, and no gv.gpus): its GPU nodes decide nothing, and
+// NVIDIA_VISIBLE_DEVICES stays as the request made it.
+func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, gv given) (string, int) {
 	have := ctr.GetLinux().GetDevices()
 	var nv []string
 	for _, d := range have {
@@ -188,27 +188,22 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, pri
 	if len(nv) == 0 {
 		return "", 0
 	}
-	present := func(n inventory.DeviceNode) bool { return hasNode(have, n) }
-	var uuids []string
 	isGPU := map[string]bool{}
 	for _, g := range devs {
 		isGPU[g.Node.Path] = true
 		if g.MIG != nil {
 			isGPU[g.MIG.GINode.Path], isGPU[g.MIG.CINode.Path] = true, true
 		}
-		if present(g.Node) && (g.MIG == nil || present(g.MIG.CINode)) && !privileged {
-			uuids = append(uuids, g.UUID)
-		}
 	}
 	kept := e.Devices[:0:0]
 	for _, n := range e.Devices {
-		if !present(n) && (len(uuids) == 0 || !isGPU[n.Path]) {
+		if !hasNode(have, n) && (len(gv.gpus) == 0 || !isGPU[n.Path]) {
 			kept = append(kept, n)
 		}
 	}
 	e.Devices = kept
-	if len(uuids) > 0 && e.VisibleDevices != "void" {
-		e.VisibleDevices = strings.Join(uuids, ",")
+	if len(gv.gpus) > 0 && e.VisibleDevices != "void" {
+		e.VisibleDevices = strings.Join(uuids(gv.gpus), ",")
 	}
 	// One pass over the container's mounts (bounded by
 	// request.MaxMounts), against the edits' few dozen destinations.
@@ -245,5 +240,5 @@ func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, pri
 	// directory of them, so the count is a lower bound then.
 	e.Files = max(0, e.Files-(n-len(ms)))
 	e.Mounts = ms
-	return strings.Join(nv, ", "), len(uuids)
+	return strings.Join(nv, ", "), len(gv.gpus)
 }

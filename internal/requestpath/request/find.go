@@ -49,9 +49,11 @@ type Found struct {
 	// nothing.
 	Source Source
 	// Management is set when the carrier names the management kind
-	// (management.nvidia.com/gpu): a CDI annotation or a device-list
-	// entry that holds its name. Parse decides; a request whose parse
-	// disagrees is authorized again (see Request.PolicySource).
+	// (management.nvidia.com/gpu): a CDI annotation, or a device-list
+	// entry in CDI form (cdi/...), that holds its name. Parse then makes
+	// a management request of it or fails, and makes none of any other
+	// carrier (FuzzParseCDI and FuzzParseEnv check it), so the policy
+	// decides on the request's class before its value is read.
 	Management bool
 
 	val    string // the annotation's value, or NVIDIA_VISIBLE_DEVICES
@@ -192,8 +194,9 @@ func cleanPath(p string) string {
 }
 
 // findDeviceList reports whether the mounts hold a device-list entry
-// (see deviceListFromMounts), and whether one holds the management kind's
-// name.
+// (see deviceListFromMounts), and whether one is a CDI name that holds the
+// management kind's (only CDI names can be management requests,
+// parseDeviceList).
 func findDeviceList(mounts []inventory.Mount) (found, mgmt bool, err error) {
 	if err := CheckMounts(len(mounts)); err != nil {
 		return false, false, err
@@ -205,7 +208,7 @@ func findDeviceList(mounts []inventory.Mount) (found, mgmt bool, err error) {
 		}
 		if ok {
 			found = true
-			mgmt = mgmt || strings.Contains(id, CDIKindManagement)
+			mgmt = mgmt || strings.HasPrefix(id, "cdi/") && strings.Contains(id, CDIKindManagement)
 		}
 	}
 	return found, mgmt, nil

@@ -57,6 +57,24 @@ func checkOutcome(t *testing.T, r Request, err error) {
 	}
 }
 
+// parseClass parses in as ParseInput does, and fails when the request's
+// class for the policy (Request.PolicySource) differs from its carrier's
+// (Found.PolicySource): the policy decides on the carrier's before the
+// value is read, and the request path serves a management request
+// differently, so a parse may fail but never change the class.
+func parseClass(t *testing.T, in Input) (Request, error) {
+	t.Helper()
+	f, err := Find(in)
+	if err != nil {
+		return Request{}, err
+	}
+	r, err := f.Parse()
+	if err == nil && r.Kind != Nothing && r.PolicySource() != f.PolicySource() {
+		t.Fatalf("carrier %v of class %v parsed as class %v", f.Source, f.PolicySource(), r.PolicySource())
+	}
+	return r, err
+}
+
 // FuzzParseAnnotation fuzzes gpus.nri-gpu.dev annotation values.
 func FuzzParseAnnotation(f *testing.F) {
 	for _, s := range []string{"all", "2", "count=all", `"device=0,2"`, "device=GPU-00000001-1111-2222-3333-000000000001",
@@ -64,7 +82,7 @@ func FuzzParseAnnotation(f *testing.F) {
 		f.Add(s, "")
 	}
 	f.Fuzz(func(t *testing.T, val, caps string) {
-		r, err := ParseInput(Input{Name: "c", Annotations: map[string]string{AnnotationContainerPrefix + "c": val},
+		r, err := parseClass(t, Input{Name: "c", Annotations: map[string]string{AnnotationContainerPrefix + "c": val},
 			Env: []string{EnvDriverCapabilities + "=" + caps}})
 		checkOutcome(t, r, err)
 	})
@@ -77,7 +95,7 @@ func FuzzParseCDI(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, val string) {
-		r, err := ParseInput(Input{Name: "c", Annotations: map[string]string{AnnotationCDIPod: val}})
+		r, err := parseClass(t, Input{Name: "c", Annotations: map[string]string{AnnotationCDIPod: val}})
 		checkOutcome(t, r, err)
 	})
 }
@@ -89,6 +107,7 @@ func FuzzParseEnv(f *testing.F) {
 		{"all", "", ""}, {"none", "utility", ""}, {"void", "", ""}, {" 0, 1 ,0", "compute,video", ""},
 		{"GPU-00000001-1111-2222-3333-000000000001,2", "all", ""}, {"0,all,none", "", ""}, {"MIG-x,0:1", "", ""},
 		{DeviceListRoot, "", DeviceListRoot + "/0"}, {"", "", DeviceListRoot + "/cdi/nvidia.com/gpu/1"},
+		{"", "", DeviceListRoot + "/cdi/management.nvidia.com/gpu/all"}, {"", "", DeviceListRoot + "/management.nvidia.com/gpu=all"},
 	} {
 		f.Add(f2[0], f2[1], f2[2])
 	}
@@ -97,7 +116,7 @@ func FuzzParseEnv(f *testing.F) {
 		if mount != "" {
 			in.Mounts = []inventory.Mount{{Source: "/dev/null", Destination: mount}}
 		}
-		r, err := ParseInput(in)
+		r, err := parseClass(t, in)
 		checkOutcome(t, r, err)
 	})
 }

@@ -192,108 +192,36 @@ func ParseCapabilities(val string) (inventory.Capabilities, error) {
 // bytes, and Kubernetes bounds all annotations of a pod at 256 KiB.
 const maxAnnotation = 4096
 
+// annotationValid lists the fields of nri-gpu's annotation, for messages.
+const annotationValid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false", "imex-channels=all|N[,N...]" (quoted when it has commas)`
+
 // parseAnnotation parses a value in the syntax of `docker run --gpus`:
 // comma-separated CSV fields, each "all", a count, or key=value with keys
 // count, device, capabilities, driver and exclusive. A field holding commas
 // (device=0,2) is quoted, as Docker requires: "device=0,2".
 func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) {
-	const valid = `valid: "all", "N", "count=N", "device=ID[,ID...]" (quoted when it has commas), "capabilities=CAP[,CAP...]", "driver=nvidia", "exclusive=true|false", "imex-channels=all|N[,N...]" (quoted when it has commas)`
 	if len(val) > maxAnnotation {
 		return Request{}, errorf(src, "value is %d bytes long (at most %d)", len(val), maxAnnotation)
 	}
 	val = strings.TrimSpace(val)
 	if val == "" {
-		return Request{}, errorf(src, "empty value (%s)", valid)
+		return Request{}, errorf(src, "empty value (%s)", annotationValid)
 	}
 	fields, err := splitFields(val)
 	if err != nil {
-		return Request{}, errorf(src, "malformed value %s: %v (%s)", quote(val), err, valid)
+		return Request{}, errorf(src, "malformed value %s: %v (%s)", quote(val), err, annotationValid)
 	}
-
 	r := Request{Source: src}
 	seen := map[string]bool{}
 	for i, field := range fields {
 		field = strings.TrimSpace(field)
-		key, v, hasEq := strings.Cut(field, "=")
-		if !hasEq {
-			switch {
-			case i == 0 && field == "all":
-				r.Kind = All
-				seen["count"] = true
-				continue
-			case i == 0 && isDigits(field):
-				n, err := parseCount(field)
-				if err != nil {
-					return Request{}, errorf(src, "%v", err)
-				}
-				r.Kind, r.Count = Count, n
-				seen["count"] = true
-				continue
-			case seen["device"] && isDigits(field):
-				return Request{}, errorf(src, "unexpected field %s: quote a device list that has commas, as in '\"device=0,%s\"'", quote(field), field)
-			case seen[IMEXField] && isDigits(field):
-				return Request{}, errorf(src, "unexpected field %s: quote a channel list that has commas, as in '\"%s=0,%s\"'", quote(field), IMEXField, field)
-			default:
-				return Request{}, errorf(src, "unexpected field %s (%s)", quote(field), valid)
-			}
+		if key, v, hasEq := strings.Cut(field, "="); hasEq {
+			err = r.keyField(strings.TrimSpace(key), strings.TrimSpace(v), field, seen)
+		} else {
+			err = r.bareField(i, field, seen)
 		}
-		key = strings.TrimSpace(key)
-		v = strings.TrimSpace(v)
-		if seen[key] || key == "count" && seen["device"] || key == "device" && seen["count"] {
-			return Request{}, errorf(src, "field %s conflicts with an earlier field (give one of all, N, count= or device=)", quote(field))
-		}
-		seen[key] = true
-		switch key {
-		case "count":
-			if v == "all" {
-				r.Kind = All
-				continue
-			}
-			n, err := parseCount(v)
-			if err != nil {
-				return Request{}, errorf(src, "%v", err)
-			}
-			r.Kind, r.Count = Count, n
-		case "device":
-			for _, id := range strings.Split(v, ",") {
-				id = strings.TrimSpace(id)
-				if id == "" {
-					return Request{}, errorf(src, "empty device ID in %s", quote(field))
-				}
-				if len(r.IDs) == maxDeviceList {
-					return Request{}, errorf(src, "more than %d device IDs", maxDeviceList)
-				}
-				r.IDs = append(r.IDs, id)
-			}
-			r.Kind = Devices
-		case "capabilities":
-			caps, err := ParseCapabilities(v)
-			if err != nil {
-				return Request{}, errorf(src, "%v", err)
-			}
-			r.Caps, r.CapsSource = caps, src
-		case "driver":
-			if v != "nvidia" {
-				return Request{}, errorf(src, "unsupported driver %s (valid: nvidia)", quote(v))
-			}
-		case IMEXField:
-			// The IMEX request of the annotation: parsed here to refuse
-			// a bad value with the rest, and again by FindIMEX.
-			if _, err := parseIMEXField(src, v); err != nil {
-				return Request{}, err
-			}
-		case "exclusive":
-			var b bool
-			switch v {
-			case "true":
-				b = true
-			case "false":
-			default:
-				return Request{}, errorf(src, "bad value %s for exclusive (valid: true, false)", quote(v))
-			}
-			r.Exclusive = &b
-		default:
-			return Request{}, errorf(src, "unknown field %s (%s)", quote(key), valid)
+		if err != nil {
+			return Request{}, err
 		}
 	}
 	if r.Kind == Nothing && seen[IMEXField] && len(seen) == 1 {
@@ -301,7 +229,7 @@ func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) 
 		return Request{Source: src}, nil
 	}
 	if r.Kind == Nothing {
-		return Request{}, errorf(src, "%s requests no GPU (%s)", quote(val), valid)
+		return Request{}, errorf(src, "%s requests no GPU (%s)", quote(val), annotationValid)
 	}
 	if r.Caps == 0 {
 		caps, capsSrc, err := envCapabilities(capsEnv)
@@ -311,6 +239,99 @@ func parseAnnotation(src Source, val string, capsEnv envValue) (Request, error) 
 		r.Caps, r.CapsSource = caps, capsSrc
 	}
 	return r, nil
+}
+
+// bareField reads field i of the annotation, one without "=": all or a
+// count, first; seen records the fields read (keys, and count for these).
+func (r *Request) bareField(i int, field string, seen map[string]bool) error {
+	switch {
+	case i == 0 && field == "all":
+		r.Kind = All
+	case i == 0 && isDigits(field):
+		n, err := parseCount(field)
+		if err != nil {
+			return errorf(r.Source, "%v", err)
+		}
+		r.Kind, r.Count = Count, n
+	case seen["device"] && isDigits(field):
+		return errorf(r.Source, "unexpected field %s: quote a device list that has commas, as in '\"device=0,%s\"'", quote(field), field)
+	case seen[IMEXField] && isDigits(field):
+		return errorf(r.Source, "unexpected field %s: quote a channel list that has commas, as in '\"%s=0,%s\"'", quote(field), IMEXField, field)
+	default:
+		return errorf(r.Source, "unexpected field %s (%s)", quote(field), annotationValid)
+	}
+	seen["count"] = true
+	return nil
+}
+
+// keyField reads the annotation's field key=v (field as written); a key
+// may come once, and count and device exclude each other.
+func (r *Request) keyField(key, v, field string, seen map[string]bool) error {
+	src := r.Source
+	if seen[key] || key == "count" && seen["device"] || key == "device" && seen["count"] {
+		return errorf(src, "field %s conflicts with an earlier field (give one of all, N, count= or device=)", quote(field))
+	}
+	seen[key] = true
+	switch key {
+	case "count":
+		if v == "all" {
+			r.Kind = All
+			return nil
+		}
+		n, err := parseCount(v)
+		if err != nil {
+			return errorf(src, "%v", err)
+		}
+		r.Kind, r.Count = Count, n
+	case "device":
+		return r.deviceIDs(v, field)
+	case "capabilities":
+		caps, err := ParseCapabilities(v)
+		if err != nil {
+			return errorf(src, "%v", err)
+		}
+		r.Caps, r.CapsSource = caps, src
+	case "driver":
+		if v != "nvidia" {
+			return errorf(src, "unsupported driver %s (valid: nvidia)", quote(v))
+		}
+	case IMEXField:
+		// The IMEX request of the annotation: parsed here to refuse
+		// a bad value with the rest, and again by FindIMEX.
+		if _, err := parseIMEXField(src, v); err != nil {
+			return err
+		}
+	case "exclusive":
+		var b bool
+		switch v {
+		case "true":
+			b = true
+		case "false":
+		default:
+			return errorf(src, "bad value %s for exclusive (valid: true, false)", quote(v))
+		}
+		r.Exclusive = &b
+	default:
+		return errorf(src, "unknown field %s (%s)", quote(key), annotationValid)
+	}
+	return nil
+}
+
+// deviceIDs reads the device= list v of field: IDs, trimmed, none empty,
+// at most maxDeviceList.
+func (r *Request) deviceIDs(v, field string) error {
+	for _, id := range strings.Split(v, ",") {
+		id = strings.TrimSpace(id)
+		if id == "" {
+			return errorf(r.Source, "empty device ID in %s", quote(field))
+		}
+		if len(r.IDs) == maxDeviceList {
+			return errorf(r.Source, "more than %d device IDs", maxDeviceList)
+		}
+		r.IDs = append(r.IDs, id)
+	}
+	r.Kind = Devices
+	return nil
 }
 
 // parseCount parses a GPU count: a positive decimal number.

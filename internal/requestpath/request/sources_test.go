@@ -114,8 +114,21 @@ func TestParseInputSources(t *testing.T) {
 		{"unclean paths are cleaned", Input{Name: "c", Mounts: []inventory.Mount{{Source: "/dev//null", Destination: DeviceListRoot + "//x/../1/"}}},
 			Devices, []string{"1"}, policy.DeviceList, false},
 		{"imex channels ignored", Input{Name: "c", Mounts: dl("imex/0")}, Nothing, nil, 0, false},
+		{"device list management in CDI form", Input{Name: "c", Mounts: dl("cdi/management.nvidia.com/gpu/all")},
+			All, nil, policy.Management, true},
+		// Only a CDI name is of the management kind: the same name as a
+		// plain ID is an ID of a device-list request, which all decides.
+		{"device list management name as a plain ID", Input{Name: "c", Mounts: dl("management.nvidia.com/gpu=all", "all")},
+			All, nil, policy.DeviceList, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			f, err := Find(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.kind != Nothing && f.PolicySource() != tc.origin {
+				t.Errorf("carrier of class %v, want %v (the policy decides on it)", f.PolicySource(), tc.origin)
+			}
 			r, err := ParseInput(tc.in)
 			if err != nil {
 				t.Fatal(err)

@@ -287,70 +287,24 @@ func Check(env []string, n NodeFacts, gpus []inventory.GPU) error {
 	if len(env) > maxEnvEntries {
 		return errorf("", "%d entries (at most %d)", len(env), maxEnvEntries)
 	}
-	type req struct{ key, val string }
-	var reqs []req
-	var disable, cudaVersion string
-	var hasDisable, hasCUDAVersion bool
-	count, total := 0, 0
-	for _, kv := range env {
-		// A look at the first byte and a prefix pass over nearly every
-		// entry; only a requirement variable is split.
-		if kv == "" || kv[0] != 'N' && kv[0] != 'C' {
-			continue
-		}
-		if v, ok := strings.CutPrefix(kv, EnvCUDAVersion+"="); ok {
-			if !hasCUDAVersion {
-				cudaVersion, hasCUDAVersion = v, true
-			}
-			continue
-		}
-		if v, ok := strings.CutPrefix(kv, EnvDisableRequire+"="); ok {
-			if !hasDisable {
-				disable, hasDisable = v, true
-			}
-			continue
-		}
-		if !strings.HasPrefix(kv, EnvRequirePrefix) || strings.HasPrefix(kv, EnvRequireJetpack) {
-			continue
-		}
-		key, val, ok := strings.Cut(kv, "=")
-		if !ok {
-			continue
-		}
-		count++
-		if total += len(val); count <= maxVariables && total <= maxTotal {
-			reqs = append(reqs, req{key, val})
-		}
-	}
-	if b, _ := strconv.ParseBool(strings.TrimSpace(disable)); hasDisable && b {
+	e := scanEnv(env)
+	if b, _ := strconv.ParseBool(strings.TrimSpace(e.disable)); e.hasDisable && b {
 		return nil
 	}
 	switch {
-	case count > maxVariables:
-		return errorf(EnvRequirePrefix+"*", "%d requirement variables (at most %d)", count, maxVariables)
-	case total > maxTotal:
-		return errorf(EnvRequirePrefix+"*", "requirement variables are %d bytes long together (at most %d)", total, maxTotal)
+	case e.count > maxVariables:
+		return errorf(EnvRequirePrefix+"*", "%d requirement variables (at most %d)", e.count, maxVariables)
+	case e.total > maxTotal:
+		return errorf(EnvRequirePrefix+"*", "requirement variables are %d bytes long together (at most %d)", e.total, maxTotal)
 	}
-	// By name; the first entry of a name is the one the process sees:
-	// later duplicates are dropped.
-	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].key < reqs[j].key })
-	out := reqs[:0]
-	hasCUDA := false
-	for i, rq := range reqs {
-		if i > 0 && rq.key == reqs[i-1].key {
-			continue
-		}
-		hasCUDA = hasCUDA || rq.key == EnvRequirePrefix+"CUDA"
-		out = append(out, rq)
-	}
-	reqs = out
-	if v := strings.TrimSpace(cudaVersion); !hasCUDA && v != "" {
+	reqs, hasCUDA := firstByName(e.reqs)
+	if v := strings.TrimSpace(e.cudaVersion); !hasCUDA && v != "" {
 		if len(v) > maxRequirement {
 			return errorf(EnvCUDAVersion, "value is %d bytes long (at most %d)", len(v), maxRequirement)
 		}
 		mv, ok := parseVersion(majorMinor(v))
 		if !ok {
-			return errorf(EnvCUDAVersion, "invalid CUDA version %s", quote(cudaVersion))
+			return errorf(EnvCUDAVersion, "invalid CUDA version %s", quote(e.cudaVersion))
 		}
 		reqs = append(reqs, req{EnvCUDAVersion, fmt.Sprintf("cuda>=%d.%d", mv[0], mv[1])})
 		sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].key < reqs[j].key })
@@ -365,6 +319,75 @@ func Check(env []string, n NodeFacts, gpus []inventory.GPU) error {
 		}
 	}
 	return nil
+}
+
+// req is a requirement variable: its name and value.
+type req struct{ key, val string }
+
+// requireEnv is what Check reads of the environment.
+type requireEnv struct {
+	// reqs are the requirement variables, in their order, as far as
+	// they are within maxVariables and maxTotal; count and total are
+	// all of them, and their bytes.
+	reqs         []req
+	count, total int
+	// disable and cudaVersion are NVIDIA_DISABLE_REQUIRE's and
+	// CUDA_VERSION's first values, if set.
+	disable, cudaVersion       string
+	hasDisable, hasCUDAVersion bool
+}
+
+// scanEnv reads the requirement variables, NVIDIA_DISABLE_REQUIRE and
+// CUDA_VERSION in one pass: a look at the first byte and a prefix pass
+// over nearly every entry; only a requirement variable is split.
+func scanEnv(env []string) requireEnv {
+	var e requireEnv
+	for _, kv := range env {
+		if kv == "" || kv[0] != 'N' && kv[0] != 'C' {
+			continue
+		}
+		if v, ok := strings.CutPrefix(kv, EnvCUDAVersion+"="); ok {
+			if !e.hasCUDAVersion {
+				e.cudaVersion, e.hasCUDAVersion = v, true
+			}
+			continue
+		}
+		if v, ok := strings.CutPrefix(kv, EnvDisableRequire+"="); ok {
+			if !e.hasDisable {
+				e.disable, e.hasDisable = v, true
+			}
+			continue
+		}
+		if !strings.HasPrefix(kv, EnvRequirePrefix) || strings.HasPrefix(kv, EnvRequireJetpack) {
+			continue
+		}
+		key, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		e.count++
+		if e.total += len(val); e.count <= maxVariables && e.total <= maxTotal {
+			e.reqs = append(e.reqs, req{key, val})
+		}
+	}
+	return e
+}
+
+// firstByName sorts reqs by name and keeps the first entry of each name,
+// the one the process sees; it says whether NVIDIA_REQUIRE_CUDA is among
+// them. It reuses reqs.
+func firstByName(reqs []req) ([]req, bool) {
+	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].key < reqs[j].key })
+	out := reqs[:0]
+	hasCUDA := false
+	for i, rq := range reqs {
+		if i > 0 && rq.key == reqs[i-1].key {
+			continue
+		}
+		hasCUDA = hasCUDA || rq.key == EnvRequirePrefix+"CUDA"
+		out = append(out, rq)
+	}
+	return out, hasCUDA
 }
 
 func majorMinor(v string) string {
