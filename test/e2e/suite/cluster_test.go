@@ -554,6 +554,9 @@ func testKustomize(k kc) {
 		_, err := k.c.Kubectl(k.ctx, "get", "namespace", "nri-gpu")
 		return err != nil && strings.Contains(err.Error(), "NotFound"), fmt.Sprint(err), nil
 	})
+	// The links stay for the next install (the Helm one), which takes
+	// over their record.
+	checkLinksStay(k)
 }
 
 // chartDir is the chart in this checkout.
@@ -605,7 +608,6 @@ func testHelm(k kc) {
 	})
 	t.Run("drain and uncordon", func(t *testing.T) { testDrain(kc{t: t, c: k.c, ctx: k.ctx}) })
 	t.Run("helm uninstall", func(t *testing.T) { testUninstall(kc{t: t, c: k.c, ctx: k.ctx}) })
-	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
 }
 
 // containerIDs are the GPU pods' container IDs and restart counts.
@@ -691,35 +693,4 @@ func testDrain(k kc) {
 	}
 	checkPlacement(k, views)
 	checkTableIsCheckpoints(k)
-}
-
-// testUninstall uninstalls the chart with GPU pods running: they keep
-// running with their GPUs; what nri-gpu leaves on the nodes is what
-// docs/install.md says stays.
-func testUninstall(k kc) {
-	t := k.t
-	k.doc("uninstall", nil)
-	k.wait(2*time.Minute, "nri-gpu's pods gone", func() (bool, string, error) {
-		pods, err := k.c.ListPods(k.ctx, "nri-gpu", "")
-		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), err), nil
-	})
-	pods := runningPods(k, "ml", "app=gpu2", 1)
-	v := viewGPUPod(k, pods[0])
-	checkSeesExactly(k, v, 2)
-	for _, n := range k.c.Nodes {
-		sock := n.HostPath("/var/lib/kubelet/device-plugins/nri-gpu-nvidia.com-gpu.sock")
-		if _, err := os.Lstat(sock); err == nil {
-			t.Errorf("node %s: %s left after uninstall", n.Name, sock)
-		}
-		links, _ := filepath.Glob(n.HostPath(harness.NodeDriverRoot + "/dev/char/*"))
-		cache, _ := os.ReadDir(n.HostPath(harness.NodeDriverRoot + "/var/lib/nri-gpu"))
-		var names []string
-		for _, e := range cache {
-			names = append(names, e.Name())
-		}
-		t.Logf("node %s after uninstall: /dev/char links %v; library cache %v", n.Name, links, names)
-		if len(links) != 0 {
-			t.Errorf("node %s: /dev/char links left after uninstall: %v", n.Name, links)
-		}
-	}
 }
