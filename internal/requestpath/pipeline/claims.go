@@ -211,4 +211,3 @@ func ClaimHoldings(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared)
 	}
 	return hs, warnings
 }
-

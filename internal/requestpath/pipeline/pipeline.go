@@ -91,7 +91,7 @@ type Result struct {
 	// Claims are the holdings of the prepared claims whose devices the
 	// container uses (a claim holds its devices, not its containers).
 	Claims []alloc.Holding
-	Edits   adjust.Edits
+	Edits  adjust.Edits
 	// Emit says how the answer hands the devices over: "edits", "cdi",
 	// or "edits (<why not cdi>)" when CDI names were wanted; empty
 	// without emit: cdi.
