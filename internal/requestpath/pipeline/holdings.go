@@ -162,10 +162,11 @@ func joinPodHolding(pod *alloc.Holding, h alloc.Holding, id string) {
 // bookClaims books them).
 func givenHolding(src adjust.Source, prep *claims.Prepared, c *api.Container, h alloc.Holding, warnings []string) (alloc.Holding, []string) {
 	priv := isPrivileged(c)
-	if held, forged := heldClaims(src, prep, c); len(held) > 0 {
-		if len(forged) > 0 {
-			warnings = append(warnings, h.Holder.String()+": "+forgedWarning(forged))
-		}
+	held, forged := heldClaims(src, prep, c)
+	if len(forged) > 0 {
+		warnings = append(warnings, h.Holder.String()+": "+forgedWarning(forged))
+	}
+	if len(held) > 0 {
 		h.GPUs, warnings = foreignGPUs(src, c, priv, h.Holder, warnings)
 		h.GPUs = slices.DeleteFunc(h.GPUs, func(i int) bool {
 			return slices.ContainsFunc(held, func(d claimed) bool { return d.unit.Index == i })
