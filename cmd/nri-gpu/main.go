@@ -264,6 +264,13 @@ func startDRA(ctx context.Context, enabled bool, p *plugin.Plugin, log *logrus.L
 		close(done)
 		return done
 	}
+	// The checkpoint's claims first, before the runtime's Synchronize:
+	// their containers are then rebuilt as the claims' (a restart).
+	if prep, err := dra.ReadPrepared(p.Node().State().Config.DRA.PluginDir); err != nil {
+		log.WithError(err).Warn("DRA: reading the checkpoint's prepared claims")
+	} else if err := p.SetPrepared(prep, ""); err != nil {
+		log.WithError(err).Warn("DRA: booking the checkpoint's claims")
+	}
 	go func() {
 		defer close(done)
 		if err := dra.Run(ctx, p.Node(), log, p.SetPrepared); err != nil {

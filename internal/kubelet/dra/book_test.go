@@ -77,6 +77,15 @@ func TestBook(t *testing.T) {
 		t.Fatal(r.GetError())
 	}
 	e2.stop()
+	// What nri-gpu books before the runtime's Synchronize, without the
+	// plugin running.
+	prep, err := ReadPrepared(opts.PluginDir)
+	if err != nil || prep.Len() != 1 || prep.Devices()[0].Claim.UID != "uid-2" {
+		t.Errorf("ReadPrepared: %v, %+v", err, prep.Devices())
+	}
+	if prep, err := ReadPrepared(filepath.Join(root, "none")); err != nil || prep.Len() != 0 {
+		t.Errorf("ReadPrepared without a checkpoint: %v, %d devices", err, prep.Len())
+	}
 	e3 := newEnv(t, draConfig(), testSnapshot(), &opts)
 	defer e3.stop()
 	b2.mu.Lock()
