@@ -156,7 +156,7 @@ func TestCluster(t *testing.T) {
 			}
 			t.Run("kubectl apply -k", func(t *testing.T) { testKustomize(kc{t: t, c: c, ctx: k.ctx}) })
 			t.Run("helm", func(t *testing.T) { testHelm(kc{t: t, c: c, ctx: k.ctx}) })
-			t.Run("dra", func(t *testing.T) { testDRA(kc{t: t, c: c, ctx: k.ctx}) })
+			t.Run("dra", func(t *testing.T) { testDRA(kc{t: t, c: c, ctx: k.ctx}, v) })
 		})
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,7 +57,7 @@ func draGPUs(n *harness.Node) []simnode.GPU {
 // entries in a pod spec grant nothing; a claim that went frees its GPU for
 // a new pod; a restart of nri-gpu keeps the claims' containers and
 // bookings.
-func testDRA(k kc) {
+func testDRA(k kc, version string) {
 	t := k.t
 	start := time.Now()
 	k.run("apply", "-k", draOverlay())
@@ -138,6 +140,66 @@ func testDRA(k kc) {
 	if !slices.Equal(v.assigned, views["big"].assigned) {
 		t.Errorf("after: %v, want the GPU the deleted claim had, %v", v.assigned, views["big"].assigned)
 	}
+
+	k.run("delete", "pod", "-n", draNS, "two", "--wait=true", "--timeout=2m")
+	t.Run("extended resource", func(t *testing.T) { testExtendedResource(kc{t: t, c: k.c, ctx: k.ctx}, version) })
+}
+
+// testExtendedResource: a DeviceClass of nri-gpu's GPUs with an
+// extendedResourceName serves a pod's resources.limits of that name
+// through DRA (the scheduler's claim for the pod, KEP-5004), with the
+// container seeing exactly the one GPU. The name is not nvidia.com/gpu
+// here, which nri-gpu's device plugin serves on gpu-a in this install (a
+// node whose device plugin serves the name is served by it, not DRA).
+func testExtendedResource(k kc, version string) {
+	t := k.t
+	if minorVersion(version) < 36 {
+		t.Skipf("Kubernetes %s: DRAExtendedResource is alpha before 1.36 (off by default; the cluster enables no alpha feature)", version)
+	}
+	const res = "gpu.nri-gpu.dev/gpu"
+	k.apply(fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu-ext.nri-gpu.dev}
+spec:
+  extendedResourceName: %s
+  selectors:
+  - cel: {expression: "device.driver == '%s' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ext, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    resources: {limits: {%s: 1}}
+`, res, draDriver, draNS, harness.GlibcCUDAImage, res))
+	defer k.run("delete", "deviceclass", "gpu-ext.nri-gpu.dev", "--wait=false")
+	var dc resourceapi.DeviceClass
+	if err := k.c.GetJSON(k.ctx, &dc, "deviceclass", "gpu-ext.nri-gpu.dev"); err != nil {
+		t.Fatal(err)
+	}
+	if dc.Spec.ExtendedResourceName == nil {
+		t.Fatalf("Kubernetes %s dropped the DeviceClass's extendedResourceName (DRAExtendedResource off)", version)
+	}
+	v := viewClaimPod(k, "ext")
+	if len(v.claims) != 1 || v.pod.Spec.NodeName != "gpu-a" {
+		t.Errorf("pod ext: on %s with claims %v, want gpu-a (its only free DRA GPUs) and the scheduler's claim", v.pod.Spec.NodeName, v.names)
+	}
+	checkSeesExactly(k, v.gpuPodView, 1)
+}
+
+// minorVersion is the minor of a Kubernetes version ("v1.37.2" -> 37).
+func minorVersion(v string) int {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0
+	}
+	minor, _ := strconv.Atoi(parts[1])
+	return minor
 }
 
 // claimView is a claim pod's view (gpuPodView, assigned being the GPUs
@@ -160,6 +222,9 @@ func podClaims(p *corev1.Pod) []string {
 		if st.ResourceClaimName != nil {
 			out = append(out, *st.ResourceClaimName)
 		}
+	}
+	if x := p.Status.ExtendedResourceClaimStatus; x != nil {
+		out = append(out, x.ResourceClaimName)
 	}
 	return out
 }
