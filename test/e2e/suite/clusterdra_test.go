@@ -54,14 +54,23 @@ func draGPUs(n *harness.Node) []simnode.GPU {
 // 2-GPU claim; an unsatisfiable claim leaves its pod Pending; a claim
 // shared by two pods is booked once; the device plugin's GPU goes to a
 // nvidia.com/gpu pod beside the claims on gpu-a; the claims' environment
-// entries in a pod spec grant nothing; a claim that went frees its GPU for
-// a new pod; a restart of nri-gpu keeps the claims' containers and
-// bookings.
+// entries in a pod spec grant nothing; restarts of nri-gpu, then of each
+// node's runtime and kubelet, keep the claims' containers and bookings; a
+// claim that went frees its GPU for a new pod.
 func testDRA(k kc, version string) {
 	t := k.t
 	start := time.Now()
 	k.run("apply", "-k", draOverlay())
 	k.t.Cleanup(func() {
+		if t.Failed() {
+			pods, _ := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
+			for _, p := range pods {
+				out, _ := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", "--tail=80", p.Name)
+				t.Logf("--- node %s: nri-gpu's log (%s) ---\n%s", p.Spec.NodeName, p.Name, out)
+			}
+			out, _ := k.c.Kubectl(k.ctx, "get", "pods,resourceclaims", "-n", draNS, "-o", "wide")
+			t.Logf("--- namespace %s ---\n%s", draNS, out)
+		}
 		_, _ = k.c.Kubectl(k.ctx, "delete", "namespace", draNS, "--ignore-not-found", "--wait=true", "--timeout=2m")
 		_, _ = k.c.Kubectl(k.ctx, "delete", "-k", draOverlay(), "--ignore-not-found", "--wait=true", "--timeout=2m")
 		t.Logf("DRA phase: %s", time.Since(start).Round(time.Second))
@@ -131,6 +140,28 @@ func testDRA(k kc, version string) {
 		now := claimTable(k)
 		return fmt.Sprint(now) == fmt.Sprint(table), fmt.Sprintf("now %v, before %v", now, table), nil
 	})
+	// Then each node's runtime (NRI's Synchronize again) and kubelet.
+	for _, n := range k.c.Nodes {
+		if err := n.Runtime.Restart(k.ctx); err != nil {
+			t.Fatalf("node %s: restarting %s: %v", n.Name, n.Runtime.Name(), err)
+		}
+		if err := n.Kubelet.Restart(k.ctx); err != nil {
+			t.Fatalf("node %s: restarting the kubelet: %v", n.Name, err)
+		}
+		if err := k.c.WaitNodeReady(k.ctx, n.Name, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := containerIDs(k, []gpuPodView{views["big"].gpuPodView, views["a100"].gpuPodView, views["two"].gpuPodView, s1.gpuPodView, dp}); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("containers changed over the runtimes' and kubelets' restarts:\nbefore %v\nafter  %v", before, after)
+	}
+	k.wait(time.Minute, "the same bookings after the runtimes' and kubelets' restarts", func() (bool, string, error) {
+		now := claimTable(k)
+		return fmt.Sprint(now) == fmt.Sprint(table), fmt.Sprintf("now %v, before %v", now, table), nil
+	})
+	for _, name := range []string{"a100", "share-2"} {
+		checkSeesExactly(k, viewClaimPod(k, name).gpuPodView, 1)
+	}
 
 	// The claim of big goes with its pod: its GPU takes a new claim.
 	k.run("delete", "pod", "-n", draNS, "big", "--wait=true", "--timeout=2m")
