@@ -136,10 +136,7 @@ func testDRA(k kc, version string) {
 	if after := containerIDs(k, []gpuPodView{views["big"].gpuPodView, views["a100"].gpuPodView, views["two"].gpuPodView, s1.gpuPodView, dp}); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("containers changed over nri-gpu's restart:\nbefore %v\nafter  %v", before, after)
 	}
-	k.wait(time.Minute, "the same bookings after nri-gpu's restart", func() (bool, string, error) {
-		now := claimTable(k)
-		return fmt.Sprint(now) == fmt.Sprint(table), fmt.Sprintf("now %v, before %v", now, table), nil
-	})
+	sameTable(k, "the same bookings after nri-gpu's restart", table)
 	// Then each node's runtime (NRI's Synchronize again) and kubelet.
 	for _, n := range k.c.Nodes {
 		if err := n.Runtime.Restart(k.ctx); err != nil {
@@ -155,10 +152,7 @@ func testDRA(k kc, version string) {
 	if after := containerIDs(k, []gpuPodView{views["big"].gpuPodView, views["a100"].gpuPodView, views["two"].gpuPodView, s1.gpuPodView, dp}); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("containers changed over the runtimes' and kubelets' restarts:\nbefore %v\nafter  %v", before, after)
 	}
-	k.wait(time.Minute, "the same bookings after the runtimes' and kubelets' restarts", func() (bool, string, error) {
-		now := claimTable(k)
-		return fmt.Sprint(now) == fmt.Sprint(table), fmt.Sprintf("now %v, before %v", now, table), nil
-	})
+	sameTable(k, "the same bookings after the runtimes' and kubelets' restarts", table)
 	for _, name := range []string{"a100", "share-2"} {
 		checkSeesExactly(k, viewClaimPod(k, name).gpuPodView, 1)
 	}
@@ -495,9 +489,44 @@ func checkUnschedulable(k kc, name, why string) {
 // pod): GPU UUID -> its holders ("claim dra/<name>", "dra/<pod>/<ctr>").
 func claimTable(k kc) map[string]map[string][]string {
 	k.t.Helper()
+	out, err := claimTableNow(k)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return out
+}
+
+// sameTable waits until nri-gpu's tables are want (after a restart: its
+// pods, the runtimes, the kubelets come back).
+func sameTable(k kc, what string, want map[string]map[string][]string) {
+	k.t.Helper()
+	k.wait(2*time.Minute, what, func() (bool, string, error) {
+		now, err := claimTableNow(k)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return fmt.Sprint(now) == fmt.Sprint(want), fmt.Sprintf("now %v, want %v", now, want), nil
+	})
+}
+
+// claimTableNow is claimTable, or why it cannot be read now (a pod of
+// nri-gpu not running, or going).
+func claimTableNow(k kc) (map[string]map[string][]string, error) {
 	out := map[string]map[string][]string{}
+	pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
+	if err != nil {
+		return nil, err
+	}
 	for _, n := range k.c.Nodes {
-		pod := daemonPod(k, n.Name)
+		pod := ""
+		for _, p := range pods {
+			if p.Spec.NodeName == n.Name && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				pod = p.Name
+			}
+		}
+		if pod == "" {
+			return nil, fmt.Errorf("node %s: no running nri-gpu pod", n.Name)
+		}
 		argv := append(installCommand("table", map[string]string{"pod": pod}, "", "", ""), "-o", "json")
 		raw, err := k.c.Kubectl(k.ctx, argv[1:]...)
 		var st struct {
@@ -507,7 +536,7 @@ func claimTable(k kc) map[string]map[string][]string {
 			} `json:"gpus"`
 		}
 		if err != nil || json.Unmarshal([]byte(raw), &st) != nil {
-			k.t.Fatalf("node %s: nri-gpu status: %v\n%s", n.Name, err, raw)
+			return nil, fmt.Errorf("node %s: nri-gpu status: %v\n%s", n.Name, err, raw)
 		}
 		out[n.Name] = map[string][]string{}
 		for _, g := range st.GPUs {
@@ -516,7 +545,7 @@ func claimTable(k kc) map[string]map[string][]string {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // checkClaimTable checks nri-gpu's tables: each claim pod's GPUs held by
