@@ -149,12 +149,24 @@ func testDRA(k kc, version string) {
 			t.Fatal(err)
 		}
 	}
-	if after := containerIDs(k, []gpuPodView{views["big"].gpuPodView, views["a100"].gpuPodView, views["two"].gpuPodView, s1.gpuPodView, dp}); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("containers changed over the runtimes' and kubelets' restarts:\nbefore %v\nafter  %v", before, after)
+	// containerd keeps gpu-a's containers; CRI-O's restart here makes
+	// gpu-b's pods anew (their sandboxes: new IPs, a restart each), and
+	// the new containers must get their claims' GPUs again.
+	onA := []gpuPodView{views["big"].gpuPodView, views["two"].gpuPodView, dp}
+	if after := containerIDs(k, onA); !sameIDs(before, after) {
+		t.Errorf("gpu-a's containers changed over containerd's and the kubelet's restarts:\nbefore %v\nafter  %v", before, after)
 	}
 	sameTable(k, "the same bookings after the runtimes' and kubelets' restarts", table)
-	for _, name := range []string{"a100", "share-2"} {
-		checkSeesExactly(k, viewClaimPod(k, name).gpuPodView, 1)
+	for _, c := range []struct {
+		pod  string
+		gpus int
+	}{{"big", 1}, {"two", 2}, {"a100", 1}, {"share-1", 1}, {"share-2", 1}} {
+		waitExec(k, c.pod)
+		v := viewClaimPod(k, c.pod)
+		checkSeesExactly(k, v.gpuPodView, c.gpus)
+		if !slices.Equal(v.assigned, views[c.pod].assigned) {
+			t.Errorf("pod %s after the restarts: %v, was %v", c.pod, v.assigned, views[c.pod].assigned)
+		}
 	}
 
 	// The claim of big goes with its pod: its GPU takes a new claim.
@@ -225,6 +237,27 @@ func minorVersion(v string) int {
 	}
 	minor, _ := strconv.Atoi(parts[1])
 	return minor
+}
+
+// sameIDs reports whether every container of after has the ID and
+// restart count it had in before.
+func sameIDs(before, after map[string]string) bool {
+	for k, v := range after {
+		if before[k] != v {
+			return false
+		}
+	}
+	return len(after) > 0
+}
+
+// waitExec waits until the container main of the claim pod name runs
+// commands (after a restart of its node's runtime).
+func waitExec(k kc, name string) {
+	k.t.Helper()
+	k.wait(2*time.Minute, "pod "+name+": exec", func() (bool, string, error) {
+		out, err := k.c.Exec(k.ctx, draNS, name, "main", "true")
+		return err == nil, fmt.Sprint(err, out), nil
+	})
 }
 
 // claimView is a claim pod's view (gpuPodView, assigned being the GPUs
