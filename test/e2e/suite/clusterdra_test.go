@@ -121,6 +121,7 @@ func testDRA(k kc, version string) {
 		t.Errorf("the device plugin's pod: on %s, assigned %v, want gpu-a's GPU 3", dp.pod.Spec.NodeName, dp.assigned)
 	}
 	table := checkClaimTable(k, views, dp)
+	t.Run("adminAccess", func(t *testing.T) { testAdminAccess(kc{t: t, c: k.c, ctx: k.ctx}, table) })
 
 	checkForgedClaimEnv(k, views["two"])
 
@@ -227,6 +228,67 @@ spec:
 		t.Errorf("pod ext: on %s with claims %v, want gpu-a (its only free DRA GPUs) and the scheduler's claim", v.pod.Spec.NodeName, v.names)
 	}
 	checkSeesExactly(k, v.gpuPodView, 1)
+}
+
+// testAdminAccess: an adminAccess claim (in a namespace labelled
+// resource.kubernetes.io/admin-access) on an A100 of gpu-b, whose GPUs
+// other claims hold, runs there and sees the GPU with its driver files,
+// and nri-gpu's tables do not change: it holds nothing.
+func testAdminAccess(k kc, table map[string]map[string][]string) {
+	t := k.t
+	const ns = "dra-admin"
+	k.apply(fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+  labels: {resource.kubernetes.io/admin-access: "true"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: probe, namespace: %[1]s}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: %[2]s
+          adminAccess: true
+          selectors:
+          - cel: {expression: "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA A100')"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: probe, namespace: %[1]s}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: probe
+  containers:
+  - name: main
+    image: %[3]s
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    resources: {claims: [{name: gpu}]}
+`, ns, draDriver, harness.GlibcCUDAImage))
+	defer k.run("delete", "namespace", ns, "--wait=false")
+	var tmpl resourceapi.ResourceClaimTemplate
+	if err := k.c.GetJSON(k.ctx, &tmpl, "resourceclaimtemplate", "-n", ns, "probe"); err != nil {
+		t.Fatal(err)
+	}
+	if r := tmpl.Spec.Spec.Devices.Requests[0].Exactly; r == nil || r.AdminAccess == nil || !*r.AdminAccess {
+		t.Skip("the API server dropped adminAccess (DRAAdminAccess off)")
+	}
+	v := viewClaimPodIn(k, ns, "probe")
+	if v.pod.Spec.NodeName != "gpu-b" {
+		t.Errorf("probe on %s, want gpu-b", v.pod.Spec.NodeName)
+	}
+	checkSeesExactly(k, v.gpuPodView, 1)
+	if now := claimTable(k); fmt.Sprint(now) != fmt.Sprint(table) {
+		t.Errorf("the adminAccess claim changed nri-gpu's tables:\nnow    %v\nbefore %v", now, table)
+	}
+	k.run("delete", "pod", "-n", ns, "probe", "--wait=true", "--timeout=2m")
 }
 
 // minorVersion is the minor of a Kubernetes version ("v1.37.2" -> 37).
@@ -364,7 +426,13 @@ spec:
 // environment entries: no hook, no mount.
 func viewClaimPod(k kc, name string) claimView {
 	k.t.Helper()
-	p, err := k.c.WaitPodRunning(k.ctx, draNS, name, 2*time.Minute)
+	return viewClaimPodIn(k, draNS, name)
+}
+
+// viewClaimPodIn is viewClaimPod of a pod in namespace ns.
+func viewClaimPodIn(k kc, ns, name string) claimView {
+	k.t.Helper()
+	p, err := k.c.WaitPodRunning(k.ctx, ns, name, 2*time.Minute)
 	if err != nil {
 		k.t.Fatal(err)
 	}
@@ -373,7 +441,7 @@ func viewClaimPod(k kc, name string) claimView {
 	n := k.c.Node(p.Spec.NodeName)
 	for _, name := range podClaims(p) {
 		var c resourceapi.ResourceClaim
-		if err := k.c.GetJSON(k.ctx, &c, "resourceclaim", "-n", draNS, name); err != nil {
+		if err := k.c.GetJSON(k.ctx, &c, "resourceclaim", "-n", ns, name); err != nil {
 			k.t.Fatal(err)
 		}
 		v.names = append(v.names, c.Name)
