@@ -15,7 +15,8 @@ type MIGDevice struct {
 	Parent     int
 	ParentUUID string
 	// Profile is the MIG profile, "1g.10gb".
-	Profile   string
+	Profile string
+	// MemoryMiB is the instance's memory (its GPU instance's).
 	MemoryMiB uint64
 	// GI and CI are the GPU instance and compute instance ids.
 	GI, CI int
@@ -26,8 +27,8 @@ type MIGDevice struct {
 	// Placement is the GPU instance's profile and memory slices, as NVML
 	// reports them; nil when it does not.
 	Placement *MIGPlacement
-	// Engines are the instance's multiprocessors and engines (NVML's
-	// device attributes); zero when unknown.
+	// Engines are the instance's multiprocessors and engines (its GPU
+	// instance profile's, as NVML reports them); zero when unknown.
 	Engines MIGEngines
 }
 

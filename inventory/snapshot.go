@@ -70,6 +70,9 @@ type GPU struct {
 // GPUProps are a GPU's properties that only NVML knows (the DRA
 // driver's ResourceSlices publish them); an empty field is unknown.
 type GPUProps struct {
+	// ProductName is NVML's name of the GPU, "NVIDIA H100 80GB HBM3"
+	// (the same string as /proc's Model).
+	ProductName string
 	// MemoryBytes is the GPU's total memory.
 	MemoryBytes uint64
 	// Brand is NVML's brand as NVIDIA's go-nvlib names it ("Nvidia",
@@ -80,6 +83,12 @@ type GPUProps struct {
 	Architecture string
 	// ComputeCapability is the CUDA compute capability, "9.0".
 	ComputeCapability string
+	// AddressingMode is "HMM", "ATS" or "None" on a platform with
+	// coherent memory (Grace Hopper); empty elsewhere.
+	AddressingMode string
+	// CUDADriverVersion is the CUDA version the driver supports as NVML
+	// reports it, "13.0".
+	CUDADriverVersion string
 }
 
 // DRMNodes are a GPU's /dev/dri/card<N> and /dev/dri/renderD<N>; a zero

@@ -36,6 +36,20 @@ type gpuView struct {
 	// DRM are the GPU's /dev/dri card and render nodes, when it has.
 	DRM []nodeView `json:"drm,omitempty"`
 	MIG bool       `json:"mig,omitempty"`
+	// NVML is what NVML says of the GPU; absent without NVML.
+	NVML *nvmlView `json:"nvml,omitempty"`
+}
+
+// nvmlView is a GPU's properties as NVML reports them (what the DRA
+// driver publishes); an empty field is unknown.
+type nvmlView struct {
+	ProductName       string `json:"productName,omitempty"`
+	MemoryBytes       uint64 `json:"memoryBytes,omitempty"`
+	Brand             string `json:"brand,omitempty"`
+	Architecture      string `json:"architecture,omitempty"`
+	ComputeCapability string `json:"cudaComputeCapability,omitempty"`
+	CUDADriverVersion string `json:"cudaDriverVersion,omitempty"`
+	AddressingMode    string `json:"addressingMode,omitempty"`
 }
 
 // migView is one MIG device.
@@ -50,6 +64,18 @@ type migView struct {
 	MemoryMiB  uint64   `json:"memoryMiB"`
 	GINode     nodeView `json:"giNode"`
 	CINode     nodeView `json:"ciNode"`
+	// Placement is the GPU instance's profile id and memory slices;
+	// absent when NVML does not tell.
+	Placement *placementView `json:"placement,omitempty"`
+	// Engines are the device's multiprocessors and engines; absent when
+	// unknown.
+	Engines *inventory.MIGEngines `json:"engines,omitempty"`
+}
+
+type placementView struct {
+	ProfileID int `json:"profileId"`
+	Start     int `json:"start"`
+	Size      int `json:"size"`
 }
 
 type nodeView struct {
@@ -78,6 +104,10 @@ func viewOf(s *inventory.Snapshot) inventoryView {
 	}
 	for _, g := range s.GPUs {
 		gv := gpuView{Index: g.Index, Minor: g.Minor, UUID: g.UUID, BusID: g.BusID, Model: g.Model, Node: nodeOf(g.Node), MIG: g.MIGEnabled}
+		if p := g.Props; p != nil {
+			gv.NVML = &nvmlView{ProductName: p.ProductName, MemoryBytes: p.MemoryBytes, Brand: p.Brand, Architecture: p.Architecture,
+				ComputeCapability: p.ComputeCapability, CUDADriverVersion: p.CUDADriverVersion, AddressingMode: p.AddressingMode}
+		}
 		for _, n := range []inventory.DeviceNode{g.Card(), g.Render()} {
 			if n.Path != "" {
 				gv.DRM = append(gv.DRM, nodeOf(n))
@@ -86,8 +116,15 @@ func viewOf(s *inventory.Snapshot) inventoryView {
 		v.GPUs = append(v.GPUs, gv)
 	}
 	for _, m := range s.MIG {
-		v.MIG = append(v.MIG, migView{Name: m.Name(), UUID: m.UUID, Profile: m.Profile, Parent: m.Parent, ParentUUID: m.ParentUUID,
-			GI: m.GI, CI: m.CI, MemoryMiB: m.MemoryMiB, GINode: nodeOf(m.GINode), CINode: nodeOf(m.CINode)})
+		mv := migView{Name: m.Name(), UUID: m.UUID, Profile: m.Profile, Parent: m.Parent, ParentUUID: m.ParentUUID,
+			GI: m.GI, CI: m.CI, MemoryMiB: m.MemoryMiB, GINode: nodeOf(m.GINode), CINode: nodeOf(m.CINode)}
+		if p := m.Placement; p != nil {
+			mv.Placement = &placementView{ProfileID: p.ProfileID, Start: p.Start, Size: p.Size}
+		}
+		if e := m.Engines; e != (inventory.MIGEngines{}) {
+			mv.Engines = &e
+		}
+		v.MIG = append(v.MIG, mv)
 	}
 	for _, n := range []*inventory.DeviceNode{s.MIGControl.Config, s.MIGControl.Monitor} {
 		if n != nil {
@@ -156,6 +193,7 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s %d:%d %s\t%s\n", g.Index, g.Minor, g.UUID, g.BusID, model, g.Node.Path, g.Node.Major, g.Node.Minor, g.Node.Mode, drm)
 		}
 	}
+	writeNVMLTable(tw, v.GPUs)
 	if len(v.MIG) > 0 || v.NVML != "" {
 		fmt.Fprintf(tw, "\nMIG devices: %d", len(v.MIG))
 		if v.NVML != "ok" && v.NVML != "" {
@@ -164,10 +202,19 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 		fmt.Fprintln(tw)
 	}
 	if len(v.MIG) > 0 {
-		fmt.Fprintln(tw, "NAME\tUUID\tPROFILE\tGPU\tGI\tCI\tGI NODE\tCI NODE")
+		// The columns of NVML's GPU instance come last: tools read the
+		// others by position (deploy/tools/mig-fidelity.sh).
+		fmt.Fprintln(tw, "NAME\tUUID\tPROFILE\tGPU\tGI\tCI\tGI NODE\tCI NODE\tMEMORY\tPROFILE ID\tPLACEMENT\tSM")
 		for _, m := range v.MIG {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s %d:%d\t%s %d:%d\n", m.Name, m.UUID, m.Profile, m.Parent, m.GI, m.CI,
-				m.GINode.Path, m.GINode.Major, m.GINode.Minor, m.CINode.Path, m.CINode.Major, m.CINode.Minor)
+			id, placement, sm := "-", "-", "-"
+			if p := m.Placement; p != nil {
+				id, placement = fmt.Sprint(p.ProfileID), fmt.Sprintf("%d:%d", p.Start, p.Size)
+			}
+			if m.Engines != nil {
+				sm = fmt.Sprint(m.Engines.Multiprocessors)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s %d:%d\t%s %d:%d\t%d MiB\t%s\t%s\t%s\n", m.Name, m.UUID, m.Profile, m.Parent, m.GI, m.CI,
+				m.GINode.Path, m.GINode.Major, m.GINode.Minor, m.CINode.Path, m.CINode.Major, m.CINode.Minor, m.MemoryMiB, id, placement, sm)
 		}
 		for _, n := range v.MIGControl {
 			fmt.Fprintf(tw, "MIG management: %s %d:%d\n", n.Path, n.Major, n.Minor)
@@ -204,4 +251,29 @@ func writeTable(w io.Writer, s *inventory.Snapshot) error {
 		}
 	}
 	return nil
+}
+
+// writeNVMLTable writes what NVML says of the GPUs, when it says
+// anything: the properties the DRA driver publishes.
+func writeNVMLTable(w io.Writer, gpus []gpuView) {
+	some := false
+	for _, g := range gpus {
+		some = some || g.NVML != nil
+	}
+	if !some {
+		return
+	}
+	or := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	fmt.Fprintln(w, "\nNVML:\nINDEX\tPRODUCT\tBRAND\tARCHITECTURE\tCOMPUTE\tMEMORY\tCUDA\tADDRESSING")
+	for _, g := range gpus {
+		if p := g.NVML; p != nil {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d MiB\t%s\t%s\n", g.Index, or(p.ProductName), or(p.Brand), or(p.Architecture),
+				or(p.ComputeCapability), p.MemoryBytes>>20, or(p.CUDADriverVersion), or(p.AddressingMode))
+		}
+	}
 }

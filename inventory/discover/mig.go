@@ -21,6 +21,8 @@ type NVMLGPU struct {
 	MIG        []NVMLMIG
 	// MemoryMiB is the GPU's total memory; 0 when NVML did not say.
 	MemoryMiB uint64
+	// Props are the GPU's properties NVML reported; nil for none.
+	Props *inventory.GPUProps
 }
 
 // NVMLMIG is one MIG device as NVML reports it.
@@ -30,6 +32,9 @@ type NVMLMIG struct {
 	GI, CI    int
 	Profile   string
 	MemoryMiB uint64
+	// Placement and Engines are as inventory.MIGDevice's.
+	Placement *inventory.MIGPlacement
+	Engines   inventory.MIGEngines
 }
 
 // MIGMinors is /proc/driver/nvidia-caps/mig-minors: the nvidia-caps minor
@@ -143,7 +148,7 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 		g, ok := byUUID[strings.ToUpper(out.GPUs[i].UUID)]
 		out.GPUs[i].MIGEnabled = ok && g.MIGEnabled
 		if ok {
-			out.GPUs[i].MemoryMiB = g.MemoryMiB
+			out.GPUs[i].MemoryMiB, out.GPUs[i].Props = g.MemoryMiB, g.Props
 		}
 	}
 	if !anyMIG {
@@ -240,6 +245,7 @@ func (d *discovery) addMIGDevices(byUUID map[string]NVMLGPU, minors MIGMinors, c
 			d.snap.MIG = append(d.snap.MIG, inventory.MIGDevice{
 				UUID: uuid, Index: m.Index, Parent: g.Index, ParentUUID: g.UUID, Profile: m.Profile,
 				MemoryMiB: m.MemoryMiB, GI: m.GI, CI: m.CI, GINode: capNode(capsMajor, gi), CINode: capNode(capsMajor, ci),
+				Placement: m.Placement, Engines: m.Engines,
 			})
 		}
 	}

@@ -47,12 +47,14 @@ func TestParseMIGMinors(t *testing.T) {
 func nvmlOf(n *simnode.Node, st simnode.NVMLState) []discover.NVMLGPU {
 	var out []discover.NVMLGPU
 	for i, g := range n.GPUs {
-		ng := discover.NVMLGPU{UUID: g.UUID}
+		ng := discover.NVMLGPU{UUID: g.UUID, MemoryMiB: 81559, Props: &inventory.GPUProps{Architecture: "Hopper"}}
 		if i < len(st.GPUs) && st.GPUs[i].MIGMode == 1 {
 			ng.MIGEnabled = true
 			for j, m := range st.GPUs[i].MIG {
 				ng.MIG = append(ng.MIG, discover.NVMLMIG{UUID: simnode.MIGUUIDFor(g.UUID, m.GI, m.CI), Index: j, GI: m.GI, CI: m.CI,
-					Profile: fmt.Sprintf("%dg", m.GISlices), MemoryMiB: m.MemoryMiB})
+					Profile: fmt.Sprintf("%dg", m.GISlices), MemoryMiB: m.MemoryMiB,
+					Placement: &inventory.MIGPlacement{ProfileID: 19, Start: simnode.MIGPlacementStart(m.GI), Size: m.GISlices},
+					Engines:   inventory.MIGEngines{Multiprocessors: uint32(16 * m.GISlices)}})
 			}
 		}
 		out = append(out, ng)
@@ -93,12 +95,18 @@ func TestAddMIG(t *testing.T) {
 	m := out.MIG[10]
 	g1 := n.GPUs[1]
 	want := inventory.MIGDevice{
-		UUID: simnode.MIGUUIDFor(g1.UUID, 13, 0), Index: 3, Parent: 1, ParentUUID: g1.UUID, Profile: "1g", MemoryMiB: 9856, GI: 13, CI: 0,
+		UUID: simnode.MIGUUIDFor(g1.UUID, 13, 0), Index: 3, Parent: 1, ParentUUID: g1.UUID, Profile: "1g", MemoryMiB: 9984, GI: 13, CI: 0,
+		Placement: &inventory.MIGPlacement{ProfileID: 19, Start: 6, Size: 1}, Engines: inventory.MIGEngines{Multiprocessors: 16},
 		GINode: inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", simnode.GIMinor(g1.Minor, 13)), Major: int64(major), Minor: int64(simnode.GIMinor(g1.Minor, 13)), Mode: 0o444},
 		CINode: inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", simnode.CIMinor(g1.Minor, 13, 0)), Major: int64(major), Minor: int64(simnode.CIMinor(g1.Minor, 13, 0)), Mode: 0o444},
 	}
 	if diff := cmp.Diff(want, m); diff != "" {
 		t.Errorf("GPU 1's last MIG device (-want +got):\n%s", diff)
+	}
+	for i, g := range out.GPUs {
+		if g.MemoryMiB != 81559 || g.Props == nil || g.Props.Architecture != "Hopper" {
+			t.Errorf("GPU %d: NVML's memory and properties not kept: %d MiB, %+v", i, g.MemoryMiB, g.Props)
+		}
 	}
 	if m.Name() != "1:3" || out.MIG[0].Name() != "0:0" {
 		t.Errorf("names %s, %s", m.Name(), out.MIG[0].Name())

@@ -111,6 +111,8 @@ type dl struct {
 	// compute are the compute-mode functions, bound on first use
 	// (compute.go).
 	compute computeFuncs
+	// props are the functions of the properties (props.go).
+	props propFuncs
 }
 
 // Open loads the NVML library at path (an absolute path found by
@@ -190,6 +192,7 @@ func (l *dl) bind() error {
 			return err
 		}
 	}
+	l.bindProps()
 	l.hasMIG = l.getMigMode != nil && l.getMaxMigDeviceCount != nil && l.getMigDeviceHandleByIdx != nil &&
 		l.getGpuInstanceID != nil && l.getComputeInstanceID != nil && l.getAttributes != nil
 	l.hasMemoryInfo = l.getMemoryInfo != nil
@@ -235,9 +238,14 @@ func (l *dl) Devices() ([]GPU, error) {
 	if n > MaxGPUs {
 		return nil, fmt.Errorf("nvml: nvmlDeviceGetCount_v2 reports %d GPUs (more than %d)", n, MaxGPUs)
 	}
+	cuda := l.cudaDriverVersion()
 	gpus := make([]GPU, 0, n)
 	for i := uint32(0); i < n; i++ {
-		gpus = append(gpus, l.gpu(i))
+		g := l.gpu(i)
+		if g.Err == nil {
+			g.CUDADriverVersion = cuda
+		}
+		gpus = append(gpus, g)
 	}
 	return gpus, nil
 }
@@ -268,9 +276,10 @@ func (l *dl) gpu(i uint32) GPU {
 	if l.hasMemoryInfo {
 		var m memory
 		if r := l.getMemoryInfo(h, &m); r == Success {
-			g.MemoryMiB = m.Total >> 20
+			g.MemoryMiB, g.MemoryBytes = m.Total>>20, m.Total
 		}
 	}
+	l.addProps(h, &g)
 	if !l.hasMIG {
 		return g
 	}
@@ -293,6 +302,7 @@ func (l *dl) gpu(i uint32) GPU {
 		return g
 	}
 	maxMIG = min(maxMIG, MaxMIGDevices)
+	profiles := l.giProfiles(h)
 	for j := uint32(0); j < maxMIG; j++ {
 		var mh uintptr
 		switch r := l.getMigDeviceHandleByIdx(h, j, &mh); r {
@@ -303,7 +313,7 @@ func (l *dl) gpu(i uint32) GPU {
 			g.Err = l.err("nvmlDeviceGetMigDeviceHandleByIndex", r)
 			return g
 		}
-		m, err := l.mig(mh, g.MemoryMiB)
+		m, err := l.mig(h, mh, g.MemoryMiB, profiles)
 		if err != nil {
 			g.Err = err
 			return g
@@ -314,7 +324,9 @@ func (l *dl) gpu(i uint32) GPU {
 	return g
 }
 
-func (l *dl) mig(h uintptr, parentMiB uint64) (MIG, error) {
+// mig queries MIG device h of GPU parent, whose GPU instance profiles
+// are profiles.
+func (l *dl) mig(parent, h uintptr, parentMiB uint64, profiles []giProfile) (MIG, error) {
 	var m MIG
 	var err error
 	if m.UUID, err = l.uuid(h); err != nil {
@@ -335,6 +347,8 @@ func (l *dl) mig(h uintptr, parentMiB uint64) (MIG, error) {
 	m.GISlices, m.CISlices = int(a.GPUInstanceSliceCount), int(a.ComputeInstanceSliceCount)
 	m.MemoryMiB = a.MemorySizeMB
 	m.Profile = ProfileName(m.GISlices, m.CISlices, m.MemoryMiB, parentMiB)
+	m.Engines = enginesOf(a)
+	l.addPlacement(parent, parentMiB, profiles, a, &m)
 	return m, nil
 }
 
@@ -474,6 +488,10 @@ var (
 	sizeAttributes = unsafe.Sizeof(attributes{})
 	sizeMemory     = unsafe.Sizeof(memory{})
 	sizeEventData  = unsafe.Sizeof(eventData{})
+
+	sizeGIProfileInfo  = unsafe.Sizeof(gpuInstanceProfileInfo{})
+	sizeGIInfo         = unsafe.Sizeof(gpuInstanceInfo{})
+	sizeAddressingMode = unsafe.Sizeof(addressingMode{})
 )
 
 // Versioner is implemented by the Lib that Open returns: NVML's own

@@ -43,9 +43,22 @@ type GPU struct {
 	UUID  string
 	// BusID is NVML's form, "00000000:1B:00.0".
 	BusID string
-	Name  string
-	// MemoryMiB is the GPU's total memory.
-	MemoryMiB uint64
+	// Name is NVML's product name, "NVIDIA H100 80GB HBM3".
+	Name string
+	// MemoryMiB is the GPU's total memory; MemoryBytes the same in
+	// bytes, as nvmlDeviceGetMemoryInfo reports it.
+	MemoryMiB   uint64
+	MemoryBytes uint64
+	// Brand and Architecture are NVML's, named as NVIDIA's go-nvlib
+	// names them ("Nvidia", "Hopper"); ComputeCapability is the CUDA
+	// compute capability, "9.0"; AddressingMode is "HMM", "ATS" or
+	// "None" on a platform with coherent memory. Empty when NVML does
+	// not tell (an older library, a GPU that does not support it).
+	Brand, Architecture, ComputeCapability, AddressingMode string
+	// CUDADriverVersion is the CUDA version the driver supports,
+	// major.minor ("13.0"), the same for every GPU; empty when NVML does
+	// not tell.
+	CUDADriverVersion string
 	// MIGEnabled is the current MIG mode.
 	MIGEnabled bool
 	// MIG are the GPU's MIG devices, by MIG index; empty without MIG.
@@ -66,10 +79,32 @@ type MIG struct {
 	// Profile is the MIG profile name, "1g.10gb" (with a "<n>c." prefix
 	// when the compute instance uses part of its GPU instance:
 	// "1c.2g.20gb").
-	Profile   string
+	Profile string
+	// MemoryMiB is the instance's memory: its GPU instance profile's
+	// when NVML names the profile, its device attributes' otherwise.
 	MemoryMiB uint64
 	GISlices  int
 	CISlices  int
+	// Placement is the GPU instance's profile id and memory slices; nil
+	// when NVML does not tell (an older library, a process NVML refuses
+	// GPU instances to).
+	Placement *Placement
+	// Engines are the device's multiprocessors and engines: its GPU
+	// instance profile's, as NVIDIA's DRA driver publishes them, or its
+	// device attributes' without the profile.
+	Engines Engines
+}
+
+// Placement is where a GPU instance lies on its GPU (nvmlGpuInstanceGetInfo):
+// its GPU instance profile id (19 for an H100's 1g.10gb) and the memory
+// slices it occupies, from Start for Size.
+type Placement struct {
+	ProfileID, Start, Size int
+}
+
+// Engines are a MIG device's multiprocessors and engines.
+type Engines struct {
+	Multiprocessors, CopyEngines, Decoders, Encoders, JPEGs, OFAs uint32
 }
 
 // Event is an XID event.
@@ -134,7 +169,7 @@ func IsCode(err error, c Return) bool {
 // GPU's rounded up to eighths times the GPU's memory in GiB (rounded up),
 // and a "<n>c." prefix when the compute instance has fewer slices than its
 // GPU instance. An A100 40GB's 4864 MiB slice is "1g.5gb", an H100 80GB's
-// 9856 MiB one "1g.10gb".
+// 9984 MiB one "1g.10gb".
 func ProfileName(giSlices, ciSlices int, memMiB, parentMiB uint64) string {
 	gb := uint64(0)
 	if parentMiB > 0 {

@@ -32,14 +32,12 @@ func simNVML(t *testing.T, gpus int, st simnode.NVMLState) (*simnode.Node, nvml.
 	return n, lib
 }
 
-func h100MIG(gi, ci, slices int) simnode.MIG {
-	mem := map[int]uint64{1: 9856, 2: 19968, 3: 40192, 4: 40192, 7: 80896}[slices]
-	return simnode.MIG{GI: gi, CI: ci, GISlices: slices, CISlices: slices, MemoryMiB: mem}
-}
+func h100MIG(gi, ci, slices int) simnode.MIG { return simnode.H100MIG(gi, ci, slices) }
 
 // TestSimulatedLibrary loads the simulated libnvidia-ml.so.1 (built with
 // gcc from nvml.h's signatures and layouts) through the purego binding and
-// reads a node with MIG on two GPUs of three.
+// reads a node with MIG on two GPUs of three: every GPU's properties, and
+// each MIG device's GPU instance profile, placement and engines.
 func TestSimulatedLibrary(t *testing.T) {
 	var seven []simnode.MIG
 	for gi := 7; gi <= 13; gi++ {
@@ -58,24 +56,135 @@ func TestSimulatedLibrary(t *testing.T) {
 		t.Fatalf("got %d GPUs, want 3", len(gpus))
 	}
 	for i, g := range gpus {
-		if g.Err != nil || g.UUID != n.GPUs[i].UUID || g.BusID != "0000"+upper(n.GPUs[i].BusID) || g.Name != n.GPUs[i].Model || g.MemoryMiB != 81559 {
-			t.Errorf("GPU %d: %+v, want UUID %s", i, g, n.GPUs[i].UUID)
+		g.MIG = nil
+		want := nvml.GPU{Index: i, UUID: n.GPUs[i].UUID, BusID: "0000" + upper(n.GPUs[i].BusID), Name: n.GPUs[i].Model,
+			MemoryMiB: 81559, MemoryBytes: 81559 << 20, Brand: "Nvidia", Architecture: "Hopper", ComputeCapability: "9.0",
+			CUDADriverVersion: "13.0", MIGEnabled: i < 2}
+		if diff := cmp.Diff(want, g); diff != "" {
+			t.Errorf("GPU %d (-want +got):\n%s", i, diff)
 		}
 	}
-	if !gpus[0].MIGEnabled || len(gpus[0].MIG) != 7 || gpus[2].MIGEnabled || len(gpus[2].MIG) != 0 {
-		t.Fatalf("MIG: GPU 0 %v/%d, GPU 2 %v/%d", gpus[0].MIGEnabled, len(gpus[0].MIG), gpus[2].MIGEnabled, len(gpus[2].MIG))
+	if len(gpus[0].MIG) != 7 || len(gpus[2].MIG) != 0 {
+		t.Fatalf("MIG: GPU 0 %d devices, GPU 2 %d", len(gpus[0].MIG), len(gpus[2].MIG))
 	}
+	g1 := n.GPUs[1].UUID
+	twoG := nvml.Engines{Multiprocessors: 32, CopyEngines: 2, Decoders: 2, JPEGs: 2}
+	oneG := nvml.Engines{Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1}
 	want := []nvml.MIG{
-		{Index: 0, UUID: simnode.MIGUUIDFor(n.GPUs[1].UUID, 3, 0), GI: 3, CI: 0, Profile: "2g.20gb", MemoryMiB: 19968, GISlices: 2, CISlices: 2},
-		{Index: 1, UUID: simnode.MIGUUIDFor(n.GPUs[1].UUID, 4, 0), GI: 4, CI: 0, Profile: "2g.20gb", MemoryMiB: 19968, GISlices: 2, CISlices: 2},
-		{Index: 2, UUID: simnode.MIGUUIDFor(n.GPUs[1].UUID, 5, 0), GI: 5, CI: 0, Profile: "2g.20gb", MemoryMiB: 19968, GISlices: 2, CISlices: 2},
-		{Index: 3, UUID: simnode.MIGUUIDFor(n.GPUs[1].UUID, 13, 0), GI: 13, CI: 0, Profile: "1g.10gb", MemoryMiB: 9856, GISlices: 1, CISlices: 1},
+		{Index: 0, UUID: simnode.MIGUUIDFor(g1, 3, 0), GI: 3, CI: 0, Profile: "2g.20gb", MemoryMiB: 20096, GISlices: 2, CISlices: 2,
+			Placement: &nvml.Placement{ProfileID: 14, Start: 0, Size: 2}, Engines: twoG},
+		{Index: 1, UUID: simnode.MIGUUIDFor(g1, 4, 0), GI: 4, CI: 0, Profile: "2g.20gb", MemoryMiB: 20096, GISlices: 2, CISlices: 2,
+			Placement: &nvml.Placement{ProfileID: 14, Start: 2, Size: 2}, Engines: twoG},
+		{Index: 2, UUID: simnode.MIGUUIDFor(g1, 5, 0), GI: 5, CI: 0, Profile: "2g.20gb", MemoryMiB: 20096, GISlices: 2, CISlices: 2,
+			Placement: &nvml.Placement{ProfileID: 14, Start: 4, Size: 2}, Engines: twoG},
+		{Index: 3, UUID: simnode.MIGUUIDFor(g1, 13, 0), GI: 13, CI: 0, Profile: "1g.10gb", MemoryMiB: 9984, GISlices: 1, CISlices: 1,
+			Placement: &nvml.Placement{ProfileID: 19, Start: 6, Size: 1}, Engines: oneG},
 	}
 	if diff := cmp.Diff(want, gpus[1].MIG); diff != "" {
 		t.Errorf("GPU 1's MIG devices (-want +got):\n%s", diff)
 	}
-	if gpus[0].MIG[6].Profile != "1g.10gb" || gpus[0].MIG[6].GI != 13 {
-		t.Errorf("GPU 0's last MIG device: %+v", gpus[0].MIG[6])
+	if m := gpus[0].MIG[6]; m.Profile != "1g.10gb" || m.GI != 13 || m.Placement == nil || m.Placement.Start != 6 {
+		t.Errorf("GPU 0's last MIG device: %+v", m)
+	}
+}
+
+// TestSimulatedProfiles: MIG devices of the profiles go-nvlib names with
+// a suffix or by their memory alone (1g.10gb+me, 1g.20gb), a whole-GPU
+// instance, and a compute instance of part of its GPU instance, which has
+// its own multiprocessors and its GPU instance's engines.
+func TestSimulatedProfiles(t *testing.T) {
+	me := simnode.MIG{GI: 7, CI: 0, GISlices: 1, CISlices: 1, MemoryMiB: 9984, Profile: "1g.10gb+me"}
+	twenty := simnode.MIG{GI: 4, CI: 0, GISlices: 1, CISlices: 1, MemoryMiB: 20096, Profile: "1g.20gb"}
+	part := simnode.MIG{GI: 2, CI: 1, GISlices: 3, CISlices: 1, MemoryMiB: 40448}
+	_, lib := simNVML(t, 2, simnode.NVMLState{GPUs: []simnode.NVMLGPU{
+		{MIGMode: 1, MIG: []simnode.MIG{me, twenty, part}},
+		{MIGMode: 1, MIG: []simnode.MIG{h100MIG(0, 0, 7)}},
+	}})
+	gpus, err := lib.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type summary struct {
+		Profile   string
+		MemoryMiB uint64
+		Placement nvml.Placement
+		Engines   nvml.Engines
+	}
+	var got []summary
+	for _, g := range gpus {
+		for _, m := range g.MIG {
+			if m.Placement == nil {
+				t.Fatalf("%s: no placement", m.Profile)
+			}
+			got = append(got, summary{m.Profile, m.MemoryMiB, *m.Placement, m.Engines})
+		}
+	}
+	want := []summary{
+		{"1g.10gb+me", 9984, nvml.Placement{ProfileID: 20, Start: 0, Size: 1}, nvml.Engines{Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1, OFAs: 1}},
+		{"1g.20gb", 20096, nvml.Placement{ProfileID: 15, Start: 2, Size: 2}, nvml.Engines{Multiprocessors: 26, CopyEngines: 1, Decoders: 1, JPEGs: 1}},
+		{"1c.3g.40gb", 40448, nvml.Placement{ProfileID: 9, Start: 4, Size: 4}, nvml.Engines{Multiprocessors: 16, CopyEngines: 3, Decoders: 3, JPEGs: 3}},
+		{"7g.80gb", 81152, nvml.Placement{ProfileID: 0, Start: 0, Size: 8}, nvml.Engines{Multiprocessors: 132, CopyEngines: 8, Decoders: 7, JPEGs: 7, OFAs: 1}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MIG devices (-want +got):\n%s", diff)
+	}
+}
+
+// TestSimulatedPropsLeftOut: what NVML does not tell is left unknown and
+// nothing else fails: a library without the property and GPU instance
+// functions (as one from before them) still loads and enumerates, its
+// MIG devices named and measured from their device attributes; a GPU
+// model NVML answers NOT_SUPPORTED for; GPU instances NVML refuses (no
+// permission); an addressing mode where the platform has one; the CUDA
+// version NVML reports, as NVIDIA prints it (12080: "12.8").
+func TestSimulatedPropsLeftOut(t *testing.T) {
+	st := simnode.NVMLState{GPUs: []simnode.NVMLGPU{
+		{MIGMode: 1, MIG: []simnode.MIG{h100MIG(9, 0, 1)}, GIError: simnode.NVMLErrorNoPermission, AddressingMode: "ATS"},
+		{},
+	}}
+	// The MIG device as its device attributes describe it.
+	fromAttributes := nvml.MIG{Index: 0, GI: 9, Profile: "1g.10gb", MemoryMiB: 9984, GISlices: 1, CISlices: 1,
+		Engines: nvml.Engines{Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1}}
+	for _, tc := range []struct {
+		name string
+		opts simnode.Options
+		gpu0 nvml.GPU // without Index, UUID, BusID and MIG
+		gpu1 nvml.GPU
+	}{
+		{"an older library", simnode.Options{NumGPUs: 2, NVMLWithoutProps: true},
+			nvml.GPU{Name: simnode.DefaultModel, MemoryMiB: 81559, MemoryBytes: 81559 << 20, MIGEnabled: true},
+			nvml.GPU{Name: simnode.DefaultModel, MemoryMiB: 81559, MemoryBytes: 81559 << 20}},
+		{"an unknown model, GPU instances refused", simnode.Options{GPUs: []simnode.GPU{{BusID: "0000:18:00.0"}, {BusID: "0000:2a:00.0", Model: "NVIDIA L4"}}, CUDAVersion: 12080},
+			nvml.GPU{Name: simnode.DefaultModel, MemoryMiB: 81559, MemoryBytes: 81559 << 20, MIGEnabled: true,
+				Brand: "Nvidia", Architecture: "Hopper", ComputeCapability: "9.0", AddressingMode: "ATS", CUDADriverVersion: "12.8"},
+			nvml.GPU{Name: "NVIDIA L4", MemoryMiB: 81559, MemoryBytes: 81559 << 20, CUDADriverVersion: "12.8"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := simnode.Generate(t.TempDir(), tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.WriteNVMLState(st); err != nil {
+				t.Fatal(err)
+			}
+			lib, err := nvml.Open(filepath.Join(n.Root, n.LibDir, "libnvidia-ml.so.1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lib.Close()
+			gpus, err := lib.Devices()
+			if err != nil || len(gpus) != 2 {
+				t.Fatalf("Devices: %d GPUs, %v", len(gpus), err)
+			}
+			mig := fromAttributes
+			mig.UUID = simnode.MIGUUIDFor(n.GPUs[0].UUID, 9, 0)
+			want0, want1 := tc.gpu0, tc.gpu1
+			want0.Index, want0.UUID, want0.BusID, want0.MIG = 0, n.GPUs[0].UUID, "0000"+upper(n.GPUs[0].BusID), []nvml.MIG{mig}
+			want1.Index, want1.UUID, want1.BusID = 1, n.GPUs[1].UUID, "0000"+upper(n.GPUs[1].BusID)
+			if diff := cmp.Diff([]nvml.GPU{want0, want1}, gpus); diff != "" {
+				t.Errorf("GPUs (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -252,7 +252,11 @@ func librarySource(l libSpec, c *config) string {
 		src += fmt.Sprintf(cudaExtra, c.cudaVersion)
 	case "nvidia-ml":
 		// dladdr, with which it finds its state file, is a GNU extension.
-		src = "#define _GNU_SOURCE\n" + src + nvmlExtra
+		defs := fmt.Sprintf("#define _GNU_SOURCE\n#define NRI_GPU_SIM_CUDA_VERSION %d\n", c.cudaVersion)
+		if c.nvmlNoProps {
+			defs += "#define NRI_GPU_SIM_NVML_NO_PROPS 1\n"
+		}
+		src = defs + src + nvmlExtra
 	}
 	return src
 }

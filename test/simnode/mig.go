@@ -139,11 +139,15 @@ func (n *Node) SetMIG(st NVMLState) error {
 }
 
 // H100MIG returns a MIG device of an H100 80GB whose GPU and compute
-// instance span slices slices (1, 2, 3, 4 or 7), with the memory NVML
-// reports for that profile.
+// instance span slices slices (1, 2, 3, 4 or 7: 1g.10gb, 2g.20gb,
+// 3g.40gb, 4g.40gb, 7g.80gb), with the memory NVML reports for that
+// profile.
 func H100MIG(gi, ci, slices int) MIG {
-	mem := map[int]uint64{1: 9856, 2: 19968, 3: 40192, 4: 40192, 7: 80896}[slices]
-	return MIG{GI: gi, CI: ci, GISlices: slices, CISlices: slices, MemoryMiB: mem}
+	m := MIG{GI: gi, CI: ci, GISlices: slices, CISlices: slices}
+	if p, ok := ProfileOf(h100Profiles, m); ok {
+		m.MemoryMiB = p.MemoryMiB
+	}
+	return m
 }
 
 // MixedMIG is the MIG layout of the tests: GPU 0 in seven 1g.10gb

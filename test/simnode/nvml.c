@@ -137,12 +137,16 @@ static int state_path(char *out, size_t n)
 	return 0;
 }
 
+static void props_reset(void);
+static int props_line(const char *line);
+
 /* load reads the state file; without one, GPUs are counted from /dev. */
 static void load(void)
 {
 	char p[4096];
 	memset(gpus, 0, sizeof gpus);
 	memset(migs, 0, sizeof migs);
+	props_reset();
 	ngpus = nmigs = 0;
 	from_state = 0;
 	fail_count = init_delay_ms = 0;
@@ -155,6 +159,8 @@ static void load(void)
 	char line[512];
 	while (fgets(line, sizeof line, f) != NULL) {
 		line[strcspn(line, "\n")] = '\0';
+		if (props_line(line))
+			continue;
 		int idx, mig, err, n;
 		unsigned long long mem;
 		char uuid[96], bus[32];
@@ -441,6 +447,8 @@ int nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
 	return NVML_SUCCESS;
 }
 
+static void mig_attributes(const struct sim_dev *d, nvmlDeviceAttributes_t *a);
+
 int nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *a)
 {
 	if (d == NULL || a == NULL)
@@ -450,6 +458,8 @@ int nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *a)
 	a->gpuInstanceSliceCount = d->is_mig ? d->gi_slices : 0;
 	a->computeInstanceSliceCount = d->is_mig ? d->ci_slices : 0;
 	a->memorySizeMB = d->mem;
+	if (d->is_mig)
+		mig_attributes(d, a);
 	return NVML_SUCCESS;
 }
 
@@ -623,3 +633,283 @@ int nvmlDeviceSetComputeMode(nvmlDevice_t d, unsigned int mode)
 	}
 	return NVML_SUCCESS;
 }
+
+/*
+ * GPU properties and GPU instances, kept apart from the rest:
+ * nvmlDeviceGetBrand, nvmlDeviceGetArchitecture,
+ * nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetAddressingMode,
+ * nvmlSystemGetCudaDriverVersion(_v2), nvmlDeviceGetGpuInstanceProfileInfo,
+ * nvmlDeviceGetGpuInstanceById and nvmlGpuInstanceGetInfo. What they
+ * answer comes from the state file, written by simnode.WriteNVMLState:
+ *
+ *   props <gpu> <brand> <arch> <cc major> <cc minor> <addressing mode> <gi error>
+ *   gip <gpu> <profile index> <id> <slices> <instances> <SMs> <CEs> <DECs> <ENCs> <JPEGs> <OFAs> <MiB>
+ *   migp <gpu> <k> <profile index> <placement start> <placement size> <SMs>
+ *
+ * props: -1 where the GPU does not support the query (NOT_SUPPORTED);
+ * <gi error> is the code nvmlDeviceGetGpuInstanceById fails with (0:
+ * none). gip: one of the GPU instance profiles the GPU supports, by its
+ * NVML_GPU_INSTANCE_PROFILE_* index. migp: the GPU instance of the k-th MIG
+ * device of the GPU (the mig line before it). With NRI_GPU_SIM_NVML_NO_PROPS
+ * defined the library has none of these functions, as a library from
+ * before them.
+ */
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define SIM_GI_PROFILES 0x12 /* NVML_GPU_INSTANCE_PROFILE_COUNT */
+
+typedef struct nvmlGpuInstancePlacement_st {
+	unsigned int start;
+	unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_st {
+	unsigned int id;
+	unsigned int isP2pSupported;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int copyEngineCount;
+	unsigned int decoderCount;
+	unsigned int encoderCount;
+	unsigned int jpegCount;
+	unsigned int ofaCount;
+	unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct sim_gi *nvmlGpuInstance_t;
+
+typedef struct nvmlGpuInstanceInfo_st {
+	nvmlDevice_t device;
+	unsigned int id;
+	unsigned int profileId;
+	nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct {
+	unsigned int version;
+	unsigned int value;
+} nvmlDeviceAddressingMode_t;
+
+#define nvmlDeviceAddressingMode_v1 ((unsigned int)(sizeof(nvmlDeviceAddressingMode_t) | (1 << 24)))
+
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 && offsetof(nvmlGpuInstanceProfileInfo_t, memorySizeMB) == 40, "nvmlGpuInstanceProfileInfo_t");
+_Static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24 && offsetof(nvmlGpuInstanceInfo_t, placement) == 16, "nvmlGpuInstanceInfo_t");
+_Static_assert(sizeof(nvmlDeviceAddressingMode_t) == 8, "nvmlDeviceAddressingMode_t");
+
+struct sim_props {
+	int brand, arch, cc_major, cc_minor, addressing, gi_error;
+};
+struct sim_gip {
+	int used;
+	unsigned int id, slices, instances, sm, ce, dec, enc, jpeg, ofa;
+	unsigned long long mem;
+};
+struct sim_gi {
+	int used;
+	struct sim_dev *parent;
+	unsigned int id, start, size, sm;
+	int profile;
+};
+static struct sim_props props[SIM_MAX_GPUS];
+static struct sim_gip gips[SIM_MAX_GPUS][SIM_GI_PROFILES];
+/* gis[i] is the GPU instance of migs[i]. */
+static struct sim_gi gis[SIM_MAX_GPUS * SIM_MAX_MIG];
+
+static void props_reset(void)
+{
+	memset(gips, 0, sizeof gips);
+	memset(gis, 0, sizeof gis);
+	for (int i = 0; i < SIM_MAX_GPUS; i++)
+		props[i] = (struct sim_props){-1, -1, -1, -1, -1, 0};
+}
+
+/* props_line takes a props, gip or migp line of the state file. */
+static int props_line(const char *line)
+{
+	int g, idx, k, a[6];
+	unsigned int u[10];
+	unsigned long long mem;
+	if (sscanf(line, "props %d %d %d %d %d %d %d", &g, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) == 7) {
+		if (g >= 0 && g < SIM_MAX_GPUS)
+			props[g] = (struct sim_props){a[0], a[1], a[2], a[3], a[4], a[5]};
+		return 1;
+	}
+	if (sscanf(line, "gip %d %d %u %u %u %u %u %u %u %u %u %llu", &g, &idx, &u[0], &u[1], &u[2], &u[3], &u[4], &u[5], &u[6], &u[7], &u[8], &mem) == 12) {
+		if (g >= 0 && g < SIM_MAX_GPUS && idx >= 0 && idx < SIM_GI_PROFILES)
+			gips[g][idx] = (struct sim_gip){1, u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], mem};
+		return 1;
+	}
+	if (sscanf(line, "migp %d %d %d %u %u %u", &g, &k, &idx, &u[0], &u[1], &u[2]) == 6) {
+		if (g < 0 || g >= ngpus || k < 0 || k >= gpus[g].nmig || idx < 0 || idx >= SIM_GI_PROFILES)
+			return 1;
+		struct sim_dev *m = gpus[g].mig[k];
+		gis[m - migs] = (struct sim_gi){1, &gpus[g], m->gi, u[0], u[1], u[2], idx};
+		return 1;
+	}
+	return 0;
+}
+
+/* gpu_of returns the index of d's GPU (its parent's for a MIG device), or
+ * -1 for a handle that is none of the library's. */
+static int gpu_of(const struct sim_dev *d)
+{
+	if (d == NULL)
+		return -1;
+	if (d->is_mig)
+		d = d->parent;
+	if (d < gpus || d >= gpus + SIM_MAX_GPUS)
+		return -1;
+	return (int)(d - gpus);
+}
+
+/* mig_attributes gives a MIG device of a known GPU instance its
+ * instance's multiprocessors and its profile's engines. */
+static void mig_attributes(const struct sim_dev *d, nvmlDeviceAttributes_t *a)
+{
+	const struct sim_gi *gi = &gis[d - migs];
+	if (!gi->used)
+		return;
+	const struct sim_gip *p = &gips[gpu_of(d)][gi->profile];
+	a->multiprocessorCount = gi->sm;
+	a->sharedCopyEngineCount = p->ce;
+	a->sharedDecoderCount = p->dec;
+	a->sharedEncoderCount = p->enc;
+	a->sharedJpegCount = p->jpeg;
+	a->sharedOfaCount = p->ofa;
+}
+
+#ifndef NRI_GPU_SIM_NVML_NO_PROPS
+/* prop_of checks d and returns its GPU's properties, or sets *r. */
+static const struct sim_props *prop_of(const struct sim_dev *d, const void *out, int *r)
+{
+	int g = gpu_of(d);
+	*r = NVML_SUCCESS;
+	if (!is_initialized())
+		*r = NVML_ERROR_UNINITIALIZED;
+	else if (g < 0 || out == NULL)
+		*r = NVML_ERROR_INVALID_ARGUMENT;
+	else if (gpus[g].err)
+		*r = gpus[g].err;
+	return *r == NVML_SUCCESS ? &props[g] : NULL;
+}
+
+int nvmlDeviceGetBrand(nvmlDevice_t d, int *type)
+{
+	int r;
+	const struct sim_props *p = prop_of(d, type, &r);
+	if (p == NULL)
+		return r;
+	if (p->brand < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*type = p->brand;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetArchitecture(nvmlDevice_t d, unsigned int *arch)
+{
+	int r;
+	const struct sim_props *p = prop_of(d, arch, &r);
+	if (p == NULL)
+		return r;
+	if (p->arch < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*arch = (unsigned int)p->arch;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor)
+{
+	int r;
+	const struct sim_props *p = prop_of(d, minor, &r);
+	if (p == NULL)
+		return r;
+	if (major == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (p->cc_major < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*major = p->cc_major;
+	*minor = p->cc_minor;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetAddressingMode(nvmlDevice_t d, nvmlDeviceAddressingMode_t *mode)
+{
+	int r;
+	const struct sim_props *p = prop_of(d, mode, &r);
+	if (p == NULL)
+		return r;
+	if (mode->version != nvmlDeviceAddressingMode_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (p->addressing < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	mode->value = (unsigned int)p->addressing;
+	return NVML_SUCCESS;
+}
+
+int nvmlSystemGetCudaDriverVersion(int *version)
+{
+	if (version == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*version = NRI_GPU_SIM_CUDA_VERSION;
+	return NVML_SUCCESS;
+}
+
+int nvmlSystemGetCudaDriverVersion_v2(int *version)
+{
+	return nvmlSystemGetCudaDriverVersion(version);
+}
+
+int nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info)
+{
+	int r;
+	if (d != NULL && d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (prop_of(d, info, &r) == NULL)
+		return r;
+	if (profile >= SIM_GI_PROFILES)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct sim_gip *p = &gips[gpu_of(d)][profile];
+	if (d->mig_mode < 0 || !p->used)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*info = (nvmlGpuInstanceProfileInfo_t){p->id, 0, p->slices, p->instances, p->sm, p->ce, p->dec, p->enc, p->jpeg, p->ofa, p->mem};
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id, nvmlGpuInstance_t *gi)
+{
+	int r;
+	if (d != NULL && d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct sim_props *p = prop_of(d, gi, &r);
+	if (p == NULL)
+		return r;
+	if (p->gi_error)
+		return p->gi_error;
+	if (d->mig_mode != 1)
+		return NVML_ERROR_NOT_SUPPORTED;
+	for (int k = 0; k < d->nmig; k++) {
+		struct sim_gi *g = &gis[d->mig[k] - migs];
+		if (g->used && g->id == id) {
+			*gi = g;
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+int nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info)
+{
+	if (!is_initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (gi == NULL || info == NULL || gi < gis || gi >= gis + sizeof gis / sizeof gis[0] || !gi->used)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (gi->parent->err)
+		return gi->parent->err;
+	info->device = gi->parent;
+	info->id = gi->id;
+	info->profileId = gips[gi->parent - gpus][gi->profile].id;
+	info->placement.start = gi->start;
+	info->placement.size = gi->size;
+	return NVML_SUCCESS;
+}
+#endif

@@ -46,10 +46,16 @@ type MIG struct {
 	// GISlices and CISlices are the GPU and compute instance's slices
 	// (1 and 1 for a 1g.10gb).
 	GISlices, CISlices int
-	// MemoryMiB is the instance's memory (9856 for an H100's 1g.10gb).
+	// MemoryMiB is the instance's memory (9984 for an H100's 1g.10gb).
 	MemoryMiB uint64
 	// UUID is "MIG-<uuid>"; empty gets a deterministic one.
 	UUID string
+	// Profile is the GPU instance's profile as nvidia-smi mig -lgip names
+	// it ("1g.10gb", "1g.10gb+me", "1g.20gb"); empty: the profile of
+	// GISlices slices without media extensions. It must be one of the
+	// GPU's (MIGProfiles); on a GPU without profiles NVML reports no GPU
+	// instance. Its placement follows from GI (see MIGPlacementStart).
+	Profile string
 }
 
 // NVMLGPU is the NVML side of one simulated GPU.
@@ -66,6 +72,13 @@ type NVMLGPU struct {
 	Error int
 	// MemoryMiB is the GPU's memory; 0 gives 81559 (an H100 80GB).
 	MemoryMiB uint64
+	// AddressingMode is what nvmlDeviceGetAddressingMode reports ("HMM",
+	// "ATS", "None"); empty: NOT_SUPPORTED, as on an x86 node.
+	AddressingMode string
+	// GIError makes nvmlDeviceGetGpuInstanceById fail with this NVML
+	// return code (4, NVMLErrorNoPermission: a process NVML refuses GPU
+	// instances to).
+	GIError int
 }
 
 // XID is a simulated XID event.
@@ -95,6 +108,9 @@ const nvmlErrorGPUIsLost = 15
 // NVMLErrorUnknown is NVML_ERROR_UNKNOWN, for NVMLGPU.Error and
 // NVMLState.CountError.
 const NVMLErrorUnknown = 999
+
+// NVMLErrorNoPermission is NVML_ERROR_NO_PERMISSION, for NVMLGPU.GIError.
+const NVMLErrorNoPermission = 4
 
 // NVMLViolations returns what the simulated NVML recorded as misuse by its
 // callers, one line each: an nvmlShutdown while an event wait runs, an
@@ -138,12 +154,14 @@ func (n *Node) WriteNVMLState(st NVMLState) error {
 			code = nvmlErrorGPUIsLost
 		}
 		fmt.Fprintf(&b, "gpu %d %s 0000%s %d %d %d %s\n", g.Index, g.UUID, strings.ToUpper(g.BusID), mem, ng.MIGMode, code, g.Model)
-		for _, m := range ng.MIG {
+		b.WriteString(propsLines(g, ng))
+		for k, m := range ng.MIG {
 			uuid := m.UUID
 			if uuid == "" {
 				uuid = MIGUUIDFor(g.UUID, m.GI, m.CI)
 			}
 			fmt.Fprintf(&b, "mig %d %d %d %d %d %d %s\n", g.Index, m.GI, m.CI, m.GISlices, m.CISlices, m.MemoryMiB, uuid)
+			b.WriteString(migPlacementLine(g, k, m))
 		}
 	}
 	if st.CountError != 0 {

@@ -99,6 +99,11 @@ type Options struct {
 	// DefaultKernelRelease. "-" writes no such file.
 	KernelRelease string
 	CacheDir      string // where compiled ELF files are cached between calls; default os.UserCacheDir()/nri-gpu-simnode
+	// NVMLWithoutProps builds the simulated libnvidia-ml.so.1 without the
+	// functions of GPU properties and GPU instances (brand, architecture,
+	// compute capability, addressing mode, CUDA version, GPU instance
+	// profiles and placements), as a library from before them.
+	NVMLWithoutProps bool
 }
 
 // File is one driver file laid out in the node tree.
@@ -182,6 +187,8 @@ type config struct {
 	kernel      string
 	// imexChannels is Options.IMEXChannels.
 	imexChannels int
+	// nvmlNoProps is Options.NVMLWithoutProps.
+	nvmlNoProps bool
 }
 
 func normalize(opts Options) (*config, error) {
@@ -195,6 +202,7 @@ func normalize(opts Options) (*config, error) {
 		ipc:         opts.IPC,
 		cacheDir:    opts.CacheDir,
 		kernel:      opts.KernelRelease,
+		nvmlNoProps: opts.NVMLWithoutProps,
 	}
 	if err := checkIMEX(opts.IMEXChannels); err != nil {
 		return nil, err
@@ -364,9 +372,9 @@ func Generate(root string, opts Options) (*Node, error) {
 // at the new libraries, and the files of the old version (listed in
 // n.Files) removed together with the symlinks that pointed at them.
 //
-// opts supplies CUDAVersion and CacheDir; its Layout must be empty or match
-// n.LibDir, and its GPU, UVM and device-node fields are ignored (the GPUs of
-// n stay as they are). With opts.NoDriver the old driver files are removed and
+// opts supplies CUDAVersion, CacheDir and NVMLWithoutProps; its Layout
+// must be empty or match n.LibDir, and its GPU, UVM and device-node fields
+// are ignored (the GPUs of n stay as they are). With opts.NoDriver the old driver files are removed and
 // no new ones are laid out. n itself is not modified; the returned Node
 // describes the upgraded tree.
 func Upgrade(n *Node, newVersion string, opts Options) (*Node, error) {
@@ -390,6 +398,8 @@ func Upgrade(n *Node, newVersion string, opts Options) (*Node, error) {
 		UVMMajor:      n.UVMMajor,
 		NoDriver:      opts.NoDriver,
 		CacheDir:      opts.CacheDir,
+		// An upgrade may bring the property functions, or lose them.
+		NVMLWithoutProps: opts.NVMLWithoutProps,
 	})
 	if err != nil {
 		return nil, err

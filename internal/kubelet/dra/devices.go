@@ -148,11 +148,10 @@ func sliceDevice(u unit, snap *inventory.Snapshot, root topology, taints []resou
 		x.str("brand", pr.Brand)
 		x.str("architecture", pr.Architecture)
 		x.version("cudaComputeCapability", pr.ComputeCapability)
+		x.str("addressingMode", pr.AddressingMode)
 	}
 	x.version("driverVersion", snap.DriverVersion)
-	if cuda, ok := inventory.CUDAVersion(snap.DriverVersion); ok {
-		x.version("cudaDriverVersion", cuda)
-	}
+	x.version("cudaDriverVersion", cudaDriverVersion(p, snap))
 	if p.BusID != "" {
 		bus := p.BusID
 		x.a["resource.kubernetes.io/pciBusID"] = resourceapi.DeviceAttribute{StringValue: &bus}
@@ -196,9 +195,26 @@ func sliceDevice(u unit, snap *inventory.Snapshot, root topology, taints []resou
 	return d
 }
 
-// productName is the GPU's product name: NVML's and /proc's Model are
-// the same string ("NVIDIA H100 80GB HBM3").
-func productName(g inventory.GPU) string { return g.Model }
+// productName is the GPU's product name: NVML's, as NVIDIA's driver
+// publishes it, or without NVML /proc's Model, the same string ("NVIDIA
+// H100 80GB HBM3").
+func productName(g inventory.GPU) string {
+	if g.Props != nil && g.Props.ProductName != "" {
+		return g.Props.ProductName
+	}
+	return g.Model
+}
+
+// cudaDriverVersion is the CUDA version the driver supports: NVML's
+// (nvmlSystemGetCudaDriverVersion, as NVIDIA's driver reads it), or
+// without NVML the CUDA version of the driver's branch.
+func cudaDriverVersion(g inventory.GPU, snap *inventory.Snapshot) string {
+	if g.Props != nil && g.Props.CUDADriverVersion != "" {
+		return g.Props.CUDADriverVersion
+	}
+	v, _ := inventory.CUDAVersion(snap.DriverVersion)
+	return v
+}
 
 // semver returns v ("580.126.09", "13.0", "9.0") as the semantic version
 // NVIDIA's driver publishes: three numbers without leading zeros

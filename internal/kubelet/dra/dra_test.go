@@ -51,7 +51,7 @@ func testSnapshot() *inventory.Snapshot {
 	s.GPUs[1].MIGEnabled = true
 	for j, gi := range []int{7, 8} {
 		s.MIG = append(s.MIG, inventory.MIGDevice{UUID: "MIG-" + strings.Repeat(string(rune('m'+j)), 8), Index: j, Parent: 1, ParentUUID: s.GPUs[1].UUID,
-			Profile: "1g.10gb", MemoryMiB: 9856, GI: gi, CI: 0,
+			Profile: "1g.10gb", MemoryMiB: 9984, GI: gi, CI: 0,
 			GINode:    inventory.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap" + itoa(200+2*j), Major: 508, Minor: int64(200 + 2*j), Mode: 0o444},
 			CINode:    inventory.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap" + itoa(201+2*j), Major: 508, Minor: int64(201 + 2*j), Mode: 0o444},
 			Placement: &inventory.MIGPlacement{ProfileID: 19, Start: 4 + j, Size: 1},
@@ -119,7 +119,7 @@ func TestSliceDevices(t *testing.T) {
 		a["gpu.nvidia.com/type"], a["gpu.nvidia.com/uuid"] = s("mig"), s(uuid)
 		a["gpu.nvidia.com/parentUUID"], a["gpu.nvidia.com/profile"] = s("GPU-bbbbbbbb"), s("1g.10gb")
 		return resourceapi.Device{Name: name, Attributes: a, Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			"gpu.nvidia.com/memory": q(9856 << 20), "gpu.nvidia.com/multiprocessors": q(16), "gpu.nvidia.com/copyEngines": q(1),
+			"gpu.nvidia.com/memory": q(9984 << 20), "gpu.nvidia.com/multiprocessors": q(16), "gpu.nvidia.com/copyEngines": q(1),
 			"gpu.nvidia.com/decoders": q(1), "gpu.nvidia.com/encoders": q(0), "gpu.nvidia.com/jpegEngines": q(1), "gpu.nvidia.com/ofaEngines": q(0),
 			resourceapi.QualifiedName("gpu.nvidia.com/memorySlice" + itoa(slice)): q(1)}}
 	}
@@ -320,4 +320,25 @@ func (e *testEnv) spec(t *testing.T, uid string) *specs.Spec {
 		t.Fatal(err)
 	}
 	return &s
+}
+
+// TestNVMLOverDiscovery: the product name and CUDA version are NVML's
+// when it reports them (what NVIDIA's driver publishes), discovery's
+// without it: /proc's Model, the CUDA version of the driver's branch.
+func TestNVMLOverDiscovery(t *testing.T) {
+	snap := &inventory.Snapshot{DriverVersion: "580.126.09"}
+	for _, tc := range []struct {
+		name          string
+		props         *inventory.GPUProps
+		product, cuda string
+	}{
+		{"NVML", &inventory.GPUProps{ProductName: "NVIDIA H100 80GB HBM3 (NVML)", CUDADriverVersion: "12.8"}, "NVIDIA H100 80GB HBM3 (NVML)", "12.8"},
+		{"NVML silent", &inventory.GPUProps{}, "NVIDIA H100 80GB HBM3", "13.0"},
+		{"no NVML", nil, "NVIDIA H100 80GB HBM3", "13.0"},
+	} {
+		g := inventory.GPU{Model: "NVIDIA H100 80GB HBM3", Props: tc.props}
+		if p, c := productName(g), cudaDriverVersion(g, snap); p != tc.product || c != tc.cuda {
+			t.Errorf("%s: product %q, CUDA %q; want %q, %q", tc.name, p, c, tc.product, tc.cuda)
+		}
+	}
 }

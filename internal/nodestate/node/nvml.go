@@ -109,8 +109,9 @@ func (h *nvmlHandle) addMIG(cfg config.Config, snap *inventory.Snapshot, log *lo
 	defer h.mu.Unlock()
 	gpus, warnings, pr, status := h.devices(cfg, snap)
 	if status != h.status && log != nil {
+		mig := migEnabled(gpus)
 		kept := 0
-		for _, g := range gpus {
+		for _, g := range mig {
 			kept += len(g.MIG)
 		}
 		switch {
@@ -118,8 +119,8 @@ func (h *nvmlHandle) addMIG(cfg config.Config, snap *inventory.Snapshot, log *lo
 			log.Infof("NVML: %s loaded: MIG devices and XID health are available", h.path)
 		case status == "ok":
 			log.Infof("NVML: %s answers again: MIG devices and XID health are available", h.path)
-		case len(gpus) > 0:
-			log.Warnf("NVML %s: the last MIG layout NVML reported stays in force (%d GPUs with MIG enabled, %d MIG devices) until it answers again", status, len(gpus), kept)
+		case len(mig) > 0:
+			log.Warnf("NVML %s: the last MIG layout NVML reported stays in force (%d GPUs with MIG enabled, %d MIG devices) until it answers again", status, len(mig), kept)
 		default:
 			log.Warnf("NVML %s: serving whole GPUs; no MIG devices, no XID health", status)
 		}
@@ -148,8 +149,8 @@ func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus 
 	if err != nil {
 		status = "unavailable: " + err.Error()
 		gpus = h.lastOf(snap)
-		if len(gpus) > 0 {
-			warnings = append(warnings, fmt.Sprintf("NVML: %v: GPUs %s keep the MIG layout NVML last reported until it answers again (not handed out whole)", err, gpuList(snap, gpus)))
+		if mig := migEnabled(gpus); len(mig) > 0 {
+			warnings = append(warnings, fmt.Sprintf("NVML: %v: GPUs %s keep the MIG layout NVML last reported until it answers again (not handed out whole)", err, gpuList(snap, mig)))
 		}
 		return gpus, warnings, pr, status
 	}
@@ -160,10 +161,7 @@ func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus 
 	answered := map[string]bool{}
 	for _, g := range all {
 		if g.Err == nil {
-			ng := discover.NVMLGPU{UUID: g.UUID, MIGEnabled: g.MIGEnabled, MemoryMiB: g.MemoryMiB}
-			for _, m := range g.MIG {
-				ng.MIG = append(ng.MIG, discover.NVMLMIG{UUID: m.UUID, Index: m.Index, GI: m.GI, CI: m.CI, Profile: m.Profile, MemoryMiB: m.MemoryMiB})
-			}
+			ng := nvmlGPU(g)
 			pr.usable[g.UUID] = true
 			answered[strings.ToUpper(g.UUID)] = true
 			h.last[strings.ToUpper(g.UUID)] = ng
@@ -203,14 +201,44 @@ func (h *nvmlHandle) devices(cfg config.Config, snap *inventory.Snapshot) (gpus 
 	return gpus, warnings, pr, "ok"
 }
 
-// lastOf returns the last good answers of snap's GPUs that had MIG
-// enabled: what stays in force while NVML does not answer. (A GPU without
-// MIG is served whole whether NVML answers or not.)
+// nvmlGPU converts NVML's answer for a GPU it could query.
+func nvmlGPU(g nvml.GPU) discover.NVMLGPU {
+	ng := discover.NVMLGPU{UUID: g.UUID, MIGEnabled: g.MIGEnabled, MemoryMiB: g.MemoryMiB, Props: &inventory.GPUProps{
+		ProductName: g.Name, MemoryBytes: g.MemoryBytes, Brand: g.Brand, Architecture: g.Architecture,
+		ComputeCapability: g.ComputeCapability, AddressingMode: g.AddressingMode, CUDADriverVersion: g.CUDADriverVersion,
+	}}
+	for _, m := range g.MIG {
+		nm := discover.NVMLMIG{UUID: m.UUID, Index: m.Index, GI: m.GI, CI: m.CI, Profile: m.Profile, MemoryMiB: m.MemoryMiB,
+			Engines: inventory.MIGEngines(m.Engines)}
+		if p := m.Placement; p != nil {
+			nm.Placement = &inventory.MIGPlacement{ProfileID: p.ProfileID, Start: p.Start, Size: p.Size}
+		}
+		ng.MIG = append(ng.MIG, nm)
+	}
+	return ng
+}
+
+// lastOf returns the last good answers of snap's GPUs: what stays in
+// force while NVML does not answer. A GPU that had MIG enabled keeps its
+// MIG layout (it is not handed out whole); every GPU keeps the properties
+// NVML last reported of it, so that what is published of it (the DRA
+// driver's attributes) does not change while NVML is busy or failing.
 func (h *nvmlHandle) lastOf(snap *inventory.Snapshot) []discover.NVMLGPU {
 	var out []discover.NVMLGPU
 	for _, g := range snap.GPUs {
-		if last, ok := h.last[strings.ToUpper(g.UUID)]; ok && last.MIGEnabled {
+		if last, ok := h.last[strings.ToUpper(g.UUID)]; ok {
 			out = append(out, last)
+		}
+	}
+	return out
+}
+
+// migEnabled returns those of gpus with MIG enabled.
+func migEnabled(gpus []discover.NVMLGPU) []discover.NVMLGPU {
+	var out []discover.NVMLGPU
+	for _, g := range gpus {
+		if g.MIGEnabled {
+			out = append(out, g)
 		}
 	}
 	return out

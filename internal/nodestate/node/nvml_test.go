@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -123,5 +125,55 @@ func TestWithoutNVML(t *testing.T) {
 	want := "NVML unavailable: nvmlInit_v2: Driver Not Loaded (9): serving whole GPUs; no MIG devices, no XID health"
 	if c := strings.Count(log.String(), want); c != 1 {
 		t.Errorf("the log says %d times %q, want once:\n%s", c, want, log)
+	}
+}
+
+// TestNVMLProps: NVML's properties of each GPU and the GPU instance of
+// each MIG device reach the snapshot through the real binding and
+// discovery's merge; while NVML fails as a whole, or for one GPU, the
+// properties it last reported stay, as the MIG layout does.
+func TestNVMLProps(t *testing.T) {
+	p, n, cfg, _ := newMIGNode(t, nil)
+	props := &inventory.GPUProps{ProductName: simnode.DefaultModel, MemoryBytes: 81559 << 20, Brand: "Nvidia",
+		Architecture: "Hopper", ComputeCapability: "9.0", CUDADriverVersion: "13.0"}
+	g1 := n.GPUs[1]
+	last := inventory.MIGDevice{UUID: simnode.MIGUUIDFor(g1.UUID, 13, 0), Index: 3, Parent: 1, ParentUUID: g1.UUID,
+		Profile: "1g.10gb", MemoryMiB: 9984, GI: 13, CI: 0,
+		Placement: &inventory.MIGPlacement{ProfileID: 19, Start: 6, Size: 1},
+		Engines:   inventory.MIGEngines{Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1}}
+	check := func(when string) {
+		t.Helper()
+		s := p.Snapshot()
+		for _, g := range s.GPUs {
+			if d := cmp.Diff(props, g.Props); d != "" {
+				t.Errorf("%s: GPU %d's properties (-want +got):\n%s", when, g.Index, d)
+			}
+		}
+		if len(s.MIG) != 11 {
+			t.Fatalf("%s: %d MIG devices", when, len(s.MIG))
+		}
+		got := s.MIG[10]
+		got.GINode, got.CINode = inventory.DeviceNode{}, inventory.DeviceNode{}
+		if d := cmp.Diff(last, got); d != "" {
+			t.Errorf("%s: MIG device 1:3 (-want +got):\n%s", when, d)
+		}
+	}
+	check("NVML answering")
+	for _, tc := range []struct {
+		name string
+		st   func(*simnode.NVMLState)
+	}{
+		{"a failed enumeration", func(s *simnode.NVMLState) { s.CountError = simnode.NVMLErrorUnknown }},
+		{"GPU 1 erring", func(s *simnode.NVMLState) { s.GPUs[1].Error = simnode.NVMLErrorUnknown }},
+	} {
+		st := simnode.MixedMIG()
+		tc.st(&st)
+		if err := n.WriteNVMLState(st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Update(cfg, "test"); err != nil {
+			t.Fatal(err)
+		}
+		check(tc.name)
 	}
 }

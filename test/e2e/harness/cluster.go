@@ -356,6 +356,9 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 		if n.GPU, err = simnode.Generate(n.HostPath(NodeDriverRoot), g); err != nil {
 			return n, err
 		}
+		if err := copyBootID(n.GPU.Root); err != nil {
+			return n, err
+		}
 	}
 	if o.Prepare != nil {
 		if err := o.Prepare(n, &o); err != nil {
@@ -382,6 +385,22 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 		HealthzPort: 10300 + i, Verbosity: c.Opts.Verbosity,
 	})
 	return n, err
+}
+
+// copyBootID writes the host's boot id into the simulated node at root,
+// as a node's /proc has it: nri-gpu records it with its /dev/char links
+// (a record of another boot is stale), and the shell command of
+// docs/install.md that removes them compares it with /proc's.
+func copyBootID(root string) error {
+	id, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(root, "proc", "sys", "kernel", "random", "boot_id")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, id, 0o444)
 }
 
 // writeCNIConfig writes node i's CNI configuration into dir: Debian's

@@ -23,12 +23,14 @@ func GPUNodes() []NodeOptions {
 }
 
 // ClusterImages are the images a cluster of nri-gpu tests imports on every
-// node: nri-gpu's image at each tag (NRIGPUImage, built from the checkout
-// at repo with --version = the tag) and GlibcCUDAImage.
-func ClusterImages(ctx context.Context, repo string, tags ...string) ([]*Image, error) {
+// node: nri-gpu's release image at each version (ReleaseImage: make
+// image's archive from the checkout at repo; "" is the chart's
+// appVersion, the one deploy/kubernetes and the chart deploy), in that
+// order, then GlibcCUDAImage.
+func ClusterImages(ctx context.Context, repo string, versions ...string) ([]*Image, error) {
 	var images []*Image
-	for _, tag := range tags {
-		img, err := NRIGPUImage(ctx, repo, "", tag, tag)
+	for _, v := range versions {
+		img, err := ReleaseImage(ctx, repo, v)
 		if err != nil {
 			return nil, err
 		}

@@ -1,57 +1,128 @@
 package harness
 
 import (
+	"archive/tar"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strings"
 )
 
 // NRIGPUImageRepository is the repository of nri-gpu's release image, as
 // deploy/kubernetes and the chart name it.
 const NRIGPUImageRepository = "ghcr.io/nri-gpu/nri-gpu"
 
-// NRIGPUImage is nri-gpu's image for the cluster, NRIGPUImageRepository:tag,
-// with nri-gpu built from the checkout at repo (-X main.Version=version,
-// so that --version tells the images apart).
+// ChartAppVersion is the appVersion of deploy/helm/nri-gpu/Chart.yaml in
+// the checkout at repo: the image tag deploy/kubernetes and the chart
+// deploy, and the version of make image's default archive.
+func ChartAppVersion(repo string) (string, error) {
+	p := filepath.Join(repo, "deploy", "helm", "nri-gpu", "Chart.yaml")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("read the chart's appVersion: %w", err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion:\s*"?([^"\s]+)"?\s*$`).FindSubmatch(data)
+	if m == nil {
+		return "", fmt.Errorf("%s: no appVersion", p)
+	}
+	return string(m[1]), nil
+}
+
+// ReleaseImage is where the cluster's nri-gpu image comes from: the
+// release image that `make image` builds from the checkout at repo (an
+// OCI archive, NRIGPUImageRepository:<version>, the binary reporting
+// <version>), the same archive users load (docs/install.md, "The image").
+// The runtimes import it as users are told to: containerd with ctr
+// images import, CRI-O's storage with skopeo copy oci-archive:.
 //
-// It is a stand-in for `make image`'s archive (bin/nri-gpu-image.tar):
-// the same files as deploy/Dockerfile's image, /usr/bin/nri-gpu as the
-// entrypoint plus the build machine's glibc loader and libc.so.6 (nri-gpu
-// loads NVML with purego, which needs them even with CGO_ENABLED=0), one
-// layer, no shell. Once `make image` exists this function imports its
-// archive instead; callers do not change.
-func NRIGPUImage(ctx context.Context, repo, dir, tag, version string) (*Image, error) {
-	if dir == "" {
-		dir = filepath.Join(DefaultCacheDir(), "images")
+// version "" is the chart's appVersion: make image's own archive,
+// bin/nri-gpu-image.tar, the one make e2e builds and docs/install.md
+// loads. Another version (an upgrade's new tag) is
+// `make image VERSION=<version> IMAGE_TAR=bin/nri-gpu-image-<version>.tar`.
+// make runs every time: with the Go build cache warm it relinks the
+// binary and compresses the layer, a few seconds; the archive is the same
+// bytes for the same commit (make image is reproducible).
+func ReleaseImage(ctx context.Context, repo, version string) (*Image, error) {
+	args := []string{"-s", "--no-print-directory", "-C", repo, "image", "GO=" + goBinary()}
+	tarPath := filepath.Join(repo, "bin", "nri-gpu-image.tar")
+	if version == "" {
+		v, err := ChartAppVersion(repo)
+		if err != nil {
+			return nil, err
+		}
+		version = v
+	} else {
+		tarPath = filepath.Join(repo, "bin", "nri-gpu-image-"+version+".tar")
+		args = append(args, "VERSION="+version, "IMAGE_TAR="+tarPath,
+			"IMAGE_BIN="+filepath.Join(repo, "bin", "image-"+version, "nri-gpu"))
 	}
-	bindir, err := os.MkdirTemp("", "nri-gpu-image-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(bindir)
-	bin := filepath.Join(bindir, "nri-gpu")
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-trimpath", "-ldflags", "-X main.Version="+version, "-o", bin, "./cmd/nri-gpu")
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+	cmd := exec.CommandContext(ctx, "make", args...)
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build nri-gpu for its image: %w\n%s", err, out)
+		return nil, fmt.Errorf("make %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	glibc, err := glibcFiles(bin)
+	img, err := readReleaseArchive(tarPath)
 	if err != nil {
 		return nil, err
 	}
-	// The base's directories (/etc, /tmp, ...) and merged /usr (/lib64 ->
-	// usr/lib64: the loader's path in the ELF header), as distroless has.
-	files := append(append(baseFiles(), mergedUsrFiles()...), File{Path: "/usr/bin/nri-gpu", Source: bin, Mode: 0o755})
-	files = append(files, glibc...)
-	return BuildImage(dir, ImageSpec{
-		Name:       NRIGPUImageRepository + ":" + tag,
-		Files:      files,
-		Entrypoint: []string{"/usr/bin/nri-gpu"},
-	})
+	if want := NRIGPUImageRepository + ":" + version; img.Name != want {
+		return nil, fmt.Errorf("%s is named %q, want %q", tarPath, img.Name, want)
+	}
+	return img, nil
+}
+
+// readReleaseArchive reads an OCI archive's index.json and manifest: the
+// image's name (io.containerd.image.name, what ctr and podman name it by)
+// and digests.
+func readReleaseArchive(p string) (*Image, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		if h.Size < 1<<20 {
+			if files[h.Name], err = io.ReadAll(tr); err != nil {
+				return nil, fmt.Errorf("read %s: %w", p, err)
+			}
+		}
+	}
+	var idx struct {
+		Manifests []struct {
+			Digest      string            `json:"digest"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: want an index.json with one manifest (%d, %v)", p, len(idx.Manifests), err)
+	}
+	img := &Image{Name: idx.Manifests[0].Annotations["io.containerd.image.name"], Tar: p, ManifestDigest: idx.Manifests[0].Digest}
+	var m struct {
+		Config struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(files["blobs/sha256/"+strings.TrimPrefix(img.ManifestDigest, "sha256:")], &m); err != nil {
+		return nil, fmt.Errorf("%s: manifest %s: %w", p, img.ManifestDigest, err)
+	}
+	img.ConfigDigest = m.Config.Digest
+	return img, nil
 }
 
 // buildE2ECommand builds test/e2e/cmd/<name> of this module into dir and

@@ -25,12 +25,10 @@ import (
 // $(CLUSTER_VERSIONS)).
 const clusterOptIn = "NRI_GPU_E2E_CLUSTER"
 
-// The nri-gpu images the cluster phase installs: the kustomize overlay's
-// and the chart's first tag, and the tag helm upgrade moves to.
-const (
-	imageTag        = "0.1.0-e2e"
-	imageUpgradeTag = "0.1.1-e2e"
-)
+// imageUpgradeTag is the tag helm upgrade moves nri-gpu to: a second
+// archive of make image (VERSION=imageUpgradeTag). The install is the
+// shipped tag, the chart's appVersion (make image's own archive).
+const imageUpgradeTag = "0.1.1-e2e"
 
 // repoRoot is the checkout's root.
 func repoRoot() string {
@@ -51,15 +49,17 @@ func clusterVersions(t *testing.T) []string {
 	return v
 }
 
-// startTestCluster starts the cluster phase's cluster at version with the
-// nri-gpu images and the CUDA-like image on every node, and stops it when
+// startTestCluster starts the cluster phase's cluster at version with
+// nri-gpu's release images (make image's archive at the chart's
+// appVersion and at imageUpgradeTag) and the CUDA-like image on every
+// node, and stops it when
 // the test ends (printing the control plane's and nodes' log tails if the
 // test failed).
 func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions) *harness.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	images, err := harness.ClusterImages(ctx, repoRoot(), imageTag, imageUpgradeTag)
+	images, err := harness.ClusterImages(ctx, repoRoot(), "", imageUpgradeTag)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,9 +170,10 @@ func usableGPUs(n *harness.Node) int {
 }
 
 // checkInstalled checks what a user checks after an install: the
-// DaemonSet's pod Running and Ready on every node, each node's allocatable
+// DaemonSet's pod Running and Ready on every node from the release image
+// of version ("" the chart's appVersion), each node's allocatable
 // nvidia.com/gpu its usable GPUs, and nri-gpu doctor passing in each pod.
-func checkInstalled(k kc) {
+func checkInstalled(k kc, version string) {
 	t := k.t
 	t.Helper()
 	k.doc("status", nil)
@@ -194,6 +195,7 @@ func checkInstalled(k kc) {
 			return got.String() == want, "allocatable " + got.String(), nil
 		})
 		pod := daemonPod(k, n.Name)
+		checkDaemonImage(k, n.Name, pod, releaseImage(k, version))
 		argv := installCommand("doctor", map[string]string{"pod": pod}, "", "", "")
 		out, err := k.c.Kubectl(k.ctx, argv[1:]...)
 		if err != nil {
@@ -541,7 +543,7 @@ func testKustomize(k kc) {
 		_, _ = k.c.Kubectl(k.ctx, "delete", "namespace", "ml", "--ignore-not-found", "--wait=true", "--timeout=2m")
 		_, _ = k.c.Kubectl(k.ctx, "delete", "-k", harness.KustomizeOverlay(repoRoot()), "--ignore-not-found", "--wait=true", "--timeout=2m")
 	})
-	checkInstalled(k)
+	checkInstalled(k, "")
 	k.run("create", "namespace", "ml")
 	testGPUWorkloads(k, "ml")
 	checkTableIsCheckpoints(k)
@@ -552,6 +554,9 @@ func testKustomize(k kc) {
 		_, err := k.c.Kubectl(k.ctx, "get", "namespace", "nri-gpu")
 		return err != nil && strings.Contains(err.Error(), "NotFound"), fmt.Sprint(err), nil
 	})
+	// The links stay for the next install (the Helm one), which takes
+	// over their record.
+	checkLinksStay(k)
 }
 
 // chartDir is the chart in this checkout.
@@ -563,11 +568,11 @@ func testHelm(k kc) {
 	t := k.t
 	k.doc("lint", nil)
 	rendered := k.doc("template", nil)
-	if !strings.Contains(rendered, "image: ghcr.io/nri-gpu/nri-gpu:"+imageTag) || !strings.Contains(rendered, "path: /run/nvidia/driver/proc") {
-		t.Errorf("helm template: no image %s or /run/nvidia/driver/proc in\n%s", imageTag, rendered)
+	if img := releaseImage(k, ""); !strings.Contains(rendered, "image: "+img.Name) || !strings.Contains(rendered, "path: /run/nvidia/driver/proc") {
+		t.Errorf("helm template: no image %s or /run/nvidia/driver/proc in\n%s", img.Name, rendered)
 	}
 	k.doc("install", nil)
-	checkInstalled(k)
+	checkInstalled(k, "")
 	// The update strategy docs/install.md describes: one node at a time.
 	var ds appsv1.DaemonSet
 	if err := k.c.GetJSON(k.ctx, &ds, "daemonset", "-n", "nri-gpu", "nri-gpu"); err != nil {
@@ -592,7 +597,7 @@ func testHelm(k kc) {
 		k := kc{t: t, c: k.c, ctx: k.ctx}
 		k.doc("upgrade", map[string]string{"tag": imageUpgradeTag})
 		k.doc("status", nil)
-		checkInstalled(k)
+		checkInstalled(k, imageUpgradeTag)
 		for _, n := range k.c.Nodes {
 			out, err := k.c.Exec(k.ctx, "nri-gpu", daemonPod(k, n.Name), "", "nri-gpu", "--version")
 			if err != nil || !strings.Contains(out, imageUpgradeTag) {
@@ -603,7 +608,6 @@ func testHelm(k kc) {
 	})
 	t.Run("drain and uncordon", func(t *testing.T) { testDrain(kc{t: t, c: k.c, ctx: k.ctx}) })
 	t.Run("helm uninstall", func(t *testing.T) { testUninstall(kc{t: t, c: k.c, ctx: k.ctx}) })
-	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
 }
 
 // containerIDs are the GPU pods' container IDs and restart counts.
@@ -689,35 +693,4 @@ func testDrain(k kc) {
 	}
 	checkPlacement(k, views)
 	checkTableIsCheckpoints(k)
-}
-
-// testUninstall uninstalls the chart with GPU pods running: they keep
-// running with their GPUs; what nri-gpu leaves on the nodes is what
-// docs/install.md says stays.
-func testUninstall(k kc) {
-	t := k.t
-	k.doc("uninstall", nil)
-	k.wait(2*time.Minute, "nri-gpu's pods gone", func() (bool, string, error) {
-		pods, err := k.c.ListPods(k.ctx, "nri-gpu", "")
-		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), err), nil
-	})
-	pods := runningPods(k, "ml", "app=gpu2", 1)
-	v := viewGPUPod(k, pods[0])
-	checkSeesExactly(k, v, 2)
-	for _, n := range k.c.Nodes {
-		sock := n.HostPath("/var/lib/kubelet/device-plugins/nri-gpu-nvidia.com-gpu.sock")
-		if _, err := os.Lstat(sock); err == nil {
-			t.Errorf("node %s: %s left after uninstall", n.Name, sock)
-		}
-		links, _ := filepath.Glob(n.HostPath(harness.NodeDriverRoot + "/dev/char/*"))
-		cache, _ := os.ReadDir(n.HostPath(harness.NodeDriverRoot + "/var/lib/nri-gpu"))
-		var names []string
-		for _, e := range cache {
-			names = append(names, e.Name())
-		}
-		t.Logf("node %s after uninstall: /dev/char links %v; library cache %v", n.Name, links, names)
-		if len(links) != 0 {
-			t.Errorf("node %s: /dev/char links left after uninstall: %v", n.Name, links)
-		}
-	}
 }

@@ -32,6 +32,35 @@ var installCommands = map[string]string{
 	"drain":     "kubectl drain <node> --ignore-daemonsets --delete-emptydir-data --timeout=2m",
 	"uncordon":  "kubectl uncordon <node>",
 	"uninstall": "helm uninstall nri-gpu -n nri-gpu",
+	// On a node, after the uninstall (cleanupCommand).
+	"cleanup-dry-run": "sudo nri-gpu cleanup --config " + docCleanupConfig + " --dry-run",
+	"cleanup":         "sudo nri-gpu cleanup --config " + docCleanupConfig,
+}
+
+// docCleanupConfig is the configuration docs/install.md writes for
+// nri-gpu cleanup after a DaemonSet uninstall (the record's host
+// directory); the cluster phase gives its own (cleanupCommand).
+const docCleanupConfig = "/tmp/nri-gpu-cleanup.yaml"
+
+// cleanupCommand is the argv of installCommands[name], an nri-gpu
+// cleanup command, as the cluster phase runs it in a node's mount
+// namespace: without sudo (the suite is root), bin as nri-gpu (the
+// checkout's bin/nri-gpu, which an operator copies onto the node), config
+// for docCleanupConfig.
+func cleanupCommand(name, bin, config string) []string {
+	words := shellWords(installCommands[name])
+	if len(words) > 0 && words[0] == "sudo" {
+		words = words[1:]
+	}
+	for i, w := range words {
+		switch {
+		case i == 0 && w == "nri-gpu":
+			words[i] = bin
+		case w == docCleanupConfig:
+			words[i] = config
+		}
+	}
+	return words
 }
 
 // shellWords splits a command line as the shell does for what the doc
@@ -84,8 +113,9 @@ func installCommand(name string, fill map[string]string, overlay, chart, values 
 	return words
 }
 
-// docKubernetesCommands are the kubectl and helm lines of the shell
-// blocks in docs/install.md's "## Kubernetes" section, comments removed.
+// docKubernetesCommands are the kubectl, helm and sudo nri-gpu lines of
+// the shell blocks in docs/install.md's "## Kubernetes" section, comments
+// removed.
 func docKubernetesCommands(t *testing.T) []string {
 	data, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "install.md"))
 	if err != nil {
@@ -112,7 +142,7 @@ func docKubernetesCommands(t *testing.T) []string {
 			l = l[:i]
 		}
 		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "kubectl ") || strings.HasPrefix(l, "helm ") {
+		if strings.HasPrefix(l, "kubectl ") || strings.HasPrefix(l, "helm ") || strings.HasPrefix(l, "sudo nri-gpu ") {
 			out = append(out, l)
 		}
 	}

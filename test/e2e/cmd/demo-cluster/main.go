@@ -51,8 +51,8 @@ func run(version, repo string) (err error) {
 	defer cancel()
 	harness.Logf = func(string, ...any) {}
 
-	step("building nri-gpu's image from %s", repo)
-	images, err := harness.ClusterImages(ctx, repo, "0.1.0-e2e")
+	step("make image: nri-gpu's release image from %s", repo)
+	images, err := harness.ClusterImages(ctx, repo, "")
 	if err != nil {
 		return err
 	}
