@@ -13,7 +13,7 @@
 //
 // <!-- request path kinds: serve's order; each kind's steps -->
 //
-//	kubeletAssigned  bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode
+//	kubeletAssigned  replicas, bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode, mpsClient
 //	runtimeGiven     bookGiven, find, authorizeGiven, parse, reconcile, selectDevices, keepGiven, require, build, encode
 //	none             -
 //	management       authorize, parse, reconcile, selectDevices, checkManagement, require, build, encode
@@ -44,6 +44,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
@@ -70,6 +71,10 @@ type Path struct {
 	// RuntimeCDI is set when the runtime resolves CDI devices named in an
 	// adjustment (NRI v0.10 and later).
 	RuntimeCDI bool
+	// Shares is the node's sharing plan (node.State.Shares): which
+	// devices the device plugin hands out as replicas, and how; nil
+	// without one.
+	Shares *sharing.Plan
 }
 
 // Result tells what Handle decided, for logging and metrics.
@@ -97,6 +102,9 @@ type Result struct {
 	// Warnings are what the log should hear of that does not refuse the
 	// container: a kubelet annotation that was not trusted.
 	Warnings []string
+	// MPS is the MPS share the container is a client of (the kubelet gave
+	// it a replica of a GPU shared with MPS); nil otherwise.
+	MPS *sharing.Share
 }
 
 // Injected reports whether the answer gives the container devices or
@@ -110,6 +118,9 @@ type call struct {
 	pod *api.PodSandbox
 	ctr *api.Container
 	res Result
+	// replicated is set when every device of the kubelet's assignment is
+	// shared as the device plugin's replicas (replicas): booked shared.
+	replicated bool
 }
 
 // given is what the runtime put in the container before nri-gpu saw it,
@@ -189,6 +200,10 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
 // against its device nodes). They are its request, booked as the
 // kubelet's; the pod's own carriers are not read.
 func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.ContainerAdjustment, error) {
+	mps, err := p.replicas(c, kub)
+	if err != nil {
+		return nil, err
+	}
 	if err := p.bookGiven(c, indexes(kub), true); err != nil {
 		return nil, err
 	}
@@ -208,10 +223,16 @@ func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.Con
 		return nil, err
 	}
 	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
-	if end || err != nil {
+	if err != nil || end && mps == nil {
 		return nil, err
 	}
-	return p.encode(c, r, e, nil)
+	var adj *api.ContainerAdjustment
+	if !end {
+		if adj, err = p.encode(c, r, e, nil); err != nil {
+			return nil, err
+		}
+	}
+	return p.mpsClient(c, adj, mps)
 }
 
 // runtimeGiven is the path of a container that the runtime gave GPUs
