@@ -79,9 +79,11 @@ func mpsDaemonSet(k kc) string {
 }
 
 // restartNRIGPU replaces nri-gpu's pods (the device plugin's keys are
-// read at start) and waits until every node has a new one running and
-// advertises want nvidia.com/gpu.
-func restartNRIGPU(k kc, want string) {
+// read at start) and waits until every node has a new one running whose
+// log says logs ("" for none), whose device plugin the kubelet has
+// registered GPU 0's four replicas of (healthy: the kubelet's checkpoint
+// lists only those), and that advertises them.
+func restartNRIGPU(k kc, logs string) {
 	k.t.Helper()
 	old := map[string]bool{}
 	for _, n := range k.c.Nodes {
@@ -89,6 +91,7 @@ func restartNRIGPU(k kc, want string) {
 	}
 	k.run("delete", "pod", "-n", "nri-gpu", "-l", "app.kubernetes.io/name=nri-gpu", "--wait=false")
 	for _, n := range k.c.Nodes {
+		var pod string
 		k.wait(2*time.Minute, "a new nri-gpu pod Ready on "+n.Name, func() (bool, string, error) {
 			pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
 			if err != nil {
@@ -97,13 +100,39 @@ func restartNRIGPU(k kc, want string) {
 			for i := range pods {
 				p := &pods[i]
 				if p.Spec.NodeName == n.Name && !old[p.Name] && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && harness.PodReady(p) {
+					pod = p.Name
 					return true, "", nil
 				}
 			}
 			return false, fmt.Sprint(len(pods), " pods"), nil
 		})
-		waitAllocatable(k, n.Name, want)
+		if logs != "" {
+			k.wait(time.Minute, pod+"'s log says "+logs, func() (bool, string, error) {
+				out, err := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", pod)
+				return err == nil && strings.Contains(out, logs), lastLines(out, 3), nil
+			})
+		}
+		var want []string
+		for i := range 4 {
+			want = append(want, fmt.Sprintf("%s::%d", n.GPU.GPUs[0].UUID, i))
+		}
+		k.wait(time.Minute, n.Name+": the kubelet has GPU 0's replicas", func() (bool, string, error) {
+			cp, err := harness.ReadDeviceCheckpointAt(n.HostPath(harness.KubeletCheckpoint))
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			got := slices.Clone(cp.Registered["nvidia.com/gpu"])
+			slices.Sort(got)
+			return slices.Equal(got, want), fmt.Sprint(got), nil
+		})
+		waitAllocatable(k, n.Name, "4")
 	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
 }
 
 // waitAllocatable waits until node advertises want nvidia.com/gpu.
@@ -168,7 +197,7 @@ func testSharing(k kc) {
 func testTimeSlicing(k kc) {
 	t := k.t
 	k.apply(sharingConfig(t, "timeSlicing"))
-	restartNRIGPU(k, "4")
+	restartNRIGPU(k, "")
 	var all []string
 	for i := range 5 {
 		all = append(all, sharePod(fmt.Sprintf("ts-%d", i), "gpu-a", "sleep 3600"))
@@ -386,7 +415,7 @@ func testMPS(k kc) {
 		k.run("label", "node", n.Name, "nri-gpu.dev/mps=true", "--overwrite")
 	}
 	k.apply(mpsDaemonSet(k))
-	restartNRIGPU(k, "4")
+	restartNRIGPU(k, "MPS control daemon ready")
 	a, b := k.c.Node("gpu-a"), k.c.Node("gpu-b")
 	ua := a.GPU.GPUs[0].UUID
 	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81559M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/elsewhere", "CUDA_MPS_LOG_DIRECTORY=/tmp"}
