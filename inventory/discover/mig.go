@@ -144,9 +144,18 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 		byUUID[strings.ToUpper(g.UUID)] = g
 		anyMIG = anyMIG || g.MIGEnabled
 	}
+	unanswered := shownGPUInstances(opts, out.GPUs, byUUID)
 	for i := range out.GPUs {
 		g, ok := byUUID[strings.ToUpper(out.GPUs[i].UUID)]
 		out.GPUs[i].MIGEnabled = ok && g.MIGEnabled
+		if gi, shown := unanswered[out.GPUs[i].UUID]; shown {
+			// NVML has not answered for it (never yet: no last answer
+			// to keep), but its driver shows GPU instances: MIG is on.
+			// Not whole, and no MIG device: their UUIDs need NVML.
+			out.GPUs[i].MIGEnabled = true
+			anyMIG = true
+			d.deviceWarnf("GPU %d (%s): NVML has not answered for it and the driver shows GPU instances (%s): MIG enabled, nothing of it is offered until NVML answers", out.GPUs[i].Index, out.GPUs[i].UUID, gi)
+		}
 		if ok {
 			out.GPUs[i].MemoryMiB, out.GPUs[i].Props = g.MemoryMiB, g.Props
 		}
@@ -182,6 +191,55 @@ func AddMIG(opts Options, snap *inventory.Snapshot, gpus []NVMLGPU) *inventory.S
 		return cmp.Or(cmp.Compare(a.Parent, b.Parent), cmp.Compare(a.Index, b.Index))
 	})
 	return &out
+}
+
+// maxGPUInstanceEntries bounds how many entries of a GPU's
+// /proc/driver/nvidia/capabilities/gpu<minor>/mig directory are read.
+const maxGPUInstanceEntries = 256
+
+// shownGPUInstances returns, by UUID, those of gpus that NVML gave no
+// answer for (not in byUUID) whose driver shows a GPU instance: a
+// /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<N> directory (the
+// driver makes one for each GPU instance that exists, and removes it with
+// the instance), with the first such path.
+func shownGPUInstances(opts Options, gpus []inventory.GPU, byUUID map[string]NVMLGPU) map[string]string {
+	var out map[string]string
+	var host *os.Root
+	for _, g := range gpus {
+		if _, ok := byUUID[strings.ToUpper(g.UUID)]; ok || g.Minor < 0 {
+			continue
+		}
+		if host == nil {
+			root := opts.HostRoot
+			if root == "" {
+				root = "/"
+			}
+			r, err := os.OpenRoot(root)
+			if err != nil {
+				return nil
+			}
+			defer r.Close()
+			host = r
+		}
+		dir := fmt.Sprintf("proc/driver/nvidia/capabilities/gpu%d/mig", g.Minor)
+		f, err := host.Open(dir)
+		if err != nil {
+			continue
+		}
+		names, _ := f.Readdirnames(maxGPUInstanceEntries)
+		f.Close()
+		slices.Sort(names)
+		for _, n := range names {
+			if _, ok := numAfter(n, "gi", maxMIGInstance); ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[g.UUID] = "/" + dir + "/" + n
+				break
+			}
+		}
+	}
+	return out
 }
 
 // readMIGNumbers reads the nvidia-caps major from /proc/devices and the

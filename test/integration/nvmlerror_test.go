@@ -179,8 +179,9 @@ func grepLines(s, sub string) string {
 // TestPreRegisteredSlowNVML: a pre-registered plugin gets its
 // configuration in Configure, which the runtime bounds (2 s); an
 // nvmlInit_v2 that takes 4 s does not make it miss that deadline: the
-// plugin registers, serves whole GPUs (as without NVML) until NVML answers,
-// then the node's MIG devices, without a restart.
+// plugin registers, serves whole GPUs until NVML answers (but not GPU 0,
+// whose GPU instances the driver shows), then the node's MIG devices,
+// without a restart.
 func TestPreRegisteredSlowNVML(t *testing.T) {
 	needRoot(t)
 	dir := shortTempDir(t)
@@ -214,6 +215,12 @@ func TestPreRegisteredSlowNVML(t *testing.T) {
 	t.Logf("the runtime started its plugins in %s, with nvmlInit_v2 taking %s", registered.Round(time.Millisecond), st.InitDelay)
 	if err != nil || len(adj.GetLinux().GetDevices()) == 0 {
 		t.Fatalf("the pre-registered plugin does not serve (did it miss the runtime's deadline?): %v %v", adj, err)
+	}
+	// GPU 0 has MIG enabled. NVML has not answered yet, but the driver
+	// shows its GPU instances: it is not handed out whole, neither now
+	// nor once NVML answers.
+	if adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/container.w": "device=0"}, "w"); err == nil {
+		t.Errorf("GPU 0, in MIG mode, was handed out whole while NVML was busy: %v", adj.GetLinux().GetDevices())
 	}
 	waitUntil(t, "MIG device 0:0 once NVML answered", func() bool {
 		adj, err := r.create(map[string]string{"gpus.nri-gpu.dev/container.m": "device=0:0"}, "m")

@@ -108,28 +108,44 @@ func (h *nvmlHandle) addMIG(cfg config.Config, snap *inventory.Snapshot, log *lo
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	gpus, warnings, pr, status := h.devices(cfg, snap)
+	out := discover.AddMIG(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount}, snap, gpus)
 	if status != h.status && log != nil {
-		mig := migEnabled(gpus)
-		kept := 0
-		for _, g := range mig {
-			kept += len(g.MIG)
-		}
-		switch {
-		case status == "ok" && h.status == "":
-			log.Infof("NVML: %s loaded: MIG devices and XID health are available", h.path)
-		case status == "ok":
-			log.Infof("NVML: %s answers again: MIG devices and XID health are available", h.path)
-		case len(mig) > 0:
-			log.Warnf("NVML %s: the last MIG layout NVML reported stays in force (%d GPUs with MIG enabled, %d MIG devices) until it answers again", status, len(mig), kept)
-		default:
-			log.Warnf("NVML %s: serving whole GPUs; no MIG devices, no XID health", status)
-		}
+		logNVMLStatus(log, h, status, gpus, out)
 	}
 	h.status = status
-	out := discover.AddMIG(discover.Options{HostRoot: cfg.HostRoot, DriverRoot: cfg.DriverRoot, DriverRootMount: cfg.DriverRootMount}, snap, gpus)
 	out.NVML = status
 	out.Warnings = append(out.Warnings, warnings...)
 	return out, pr
+}
+
+// logNVMLStatus says how NVML's status changed to status, and what the
+// node goes by: NVML's answer, its last MIG layout (mig: the last answers
+// with MIG enabled), or, where NVML never answered, what the driver shows
+// (out's MIG-enabled GPUs: GPU instances under /proc/driver/nvidia).
+func logNVMLStatus(log *logrus.Logger, h *nvmlHandle, status string, gpus []discover.NVMLGPU, out *inventory.Snapshot) {
+	mig := migEnabled(gpus)
+	kept := 0
+	for _, g := range mig {
+		kept += len(g.MIG)
+	}
+	var shown []string
+	for _, g := range out.GPUs {
+		if g.MIGEnabled && !slices.ContainsFunc(mig, func(n discover.NVMLGPU) bool { return strings.EqualFold(n.UUID, g.UUID) }) {
+			shown = append(shown, fmt.Sprint(g.Index))
+		}
+	}
+	switch {
+	case status == "ok" && h.status == "":
+		log.Infof("NVML: %s loaded: MIG devices and XID health are available", h.path)
+	case status == "ok":
+		log.Infof("NVML: %s answers again: MIG devices and XID health are available", h.path)
+	case len(mig) > 0:
+		log.Warnf("NVML %s: the last MIG layout NVML reported stays in force (%d GPUs with MIG enabled, %d MIG devices) until it answers again", status, len(mig), kept)
+	case len(shown) > 0:
+		log.Warnf("NVML %s: GPUs %s show GPU instances: not handed out whole, no MIG devices until NVML answers; the others served whole; no XID health", status, strings.Join(shown, ", "))
+	default:
+		log.Warnf("NVML %s: serving whole GPUs; no MIG devices, no XID health", status)
+	}
 }
 
 // probe is what one enumeration said of the GPUs' health: by UUID, those

@@ -100,8 +100,8 @@ func TestNVMLWorseAnswerKeepsLast(t *testing.T) {
 }
 
 // TestNVMLBound: an nvmlInit_v2 that takes longer than the bound does not
-// hold up the node's discovery (New returns, serving whole GPUs, as
-// without NVML, and says so); when NVML answers, the node is rediscovered
+// hold up the node's discovery (New returns, serving whole the GPUs whose
+// driver shows no GPU instance, and says so); when NVML answers, the node is rediscovered
 // with its MIG devices without anything asking for it.
 func TestNVMLBound(t *testing.T) {
 	st := simnode.MixedMIG()
@@ -115,6 +115,16 @@ func TestNVMLBound(t *testing.T) {
 	}
 	if s := p.Snapshot(); len(s.MIG) != 0 || !strings.Contains(s.NVML, "NVML has not answered within 1s") {
 		t.Errorf("while NVML is busy: NVML %q, %d MIG devices", s.NVML, len(s.MIG))
+	}
+	// NVML never answered, so there is no last MIG layout to keep; the
+	// driver's GPU instances (/proc/driver/nvidia/capabilities) keep the
+	// MIG-enabled GPUs from being handed out whole.
+	busy := migView{Whole: []string{"2"}, MIGEnabled: []int{0, 1}}
+	if d := cmp.Diff(busy, viewOf(p.State())); d != "" {
+		t.Errorf("while NVML is busy at the first discovery (-want +got):\n%s", d)
+	}
+	if want := "GPUs 0, 1 show GPU instances: not handed out whole"; !strings.Contains(log.String(), want) {
+		t.Errorf("the log does not say %q:\n%s", want, log)
 	}
 	// The delay is read at nvmlInit_v2: later enumerations are quick.
 	st.InitDelay = 0
