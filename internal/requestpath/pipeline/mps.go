@@ -23,7 +23,7 @@ var mpsMountOptions = []string{"nosuid", "nodev", "noexec", "rbind", "rprivate"}
 // client limits of one replica, the daemon's own defaults:
 // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and, where the plan has the GPU's
 // memory, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT. Every other CUDA_MPS_* that
-// the pod spec or the image sets is removed, and the node-wide pipe
+// the pod spec or the image sets is set empty, and the node-wide pipe
 // directory of the driver files (Source.Edits) is not mounted: the share
 // is nri-gpu's, not the pod's. (The daemon holds each client process to
 // its defaults whatever the environment says: the environment only keeps
@@ -72,9 +72,13 @@ func (p *Path) mpsClient(c *call, adj *api.ContainerAdjustment, sh *sharing.Shar
 		}
 	}
 	for _, e := range c.ctr.GetEnv() {
-		k, _, _ := strings.Cut(e, "=")
-		if _, ours := set[k]; strings.HasPrefix(k, inventory.EnvMPSPrefix) && !ours {
-			adj.RemoveEnv(k) // the pod's or the image's: not a share nri-gpu gave
+		// The pod's or the image's: not a share nri-gpu gave. Set empty,
+		// as unset to MPS: NRI (v0.12) does not pass a plugin's removal of
+		// a variable of the container's own spec on to the runtime.
+		k, v, _ := strings.Cut(e, "=")
+		if _, ours := set[k]; strings.HasPrefix(k, inventory.EnvMPSPrefix) && !ours && v != "" {
+			set[k] = ""
+			adj.AddEnv(k, "")
 		}
 	}
 	return adj, nil

@@ -141,21 +141,29 @@ func restartNRIGPU(k kc, logs string) {
 				return err == nil && strings.Contains(out, logs), lastLines(out, 3), nil
 			})
 		}
-		var want []string
-		for i := range 4 {
-			want = append(want, fmt.Sprintf("%s::%d", n.GPU.GPUs[0].UUID, i))
-		}
-		k.wait(time.Minute, n.Name+": the kubelet has GPU 0's replicas", func() (bool, string, error) {
-			cp, err := harness.ReadDeviceCheckpointAt(n.HostPath(harness.KubeletCheckpoint))
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			got := slices.Clone(cp.Registered["nvidia.com/gpu"])
-			slices.Sort(got)
-			return slices.Equal(got, want), fmt.Sprint(got), nil
-		})
+		waitReplicasHealthy(k, n)
 		waitAllocatable(k, n.Name, "4")
 	}
+}
+
+// waitReplicasHealthy waits until the kubelet of node n has GPU 0's four
+// replicas healthy (its checkpoint lists the healthy devices of each
+// resource).
+func waitReplicasHealthy(k kc, n *harness.Node) {
+	k.t.Helper()
+	var want []string
+	for i := range 4 {
+		want = append(want, fmt.Sprintf("%s::%d", n.GPU.GPUs[0].UUID, i))
+	}
+	k.wait(time.Minute, n.Name+": the kubelet has GPU 0's replicas healthy", func() (bool, string, error) {
+		cp, err := harness.ReadDeviceCheckpointAt(n.HostPath(harness.KubeletCheckpoint))
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		got := slices.Clone(cp.Registered["nvidia.com/gpu"])
+		slices.Sort(got)
+		return slices.Equal(got, want), fmt.Sprint(got), nil
+	})
 }
 
 // lastLines is the last n lines of s.
@@ -390,10 +398,11 @@ echo "SHM=$(grep ' /dev/shm ' /proc/mounts | cut -d' ' -f1,3)"`)
 // replica's limits of a simulated H100 80GB (81559 MiB) shared 4 ways:
 // exactly nri-gpu's CUDA_MPS_*, whatever its spec set, and the daemon
 // answering through the pipe with the same limits.
-func checkMPSClient(k kc, pod string) {
+func checkMPSClient(k kc, pod string, extra ...string) {
 	k.t.Helper()
 	v, out := viewMPSPod(k, pod)
-	want := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}
+	want := append([]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"}, extra...)
+	want = append(want, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")
 	if !slices.Equal(v.env, want) || v.threads != "25.0" || v.memory != "20389M" || !strings.Contains(v.pipeEntries, "control") {
 		k.t.Errorf("pod %s: CUDA_MPS_* %q (want %q), the daemon's answers %q %q, pipe directory %q:\n%s", pod, v.env, want, v.threads, v.memory, v.pipeEntries, out)
 	} else {
@@ -476,7 +485,11 @@ func testMPS(k kc) {
 		if _, err := k.c.WaitPodRunning(k.ctx, sharingNS, p, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		checkMPSClient(k, p)
+		var extra []string
+		if p == "mps-raise" {
+			extra = []string{"CUDA_MPS_LOG_DIRECTORY="} // its own, set empty: NRI passes no removal on
+		}
+		checkMPSClient(k, p, extra...)
 	}
 	for _, n := range []*harness.Node{a, b} {
 		log := controlLog(n, n.GPU.GPUs[0].UUID)
@@ -507,6 +520,10 @@ func testMPS(k kc) {
 		v, out := viewMPSPod(k, "mps-a")
 		return v.threads == "25.0", out, nil
 	})
+	// Before the next pod: the kubelet admits a pod only with healthy
+	// replicas, which they are again once nri-gpu run has seen the new
+	// daemon ready.
+	waitReplicasHealthy(k, a)
 	testMPSDown(k, a)
 }
 
