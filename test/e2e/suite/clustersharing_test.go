@@ -535,7 +535,7 @@ func testMPS(k kc) {
 // running throughout.
 func testMPSDown(k kc, n *harness.Node) {
 	t := k.t
-	k.apply(sharePod("mps-restart", n.Name, "sleep 5"))
+	k.apply(sharePod("mps-restart", n.Name, "sleep 15"))
 	if _, err := k.c.WaitPodRunning(k.ctx, sharingNS, "mps-restart", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
