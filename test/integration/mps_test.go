@@ -280,6 +280,9 @@ func TestMPSOverNRI(t *testing.T) {
 	if c0, c1 := strings.Count(logOf(0), "Starting control daemon"), strings.Count(logOf(1), "Starting control daemon"); c0 != 2 || c1 != 1 {
 		t.Errorf("daemon starts: GPU 0 %d (want 2), GPU 1 %d (want 1)", c0, c1)
 	}
+	// Its daemons were counted not ready while it was away: healthy again
+	// once nri-gpu run reads the adopted daemons' ready files.
+	healthWatch(t, dp)("every replica Healthy after nri-gpu mps came back", func(string) bool { return true })
 	if _, err := allocate(dp, g1+"::3"); err != nil {
 		t.Errorf("a replica after nri-gpu mps restarted: %v", err)
 	}
