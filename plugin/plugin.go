@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/pipeline"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -46,6 +48,11 @@ type Plugin struct {
 	pathWarned atomic.Bool
 	// obs is told what the plugin does (metrics); set before Run.
 	obs Observer
+	// claims are the node's prepared DRA claims (SetPrepared), nil
+	// without the DRA driver; claimMu orders their bookings with the
+	// table's rebuild at Synchronize.
+	claims  atomic.Pointer[claims.Prepared]
+	claimMu sync.Mutex
 }
 
 // events are the NRI events the plugin subscribes to: creation to inject
@@ -146,7 +153,42 @@ func (p *Plugin) path(st *node.State) pipeline.Path {
 	return pipeline.Path{
 		Source: st.Source, Table: p.table, Sharing: st.Sharing, Policy: st.Config.Policy,
 		EmitCDI: st.Config.Emit == config.EmitCDI, CDINames: st.CDINames, RuntimeCDI: p.runtimeCDI.Load(), Shares: st.Shares,
+		Claims: p.claims.Load(),
 	}
+}
+
+// SetPrepared makes prep the node's prepared Dynamic Resource Allocation
+// claims, which the request path reads (the DRA driver calls it before
+// each set becomes current: dra.Options.Book), and books their devices
+// in the allocation table, by claim (pipeline.ClaimHoldings,
+// alloc.Table.SyncClaims): node-local requests (annotations, the
+// environment, where the policy allows them) then see a prepared claim's
+// devices as held before its first container exists, and an unprepared
+// claim's as free. claim, when given, is the UID of the claim being
+// prepared: when one of its devices is held exclusively by another, or
+// it would hold one exclusively that another holds, nothing changes and
+// the error names the holder.
+func (p *Plugin) SetPrepared(prep *claims.Prepared, claim string) error {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	st := p.node.State()
+	hs, warnings := pipeline.ClaimHoldings(st.Source, st.Sharing, prep)
+	for _, w := range warnings {
+		p.log.Warn("DRA: " + w)
+	}
+	must := ""
+	if claim != "" {
+		must = alloc.ClaimHolderPrefix + claim
+	}
+	if err := p.table.SyncClaims(hs, must); err != nil {
+		if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
+			p.log.Warn("DRA: claim refused: " + ae.Logged())
+		}
+		return err
+	}
+	p.claims.Store(prep)
+	p.logTable(fmt.Sprintf("%d prepared claims booked", len(hs)))
+	return nil
 }
 
 // CreateContainer handles the runtime's CreateContainer request: the
@@ -189,6 +231,13 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		if res.Holding != nil {
 			fields["mode"] = res.Holding.Mode.String()
 		}
+		if len(res.Claims) > 0 {
+			names := make([]string, len(res.Claims))
+			for i, h := range res.Claims {
+				names[i] = h.Holder.Namespace + "/" + h.Holder.Claim
+			}
+			fields["claims"] = strings.Join(names, ",")
+		}
 		p.log.WithFields(fields).Info("injected")
 		if res.BinariesAtUsrBin && p.pathWarned.CompareAndSwap(false, true) {
 			// Once per connection: the runtime does it for every image
@@ -205,14 +254,20 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // Synchronize handles the runtime's Synchronize request, sent once per
 // connection with the pods and containers that exist: the allocation table
 // is rebuilt from them (see pipeline.Holdings), so that it survives
-// restarts of the plugin and of the runtime without a state file.
+// restarts of the plugin and of the runtime without a state file; the
+// prepared claims' holdings are rebuilt from the DRA driver's checkpoint
+// (SetPrepared's last set, pipeline.ClaimHoldings).
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	st := p.node.State()
-	hs, warnings := pipeline.Holdings(st.Source, st.Sharing, pods, ctrs)
-	for _, w := range warnings {
+	p.claimMu.Lock()
+	prep := p.claims.Load()
+	hs, warnings := pipeline.HoldingsWith(st.Source, st.Sharing, prep, pods, ctrs)
+	chs, cw := pipeline.ClaimHoldings(st.Source, st.Sharing, prep)
+	for _, w := range append(warnings, cw...) {
 		p.log.Warn("synchronize: " + w)
 	}
-	p.table.Rebuild(hs)
+	p.table.Rebuild(append(hs, chs...))
+	p.claimMu.Unlock()
 	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs), "holders": len(hs)}).Info("synchronized with the runtime")
 	p.logTable("rebuilt from the runtime's containers")
 	p.synced.Store(true)

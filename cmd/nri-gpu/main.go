@@ -214,7 +214,7 @@ func runCmd(args []string, stderr io.Writer) error {
 		return err
 	}
 	dpDone := startDevicePlugin(ctx, cfg.DevicePlugin, p.Node(), log)
-	draDone := startDRA(ctx, cfg.DRA.Enabled, p.Node(), log)
+	draDone := startDRA(ctx, cfg.DRA.Enabled, p, log)
 
 	log.Infof("nri-gpu %s starting", Version)
 	err = p.Run(ctx, plugin.RunOptions{
@@ -255,16 +255,25 @@ func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node,
 // says so; the channel is closed when it has stopped. A DRA plugin that
 // cannot start is logged, and NRI injection goes on without it (pods with
 // claims then wait for it in ContainerCreating). Its keys are read at
-// start: changing them takes a restart.
-func startDRA(ctx context.Context, enabled bool, n *node.Node, log *logrus.Logger) <-chan struct{} {
+// start: changing them takes a restart. The driver's prepared claims reach
+// the NRI side through p.SetPrepared: the request path reads them, and
+// the allocation table books their devices.
+func startDRA(ctx context.Context, enabled bool, p *plugin.Plugin, log *logrus.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if !enabled {
 		close(done)
 		return done
 	}
+	// The checkpoint's claims first, before the runtime's Synchronize:
+	// their containers are then rebuilt as the claims' (a restart).
+	if prep, err := dra.ReadPrepared(p.Node().State().Config.DRA.PluginDir); err != nil {
+		log.WithError(err).Warn("DRA: reading the checkpoint's prepared claims")
+	} else if err := p.SetPrepared(prep, ""); err != nil {
+		log.WithError(err).Warn("DRA: booking the checkpoint's claims")
+	}
 	go func() {
 		defer close(done)
-		if err := dra.Run(ctx, n, log); err != nil {
+		if err := dra.Run(ctx, p.Node(), log, p.SetPrepared); err != nil {
 			log.WithError(err).Error("DRA kubelet plugin not running")
 		}
 	}()

@@ -49,6 +49,18 @@ type checkpointDevice struct {
 	CDIDevice   string   `json:"cdiDevice"`
 }
 
+// ReadPrepared returns the prepared claims of the checkpoint in the
+// plugin directory dir (none without one), for the NRI side to book
+// before the runtime's Synchronize: a restarted nri-gpu then rebuilds
+// the claims' containers as the claims', before its DRA plugin starts.
+func ReadPrepared(dir string) (*claims.Prepared, error) {
+	c, err := readCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	return c.prepared(), nil
+}
+
 // readCheckpoint reads the checkpoint in dir; none is an empty one. A
 // version it does not know (a newer nri-gpu's) is an error: guessing
 // would risk handing a prepared device out twice.

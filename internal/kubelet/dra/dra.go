@@ -13,7 +13,9 @@
 //     naming the claim: no hooks, no driver files (the NRI side adds those
 //     at CreateContainer from the live inventory);
 //   - the prepared claims are kept in a versioned checkpoint, and offered
-//     to the request path as an immutable claims.Prepared (Prepared).
+//     to the request path as an immutable claims.Prepared (Prepared, and
+//     Options.Book, which the NRI side's allocation table books them
+//     through before they become current).
 package dra
 
 import (
@@ -59,6 +61,13 @@ type Options struct {
 	DevRoot string
 	// SysRoot is where the host's /sys is read (hostRoot + /sys).
 	SysRoot string
+	// Book, when set, is told every set of prepared claims before it
+	// becomes current (the NRI side's allocation table books their
+	// devices: plugin.Plugin.SetPrepared), with the UID of the claim
+	// being prepared, if any: an error refuses that claim, and nothing
+	// changes. At start and after an Unprepare it is told with no claim,
+	// and its error is only logged.
+	Book func(prepared *claims.Prepared, claim string) error
 }
 
 // publisher publishes ResourceSlices (the helper's PublishResources).
@@ -114,6 +123,7 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
 		log: log.WithField("component", "dra"), roots: map[string]string{}}
 	d.install(ckpt)
+	d.tell(d.prepared.Load())
 	if err := d.reconcileSpecs(); err != nil {
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
@@ -129,6 +139,18 @@ func (d *Driver) Prepared() *claims.Prepared { return d.prepared.Load() }
 func (d *Driver) install(c checkpoint) {
 	d.ckpt = c
 	d.prepared.Store(c.prepared())
+}
+
+// tell tells Book of the prepared claims p, with no claim being prepared
+// (start, Unprepare); an error, which only a claim being prepared can
+// have, is logged.
+func (d *Driver) tell(p *claims.Prepared) {
+	if d.opts.Book == nil {
+		return
+	}
+	if err := d.opts.Book(p, ""); err != nil {
+		d.log.WithError(err).Warn("DRA: booking the prepared claims")
+	}
 }
 
 func (d *Driver) reconcileSpecs() error {

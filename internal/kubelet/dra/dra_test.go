@@ -217,7 +217,7 @@ type testEnv struct {
 	stopped chan struct{}
 }
 
-func newEnv(t *testing.T, cfg config.Config, snap *inventory.Snapshot, keep *Options) *testEnv {
+func newEnv(t testing.TB, cfg config.Config, snap *inventory.Snapshot, keep *Options) *testEnv {
 	t.Helper()
 	var opts Options
 	if keep != nil {
@@ -271,7 +271,7 @@ func (e *testEnv) stop() {
 
 // claim creates a claim allocated the devices (request "gpu" each; admin
 // marks adminAccess) in the fake API server.
-func (e *testEnv) claim(t *testing.T, name, uid string, admin bool, devices ...string) *resourceapi.ResourceClaim {
+func (e *testEnv) claim(t testing.TB, name, uid string, admin bool, devices ...string) *resourceapi.ResourceClaim {
 	t.Helper()
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(uid)}}
 	c.Status.Allocation = &resourceapi.AllocationResult{}
@@ -290,7 +290,7 @@ func (e *testEnv) claim(t *testing.T, name, uid string, admin bool, devices ...s
 
 // prepare calls NodePrepareResources as the kubelet does and returns the
 // claim's answer.
-func (e *testEnv) prepare(t *testing.T, c *resourceapi.ResourceClaim) *drapb.NodePrepareResourceResponse {
+func (e *testEnv) prepare(t testing.TB, c *resourceapi.ResourceClaim) *drapb.NodePrepareResourceResponse {
 	t.Helper()
 	resp, err := e.conn.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{
 		Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}}})
@@ -300,7 +300,7 @@ func (e *testEnv) prepare(t *testing.T, c *resourceapi.ResourceClaim) *drapb.Nod
 	return resp.Claims[string(c.UID)]
 }
 
-func (e *testEnv) unprepare(t *testing.T, c *resourceapi.ResourceClaim) {
+func (e *testEnv) unprepare(t testing.TB, c *resourceapi.ResourceClaim) {
 	t.Helper()
 	resp, err := e.conn.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{
 		Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}}})

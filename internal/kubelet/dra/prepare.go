@@ -73,9 +73,18 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		return nil, err
 	}
 	next.Claims[uid] = checkpointClaim{Namespace: c.Namespace, Name: c.Name, Devices: checkpointDevices(devs)}
+	// The NRI side books the claim's devices first: a GPU that a
+	// node-local request holds exclusively refuses the claim, naming its
+	// holder, before anything is written.
+	if d.opts.Book != nil {
+		if err := d.opts.Book(next.prepared(), uid); err != nil {
+			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+	}
 	// The checkpoint first: a spec is never on disk without the record
 	// that removes it (New removes specs the checkpoint does not name).
 	if err := next.write(d.opts.PluginDir); err != nil {
+		d.tell(d.prepared.Load()) // the claim is not prepared: its booking goes
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	d.install(next)
@@ -217,6 +226,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, cs []kubeletplugin.N
 			return nil, fmt.Errorf("unprepare claims: %w", err)
 		}
 		d.install(next)
+		d.tell(d.prepared.Load())
 	}
 	for _, c := range cs {
 		out[c.UID] = removeSpec(d.opts.CDIDir, d.opts.DriverName, string(c.UID))

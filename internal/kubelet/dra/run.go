@@ -12,13 +12,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
 // Run runs the DRA kubelet plugin of n's configuration until ctx ends:
 // the dra key, the node's name from NodeNameEnv, the API server through
 // dra.kubeconfig or the pod's service account. A configuration that
-// offers a GPU of the node to the device plugin too is refused.
-func Run(ctx context.Context, n *node.Node, log *logrus.Logger) error {
+// offers a GPU of the node to the device plugin too is refused. book is
+// Options.Book: the NRI side's allocation table.
+func Run(ctx context.Context, n *node.Node, log *logrus.Logger, book func(*claims.Prepared, string) error) error {
 	st := n.State()
 	cfg := st.Config
 	if err := cfg.OverlapOn(st.Snapshot().GPUs); err != nil {
@@ -36,6 +38,7 @@ func Run(ctx context.Context, n *node.Node, log *logrus.Logger) error {
 		CDIDir:          cfg.DRA.CDIDir,
 		DevRoot:         cfg.DevicePlugin.DevRoot,
 		SysRoot:         filepath.Join(cfg.HostRoot, "sys"),
+		Book:            book,
 	}, n, client, log)
 	if err != nil {
 		return err

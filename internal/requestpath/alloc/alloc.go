@@ -55,12 +55,18 @@ type Holder struct {
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
 	Container string `json:"container,omitempty"`
+	// Claim is the name of the Dynamic Resource Allocation claim that
+	// holds the GPUs (ClaimHolder), in Namespace.
+	Claim string `json:"claim,omitempty"`
 }
 
 // String names the holder as namespace/pod/container, for messages; a
-// pod's own holding (a pod-level request, PodHolder) as namespace/pod.
+// pod's own holding (a pod-level request, PodHolder) as namespace/pod; a
+// claim's (ClaimHolder) as "claim namespace/name".
 func (h Holder) String() string {
 	switch {
+	case h.Claim != "":
+		return "claim " + h.Namespace + "/" + h.Claim
 	case h.Pod == "" && h.Container == "":
 		return "container " + h.ID
 	case h.Container == "":
@@ -77,6 +83,18 @@ const PodHolderPrefix = "pod:"
 // GPUs of a pod-level request, which all its containers share.
 func PodHolder(podID, namespace, pod string) Holder {
 	return Holder{ID: PodHolderPrefix + podID, PodID: podID, Namespace: namespace, Pod: pod}
+}
+
+// ClaimHolderPrefix starts the ID of a Dynamic Resource Allocation
+// claim's holding: "claim:" and the claim's UID. A claim holds its
+// devices once, whichever containers and pods use it, from its Prepare to
+// its Unprepare (SyncClaims); no container's stop or removal releases it.
+const ClaimHolderPrefix = "claim:"
+
+// ClaimHolder names the prepared claim namespace/name with the given UID
+// as the holder of its devices.
+func ClaimHolder(uid, namespace, name string) Holder {
+	return Holder{ID: ClaimHolderPrefix + uid, Namespace: namespace, Claim: name}
 }
 
 // Holding is what one container holds.
@@ -544,6 +562,46 @@ func (t *Table) Rebuild(hs []Holding) {
 		}
 		t.add(&h)
 	}
+}
+
+// SyncClaims makes the claims' holdings (those whose holder ID starts
+// with ClaimHolderPrefix) hs, in one atomic step: a claim's holding that
+// hs lacks is released (its claim was unprepared), one that hs has and
+// the table lacks is added, as it is (the scheduler allocated it: the
+// truth, as for Rebuild). The holding of claim must, when given (a claim
+// being prepared), is first checked as a request: when another holder
+// has one of its GPUs exclusively, or it is exclusive and another holds
+// one, nothing changes and the error says who holds it.
+func (t *Table) SyncClaims(hs []Holding, must string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	want := make(map[string]bool, len(hs))
+	for _, h := range hs {
+		want[h.Holder.ID] = true
+		if h.Holder.ID != must || t.byID[must] != nil {
+			continue
+		}
+		if _, err := t.pick(Request{Holder: h.Holder, Mode: h.Mode, GPUs: h.GPUs, Source: h.Holder.String()}); err != nil {
+			return err
+		}
+	}
+	for id, h := range t.byID {
+		if strings.HasPrefix(id, ClaimHolderPrefix) && !want[id] {
+			t.remove(h)
+		}
+	}
+	for i := range hs {
+		if t.byID[hs[i].Holder.ID] != nil {
+			continue
+		}
+		h := hs[i]
+		h.GPUs = slices.Clone(h.GPUs)
+		slices.Sort(h.GPUs)
+		h.GPUs = slices.Compact(h.GPUs)
+		h.Members = nil
+		t.add(&h)
+	}
+	return nil
 }
 
 // GPUState is one row of the table.

@@ -532,3 +532,78 @@ func TestReplicated(t *testing.T) {
 		t.Errorf("summary %s\nwant    %s", got, want)
 	}
 }
+
+// TestSyncClaims: prepared claims' holdings are added and released as a
+// set, leave every other holding alone, and a claim being prepared is
+// first checked as a request: it is refused, naming the holder, where a
+// node-local holding has one of its GPUs exclusively (or it is exclusive
+// and another holds one), and nothing changes then. A claim's holding is
+// no container's: releasing containers and pods leaves it.
+func TestSyncClaims(t *testing.T) {
+	tbl := New([]int{0, 1, 2, 3})
+	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: Exclusive, GPUs: []int{3}, Source: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	a := Holding{Holder: ClaimHolder("uid-a", "ml", "train"), Mode: Exclusive, GPUs: []int{2, 0, 0}, Runtime: true}
+	b := Holding{Holder: ClaimHolder("uid-b", "ml", "probe"), Mode: Exclusive, GPUs: []int{1}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{a}, "claim:uid-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.SyncClaims([]Holding{a, b}, "claim:uid-b"); err != nil {
+		t.Fatal(err)
+	}
+	want := "0=exclusive[claim ml/train] 1=exclusive[claim ml/probe] 2=exclusive[claim ml/train] 3=exclusive[default/x/main]"
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("two claims: %s\nwant %s", got, want)
+	}
+	if a.GPUs[0] != 2 {
+		t.Error("SyncClaims modified its argument")
+	}
+	// A count of a node-local request does not get them; naming one is
+	// refused, naming the claim.
+	if _, err := tbl.Allocate(Request{Holder: holder("y"), Mode: Shared, Count: 1, Source: "s"}); err == nil {
+		t.Error("a count got a claim's GPU")
+	}
+	mine := Holder{ID: "ctr-y", PodID: "pod-y", Namespace: "ml", Pod: "y", Container: "main"}
+	if _, err := tbl.Allocate(Request{Holder: mine, Mode: Shared, GPUs: []int{0}, Source: "s"}); err == nil ||
+		!strings.Contains(err.Error(), "GPU 0 is held exclusively by claim ml/train") {
+		t.Errorf("named GPU of a claim: %v", err)
+	}
+	// Of another namespace, the claim is not named.
+	if _, err := tbl.Allocate(Request{Holder: holder("y"), Mode: Shared, GPUs: []int{0}, Source: "s"}); err == nil ||
+		err.Error() != "nri-gpu: s: GPU 0 is held exclusively by a pod in another namespace (exclusive)" {
+		t.Errorf("named GPU of another namespace's claim: %v", err)
+	}
+	// A claim on the node-local exclusive holder's GPU is refused; the
+	// table stays as it was.
+	c := Holding{Holder: ClaimHolder("uid-c", "ml", "late"), Mode: Shared, GPUs: []int{3}, Runtime: true}
+	err := tbl.SyncClaims([]Holding{a, b, c}, "claim:uid-c")
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Error() != "nri-gpu: claim ml/late: GPU 3 is held exclusively by a pod in another namespace (exclusive)" ||
+		!strings.Contains(ae.Logged(), "default/x/main") {
+		t.Errorf("claim on an exclusive GPU: %v", err)
+	}
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("after a refused claim: %s\nwant %s", got, want)
+	}
+	// Containers and pods going leave the claims; a claim that the set
+	// lacks is released, whatever else holds.
+	tbl.Release("claim:uid-b")
+	tbl.ReleasePod("")
+	if tbl.Leave("claim:uid-a") {
+		t.Error("Leave took a claim's holding")
+	}
+	if err := tbl.SyncClaims([]Holding{b}, ""); err != nil {
+		t.Fatal(err)
+	}
+	want = "0=free 1=exclusive[claim ml/probe] 2=free 3=exclusive[default/x/main]"
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("claim a unprepared: %s\nwant %s", got, want)
+	}
+	if err := tbl.SyncClaims(nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Summary(tbl.State()), "0=free 1=free 2=free 3=exclusive[default/x/main]"; got != want {
+		t.Errorf("no claims: %s\nwant %s", got, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -55,8 +56,18 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 // (kubeletAssignment). A record this nri-gpu cannot read (malformed, or of
 // a newer version, alloc.DecodeRecord) books nothing and is reported; the
 // container then holds what its device nodes show, as one made without
-// nri-gpu. Warnings tell what could not be read.
+// nri-gpu. Warnings tell what could not be read. Holdings is HoldingsWith
+// on a node without prepared claims.
 func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
+	return HoldingsWith(src, sharing, nil, pods, ctrs)
+}
+
+// HoldingsWith is Holdings on a node with the prepared Dynamic Resource
+// Allocation claims prep: a container whose devices the claims gave it
+// (their environment entries backed by their device nodes, heldClaims)
+// holds none of them, the claims do (ClaimHoldings); it holds only the
+// GPUs the runtime gave it besides.
+func HoldingsWith(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
 	devs := src.Devices()
 	byPod := make(map[string]*api.PodSandbox, len(pods))
 	for _, p := range pods {
@@ -85,7 +96,7 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 			h.Members = []string{c.GetId()}
 		}
 		if len(h.GPUs) == 0 {
-			h, warnings = givenHolding(src, c, h, warnings)
+			h, warnings = givenHolding(src, prep, c, h, warnings)
 		}
 		if len(h.GPUs) > 0 {
 			hs = append(hs, h)
@@ -146,9 +157,23 @@ func joinPodHolding(pod *alloc.Holding, h alloc.Holding, id string) {
 // givenHolding returns h holding what the runtime gave a container that
 // holds nothing by a record: the kubelet's assignment (kubeletAssignment),
 // else the GPUs of its device nodes and CDI devices (foreignGPUs), as the
-// request path books them (bookGiven).
-func givenHolding(src adjust.Source, c *api.Container, h alloc.Holding, warnings []string) (alloc.Holding, []string) {
+// request path books them (bookGiven); for a container of prepared
+// claims, the GPUs of its device nodes that are not the claims' (as
+// bookClaims books them).
+func givenHolding(src adjust.Source, prep *claims.Prepared, c *api.Container, h alloc.Holding, warnings []string) (alloc.Holding, []string) {
 	priv := isPrivileged(c)
+	held, forged := heldClaims(src, prep, c)
+	if len(forged) > 0 {
+		warnings = append(warnings, h.Holder.String()+": "+forgedWarning(forged))
+	}
+	if len(held) > 0 {
+		h.GPUs, warnings = foreignGPUs(src, c, priv, h.Holder, warnings)
+		h.GPUs = slices.DeleteFunc(h.GPUs, func(i int) bool {
+			return slices.ContainsFunc(held, func(d claimed) bool { return d.unit.Index == i })
+		})
+		h.Runtime = len(h.GPUs) > 0
+		return h, warnings
+	}
 	kub, warn := kubeletAssignment(src.Devices(), c, priv)
 	if warn != "" {
 		warnings = append(warnings, h.Holder.String()+": "+warn)

@@ -1,7 +1,8 @@
 // Package pipeline is nri-gpu's request path: what happens to one
 // container between the runtime's CreateContainer event and the plugin's
 // answer. A Path holds what the path needs (the node's device source, the
-// allocation table, the sharing mode, the policy). Handle decides once what
+// allocation table, the sharing mode, the policy, the prepared Dynamic
+// Resource Allocation claims). Handle decides once what
 // kind of container it has (serve), from what the runtime gave the
 // container and what it carries, and runs that kind's path: one function
 // that reads top to bottom as named steps, each a method of Path. Then
@@ -14,6 +15,7 @@
 // <!-- request path kinds: serve's order; each kind's steps -->
 //
 //	kubeletAssigned  replicas, bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode, mpsClient
+//	claimAssigned    bookClaims, claimRequest, reconcile, selectDevices, keepClaimed, require, build, encode
 //	runtimeGiven     bookGiven, find, authorizeGiven, parse, reconcile, selectDevices, keepGiven, require, build, encode
 //	none             -
 //	management       authorize, parse, reconcile, selectDevices, checkManagement, require, build, encode
@@ -46,6 +48,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -75,6 +78,9 @@ type Path struct {
 	// devices the device plugin hands out as replicas, and how; nil
 	// without one.
 	Shares *sharing.Plan
+	// Claims are the node's prepared Dynamic Resource Allocation claims
+	// (nil without the DRA driver).
+	Claims *claims.Prepared
 }
 
 // Result tells what Handle decided, for logging and metrics.
@@ -87,7 +93,10 @@ type Result struct {
 	// Holding is what the container now holds in the allocation table;
 	// nil when it holds no GPU.
 	Holding *alloc.Holding
-	Edits   adjust.Edits
+	// Claims are the holdings of the prepared claims whose devices the
+	// container uses (a claim holds its devices, not its containers).
+	Claims []alloc.Holding
+	Edits  adjust.Edits
 	// Emit says how the answer hands the devices over: "edits", "cdi",
 	// or "edits (<why not cdi>)" when CDI names were wanted; empty
 	// without emit: cdi.
@@ -158,6 +167,9 @@ func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 //
 //   - kubeletAssigned: nri-gpu's device plugin gave it GPUs through the
 //     kubelet (its annotations, backed by the GPUs' device nodes);
+//   - claimAssigned: prepared Dynamic Resource Allocation claims gave it
+//     devices (the runtime applied their CDI devices: the device nodes,
+//     and an environment entry per device naming its claim);
 //   - runtimeGiven: the runtime gave it GPUs itself (their device nodes,
 //     unless it is privileged, or CDI devices of the source's kind);
 //   - none: it asks for nothing, and is left untouched;
@@ -166,9 +178,8 @@ func (p *Path) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Contain
 //   - ownRequest: a request of its own (an annotation, a CDI annotation,
 //     the device-list mounts, NVIDIA_VISIBLE_DEVICES).
 //
-// A new kind (a container whose devices a Dynamic Resource Allocation
-// claim gave) is one more case here, where its precedence puts it, and
-// one more function like those below.
+// A new kind is one more case here, where its precedence puts it, and one
+// more function like those below.
 func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
 	if err := c.live(); err != nil {
 		return nil, err
@@ -179,6 +190,9 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
 	}
 	if kub := p.kubelet(c, gv); kub != nil {
 		return p.kubeletAssigned(c, gv, kub)
+	}
+	if held := p.claimedDevices(c); len(held) > 0 {
+		return p.claimAssigned(c, gv, held)
 	}
 	if idx, _ := foreignGPUs(p.Source, c.ctr, gv.every, HolderOf(c.pod, c.ctr), nil); len(idx) > 0 {
 		return p.runtimeGiven(c, gv, idx)
@@ -233,6 +247,40 @@ func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.Con
 		}
 	}
 	return p.mpsClient(c, adj, mps)
+}
+
+// claimAssigned is the path of a container whose devices prepared
+// Dynamic Resource Allocation claims gave it: the runtime applied the
+// claims' CDI devices (device nodes and an environment entry naming each
+// device's claim; claimedDevices checked them against each other). They
+// are its request, booked by claim, once whatever containers and pods
+// share the claim; it gets the driver files of the live inventory, and
+// NVIDIA_VISIBLE_DEVICES names them, so that an image's "all" does not
+// widen them. The pod's own carriers are not read.
+func (p *Path) claimAssigned(c *call, gv given, held []claimed) (*api.ContainerAdjustment, error) {
+	if err := p.bookClaims(c, gv, held); err != nil {
+		return nil, err
+	}
+	r, err := p.claimRequest(c, held)
+	if err != nil {
+		return nil, err
+	}
+	if end, err := p.reconcile(c, r, gv); end || err != nil {
+		return nil, err
+	}
+	sel, err := p.selectDevices(c, r)
+	if err != nil || !sel.Inject {
+		return nil, err
+	}
+	gpus := p.keepClaimed(c, gv, held)
+	if err := p.require(c, gpus); err != nil {
+		return nil, err
+	}
+	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
+	if end || err != nil {
+		return nil, err
+	}
+	return p.encode(c, r, e, nil)
 }
 
 // runtimeGiven is the path of a container that the runtime gave GPUs
@@ -376,6 +424,8 @@ func (c *call) live() error {
 // release gives back what the call booked. A pod's holding (a pod-level
 // request) is left, not released: other containers of the pod may hold it
 // too, and the pod's holding goes with its last member (alloc.Table.Leave).
+// A claim's holding (Result.Claims) stays: it goes when the claim is
+// unprepared.
 func (p *Path) release(c *call) {
 	h := c.res.Holding
 	if h == nil {

@@ -35,10 +35,14 @@ const (
 	// the container annotation gpus.nri-gpu.dev/kubelet, trusted only
 	// beside the GPUs' device nodes (see KubeletRequest).
 	Kubelet
+	// Claim is a Dynamic Resource Allocation claim that nri-gpu's DRA
+	// driver prepared: Key is the claim's namespace/name, trusted only
+	// beside the devices' nodes (see ClaimRequest).
+	Claim
 )
 
 // Label names the kind in metrics: container-annotation, pod-annotation,
-// cdi-annotation, device-list, env or none.
+// cdi-annotation, device-list, env, kubelet, claim or none.
 func (k SourceKind) Label() string {
 	switch k {
 	case ContainerAnnotation:
@@ -53,6 +57,8 @@ func (k SourceKind) Label() string {
 		return "env"
 	case Kubelet:
 		return "kubelet"
+	case Claim:
+		return "claim"
 	}
 	return "none"
 }
@@ -61,7 +67,7 @@ func (k SourceKind) Label() string {
 // up front.
 var SourceLabels = []string{
 	ContainerAnnotation.Label(), PodAnnotation.Label(), CDIAnnotation.Label(),
-	DeviceList.Label(), Env.Label(), Kubelet.Label(), NoSource.Label(),
+	DeviceList.Label(), Env.Label(), Kubelet.Label(), Claim.Label(), NoSource.Label(),
 }
 
 // String names the source in messages: "annotation
@@ -88,6 +94,8 @@ func (s Source) String() string {
 		return "annotation " + s.Key
 	case Kubelet:
 		return "the kubelet's assignment (annotation " + s.Key + ")"
+	case Claim:
+		return "claim " + s.Key
 	case DeviceList:
 		return "mounts " + s.Key
 	case Env:

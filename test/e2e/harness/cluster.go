@@ -30,6 +30,10 @@ const (
 	NodeDriverRoot = "/run/nvidia/driver"
 	// NodeNRISocket is NRI's default socket, in the node's private /run.
 	NodeNRISocket = "/var/run/nri/nri.sock"
+	// NodeCDIDir is the node's CDI spec directory for DRA drivers (the
+	// kubelet hands the runtime the CDI device IDs of prepared claims),
+	// in its private /run; the runtime reads it after its own.
+	NodeCDIDir = "/var/run/cdi"
 	// cniBinDir holds Debian's containernetworking-plugins.
 	cniBinDir = "/usr/lib/cni"
 )
@@ -369,7 +373,12 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 	if err := writeCNIConfig(cni, i); err != nil {
 		return n, err
 	}
-	node := &NodeRuntime{NS: n.NS.NS, NRISocket: n.HostPath(NodeNRISocket), CNIBinDirs: []string{cniBinDir}, CNIConfDir: cni}
+	// The CDI directory of DRA drivers, in the node's private /run, made
+	// before the runtime starts watching it.
+	if err := os.MkdirAll(n.HostPath(NodeCDIDir), 0o755); err != nil {
+		return n, err
+	}
+	node := &NodeRuntime{NS: n.NS.NS, NRISocket: n.HostPath(NodeNRISocket), CNIBinDirs: []string{cniBinDir}, CNIConfDir: cni, CDIDirs: []string{NodeCDIDir}}
 	if n.Runtime, err = startNodeRuntime(ctx, o, node, c.Opts.Images); err != nil {
 		return n, err
 	}

@@ -8,19 +8,35 @@ import (
 )
 
 // GPUNodes are the two worker nodes of the suite's cluster phase and of
-// make demo-cluster: gpu-a on containerd 2.4 with four GPUs (RHEL layout),
-// gpu-b on CRI-O with three GPUs of which the driver excludes the second
-// (Debian layout): two usable.
+// make demo-cluster: gpu-a on containerd 2.4 with four H100 80GB GPUs
+// (RHEL layout), gpu-b on CRI-O with three A100 40GB GPUs of which the
+// driver excludes the second (Debian layout): two usable. The models and
+// their memory (NVML's) differ, so that DRA selectors can tell the nodes
+// apart.
 func GPUNodes() []NodeOptions {
 	return []NodeOptions{
 		{Name: "gpu-a", Runtime: RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL}},
 		{Name: "gpu-b", Runtime: RuntimeCRIO, GPUs: &simnode.Options{Layout: simnode.LayoutDebian, GPUs: []simnode.GPU{
 			// Bus ids after gpu-a's: GPU UUIDs (derived from them) are unique
 			// in the cluster, as real ones are.
-			{BusID: simnode.DefaultBusID(4)}, {BusID: simnode.DefaultBusID(5), Excluded: true}, {BusID: simnode.DefaultBusID(6)},
-		}}},
+			{BusID: simnode.DefaultBusID(4), Model: GPUBModel}, {BusID: simnode.DefaultBusID(5), Model: GPUBModel, Excluded: true},
+			{BusID: simnode.DefaultBusID(6), Model: GPUBModel},
+		}}, Prepare: func(n *Node, _ *NodeOptions) error {
+			st := simnode.NVMLState{}
+			for range n.GPU.GPUs {
+				st.GPUs = append(st.GPUs, simnode.NVMLGPU{MemoryMiB: GPUBMemoryMiB})
+			}
+			return n.GPU.WriteNVMLState(st)
+		}},
 	}
 }
+
+// GPUBModel and GPUBMemoryMiB are the model and memory of gpu-b's GPUs
+// (GPUNodes); gpu-a's are simnode's defaults (an H100 80GB, 81559 MiB).
+const (
+	GPUBModel     = "NVIDIA A100-SXM4-40GB"
+	GPUBMemoryMiB = 40960
+)
 
 // ClusterImages are the images a cluster of nri-gpu tests imports on every
 // node: nri-gpu's release image at each version (ReleaseImage: make

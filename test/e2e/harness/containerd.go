@@ -223,7 +223,7 @@ func (c *Containerd) config() ([]byte, error) {
 	}
 	runtime := map[string]any{
 		"restrict_oom_score_adj": true, // this machine lacks CAP_SYS_RESOURCE
-		"cdi_spec_dirs":          []string{c.CDISpecDir},
+		"cdi_spec_dirs":          o.Node.cdiDirs(c.CDISpecDir),
 		"cni":                    c.cniConfig(),
 		"containerd": map[string]any{
 			"default_runtime_name": "runc",

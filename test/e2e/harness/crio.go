@@ -232,7 +232,7 @@ func (c *CRIO) config() ([]byte, error) {
 			"container_exits_dir":            c.path("exits"),
 			"container_attach_socket_dir":    c.path("attach"),
 			"hooks_dir":                      []string{c.path("hooks")},
-			"cdi_spec_dirs":                  []string{c.CDISpecDir},
+			"cdi_spec_dirs":                  o.Node.cdiDirs(c.CDISpecDir),
 			"irqbalance_config_file":         c.path("irqbalance"),
 			"irqbalance_config_restore_file": "disable",
 			"decryption_keys_path":           c.path("keys"),

@@ -46,12 +46,16 @@ func (n *Namespaces) Command(ctx context.Context, name string, args ...string) *
 
 // NodeRuntime is what a CRI runtime on a cluster node takes from the node:
 // the namespaces it runs in, NRI's socket (the default path, in the node's
-// private /run) and the CNI plugins and configuration of pod networks.
+// private /run), the CNI plugins and configuration of pod networks, and
+// the node's CDI spec directories (where a DRA driver on the node writes
+// the specs of prepared claims: /var/run/cdi), read after the runtime's
+// own.
 type NodeRuntime struct {
 	NS         *Namespaces
 	NRISocket  string
 	CNIBinDirs []string
 	CNIConfDir string
+	CDIDirs    []string
 }
 
 func (n *NodeRuntime) namespaces() *Namespaces {
@@ -59,6 +63,15 @@ func (n *NodeRuntime) namespaces() *Namespaces {
 		return nil
 	}
 	return n.NS
+}
+
+// cdiDirs are the runtime's CDI spec directories: its own, then the
+// node's.
+func (n *NodeRuntime) cdiDirs(own string) []string {
+	if n == nil {
+		return []string{own}
+	}
+	return append([]string{own}, n.CDIDirs...)
 }
 
 // holder is a process that only keeps namespaces alive. Its argv[0] is a

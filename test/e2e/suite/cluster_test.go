@@ -143,7 +143,9 @@ func (k kc) wait(timeout time.Duration, what string, cond func() (bool, string, 
 
 // TestCluster installs nri-gpu on a real two-node cluster per Kubernetes
 // version of NRI_GPU_E2E_CLUSTER, once with kubectl apply -k and once with
-// the Helm CLI, and checks what users check (docs/install.md).
+// the Helm CLI, and checks what users check (docs/install.md); then as
+// the nodes' DRA driver (kubectl apply -k of deploy/kubernetes-dra's test
+// overlay, docs/dra.md).
 func TestCluster(t *testing.T) {
 	for _, v := range clusterVersions(t) {
 		t.Run(v, func(t *testing.T) {
@@ -154,6 +156,7 @@ func TestCluster(t *testing.T) {
 			}
 			t.Run("kubectl apply -k", func(t *testing.T) { testKustomize(kc{t: t, c: c, ctx: k.ctx}) })
 			t.Run("helm", func(t *testing.T) { testHelm(kc{t: t, c: c, ctx: k.ctx}) })
+			t.Run("dra", func(t *testing.T) { testDRA(kc{t: t, c: c, ctx: k.ctx}, v) })
 		})
 	}
 }
