@@ -169,6 +169,7 @@ type helmValues struct {
 	DriverRootHostPath   string                      `json:"driverRootHostPath"`
 	LibraryCacheHostPath string                      `json:"libraryCacheHostPath"`
 	KubeletDevicePlugin  string                      `json:"kubeletDevicePluginHostPath"`
+	MPSRoot              string                      `json:"mpsRootHostPath"`
 	MetricsPort          int                         `json:"metricsPort"`
 	NodeSelector         map[string]string           `json:"nodeSelector"`
 	Tolerations          []corev1.Toleration         `json:"tolerations"`
@@ -450,7 +451,10 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// the kubelet's registration directory, the CDI directory of
 		// the specs of prepared claims (dra.enabled), at their own paths.
 		isDRA := cfg.DRA.Enabled && (v.HostPath.Path == cfg.DRA.PluginDir || v.HostPath.Path == cfg.DRA.RegistrationDir || v.HostPath.Path == cfg.DRA.CDIDir) && m.MountPath == v.HostPath.Path
-		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet || isDRA
+		// The MPS daemons' ready files (devicePlugin.mpsRoot), read-only
+		// at their own path: the client containers' mounts name it.
+		isMPS := v.HostPath.Path == cfg.DevicePlugin.MPSRoot && m.MountPath == v.HostPath.Path && m.ReadOnly
+		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet || isDRA || isMPS
 		if !justified {
 			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
 		}
@@ -578,7 +582,7 @@ func TestHelmHostRootHostPath(t *testing.T) {
 	want := map[string]string{
 		"nri-socket": "/var/run/nri", "host-proc": "/run/nvidia/driver/proc", "host-dev": "/run/nvidia/driver/dev",
 		"host-dev-char": "/run/nvidia/driver/dev/char", "host-sys": "/run/nvidia/driver/sys", "driver-root": "/",
-		"library-cache": "/var/lib/nri-gpu", "device-plugins": "/var/lib/kubelet/device-plugins",
+		"library-cache": "/var/lib/nri-gpu", "device-plugins": "/var/lib/kubelet/device-plugins", "mps-root": "/run/nri-gpu/mps",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("hostPath volumes (-want +got):\n%s", diff)

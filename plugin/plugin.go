@@ -99,6 +99,22 @@ func (p *Plugin) stateChanged(st *node.State) {
 	}
 	p.table.SetGPUs(idx)
 	p.table.SetUnhealthy(bad)
+	p.table.SetReplicated(replicated(st))
+}
+
+// replicated returns the devices of st that its sharing plan hands out as
+// the device plugin's replicas, by index, with what each is shared as.
+func replicated(st *node.State) map[int]string {
+	var out map[int]string
+	for _, g := range st.Source.Devices() {
+		if sh, ok := st.Shares.Share(g.ID()); ok {
+			if out == nil {
+				out = map[int]string{}
+			}
+			out[g.Index] = sh.String()
+		}
+	}
+	return out
 }
 
 // Node returns the node the plugin serves: its state, reload and watch.
@@ -136,7 +152,7 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 func (p *Plugin) path(st *node.State) pipeline.Path {
 	return pipeline.Path{
 		Source: st.Source, Table: p.table, Sharing: st.Sharing, Policy: st.Config.Policy,
-		EmitCDI: st.Config.Emit == config.EmitCDI, CDINames: st.CDINames, RuntimeCDI: p.runtimeCDI.Load(),
+		EmitCDI: st.Config.Emit == config.EmitCDI, CDINames: st.CDINames, RuntimeCDI: p.runtimeCDI.Load(), Shares: st.Shares,
 		Claims: p.claims.Load(),
 	}
 }

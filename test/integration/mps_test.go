@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -211,6 +212,10 @@ func TestMPSOverNRI(t *testing.T) {
 	if _, err := allocate(dp, g0+"::0", g0+"::1"); err == nil || !strings.Contains(err.Error(), "maximum request size for shared resources is 1; found 2") {
 		t.Errorf("two MPS replicas: %v", err)
 	}
+	// The container the kubelet makes of that answer: a client of GPU 0's
+	// daemon with one replica's limits.
+	adj, err := r.runShaped("client", nil, resp.Annotations, n.GPUs[0])
+	checkMPSClientAnswer(t, adj, err, pipe(0), filepath.Join(mpsRoot, "shm"))
 
 	// The daemon of GPU 0 dies.
 	first := daemonPID(t, pipe(0))
@@ -243,12 +248,24 @@ func TestMPSOverNRI(t *testing.T) {
 		}
 	}
 
-	// nri-gpu mps restarts: it adopts the daemons.
+	// nri-gpu mps restarts: it adopts the daemons. While it is away
+	// (its ready files stale), a new client of GPU 0 is refused.
 	mps.cmd.Process.Kill()
 	<-mps.done
 	mps.done <- nil
-	mps = startPlugin(t, mpsArgs...)
 	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		_, err := r.runShaped(fmt.Sprint("late", i), nil, resp.Annotations, n.GPUs[0])
+		if err != nil && strings.Contains(err.Error(), "its MPS control daemon is not ready") && strings.Contains(err.Error(), "new containers on it are refused until nri-gpu mps reports it ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a client of GPU 0 with nri-gpu mps away: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	mps = startPlugin(t, mpsArgs...)
+	deadline = time.Now().Add(30 * time.Second)
 	for !strings.Contains(mps.log.String(), "MPS control daemon adopted: ready") || strings.Count(mps.log.String(), "adopted: ready") < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("nri-gpu mps did not adopt both daemons:\n%s", mps.log.String())
@@ -263,7 +280,32 @@ func TestMPSOverNRI(t *testing.T) {
 	if c0, c1 := strings.Count(logOf(0), "Starting control daemon"), strings.Count(logOf(1), "Starting control daemon"); c0 != 2 || c1 != 1 {
 		t.Errorf("daemon starts: GPU 0 %d (want 2), GPU 1 %d (want 1)", c0, c1)
 	}
+	// Its daemons were counted not ready while it was away: healthy again
+	// once nri-gpu run reads the adopted daemons' ready files.
+	healthWatch(t, dp)("every replica Healthy after nri-gpu mps came back", func(string) bool { return true })
 	if _, err := allocate(dp, g1+"::3"); err != nil {
 		t.Errorf("a replica after nri-gpu mps restarted: %v", err)
+	}
+}
+
+// checkMPSClientAnswer checks the answer to an MPS client container: the
+// GPU's pipe directory at /tmp/nvidia-mps, the daemons' shm at /dev/shm,
+// and CUDA_MPS_* one replica's of a simulated H100 80GB shared 4 ways.
+func checkMPSClientAnswer(t *testing.T, adj *api.ContainerAdjustment, err error, pipe, shm string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("an MPS client: %v", err)
+	}
+	mounts := map[string]string{}
+	for _, m := range adj.GetMounts() {
+		mounts[m.Destination] = m.Source
+	}
+	env := map[string]string{}
+	for _, e := range adj.GetEnv() {
+		env[e.Key] = e.Value
+	}
+	if mounts["/tmp/nvidia-mps"] != pipe || mounts["/dev/shm"] != shm || env["CUDA_MPS_PIPE_DIRECTORY"] != "/tmp/nvidia-mps" ||
+		env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "25" || env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=20389M" {
+		t.Errorf("an MPS client's answer: mounts %v, env %v", mounts, env)
 	}
 }

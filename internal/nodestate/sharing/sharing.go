@@ -97,6 +97,12 @@ type Share struct {
 	MPS *MPSDaemon
 }
 
+// String says what the device is shared as, for messages: "4
+// time-slicing replicas of nvidia.com/gpu".
+func (s Share) String() string {
+	return strconv.Itoa(s.Replicas) + " " + s.Strategy + " replicas of " + s.Resource
+}
+
 // MPSDaemon is the MPS control daemon of one GPU as containers use it.
 type MPSDaemon struct {
 	// PipeDir, LogDir are the daemon's CUDA_MPS_PIPE_DIRECTORY and

@@ -184,6 +184,9 @@ type Table struct {
 	byID map[string]*Holding
 	// unhealthy are the units count requests skip, with why.
 	unhealthy map[int]string
+	// replicated are the units the device plugin hands out as replicas
+	// (SetReplicated), with what they are shared as.
+	replicated map[int]string
 }
 
 // New returns an empty table for the GPUs of the given indices.
@@ -218,6 +221,21 @@ func (t *Table) SetUnhealthy(bad map[int]string) {
 	t.unhealthy = bad
 }
 
+// SetReplicated replaces the set of units (GPU indexes, MIG keys) that
+// the kubelet device plugin hands out as replicas (devicePlugin.sharing),
+// with what each is shared as, for messages ("4 time-slicing replicas of
+// nvidia.com/gpu"). Such a unit is shared by construction, whatever the
+// mode of the requests that name it: the kubelet hands out its replicas
+// by its own count, and every holding of it is shared. So a count request
+// never gets it, a request for it by name is refused unless the runtime
+// gave it (Request.Runtime, Request.Kubelet: its replicas), and no one
+// holds it exclusively. Holdings stay.
+func (t *Table) SetReplicated(r map[int]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.replicated = r
+}
+
 // Allocate books GPUs for r.Holder and returns their indices, ascending. A
 // count request takes GPUs that no holder has exclusively (free ones for an
 // exclusive request), the least shared first, ties by index. A request for
@@ -232,6 +250,9 @@ func (t *Table) Allocate(r Request) ([]int, error) {
 }
 
 func (t *Table) allocate(r Request) ([]int, error) {
+	if err := t.replicas(r); err != nil {
+		return nil, err
+	}
 	old := t.byID[r.Holder.ID]
 	if old != nil {
 		t.remove(old)
@@ -294,10 +315,29 @@ func (t *Table) Leave(id string) bool {
 	return gone
 }
 
+// replicas refuses a request that names a unit shared as replicas
+// (SetReplicated) without the runtime's or the kubelet's gift of it: such
+// a unit is handed out only as the device plugin's replicas, never whole.
+func (t *Table) replicas(r Request) error {
+	if r.Runtime || r.Kubelet || r.Count > 0 {
+		return nil
+	}
+	for _, g := range r.GPUs {
+		if as := t.replicated[g]; as != "" {
+			return refusal(r, func(func([]*Holding) string) string {
+				return fmt.Sprintf("%s %s is shared as %s (devicePlugin.sharing): it is handed out only as the device plugin's replicas, never whole or exclusively",
+					inventory.UnitKind(g), inventory.UnitLabel(g), as)
+			})
+		}
+	}
+	return nil
+}
+
 // Check returns the error Allocate(r) would return, without booking: nil
 // when the request could be met now. A management container, which sees
 // every GPU without holding one, is checked this way in shared mode, so
-// that it cannot reach a GPU another container holds exclusively.
+// that it cannot reach a GPU another container holds exclusively. (It may
+// see units shared as replicas: it holds none.)
 func (t *Table) Check(r Request) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -337,7 +377,8 @@ func (t *Table) pick(r Request) ([]int, error) {
 		gpus = slices.Compact(gpus)
 		for _, g := range gpus {
 			hs := t.byGPU[g]
-			if usable(r.Mode, hs) {
+			if t.replicated[g] != "" || usable(r.Mode, hs) {
+				// Replicas: every holding is shared (SetReplicated).
 				continue
 			}
 			if r.Mode == Exclusive {
@@ -353,8 +394,9 @@ func (t *Table) pick(r Request) ([]int, error) {
 	}
 	var cands []int
 	for _, g := range t.gpus {
-		// A count asks for whole GPUs: MIG devices are named.
-		if inventory.IsMIGKey(g) || t.unhealthy[g] != "" {
+		// A count asks for whole GPUs: MIG devices are named, and
+		// replicas are the device plugin's.
+		if inventory.IsMIGKey(g) || t.unhealthy[g] != "" || t.replicated[g] != "" {
 			continue
 		}
 		if countable(r.Mode, t.byGPU[g]) {
@@ -389,11 +431,15 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 		}
 	}
 	fmt.Fprintf(&b, "%s request for %s cannot be met: %d of the node's %d GPUs are %s", r.Mode, n, usableN, whole, what)
-	var held, bad []string
+	var held, bad, replicas []string
 	for _, g := range t.gpus {
 		hs := t.byGPU[g]
 		if why := t.unhealthy[g]; why != "" && !inventory.IsMIGKey(g) {
 			bad = append(bad, fmt.Sprintf("GPU %d: %s", g, why))
+			continue
+		}
+		if as := t.replicated[g]; as != "" && !inventory.IsMIGKey(g) {
+			replicas = append(replicas, fmt.Sprintf("GPU %d: %s", g, as))
 			continue
 		}
 		if countable(r.Mode, hs) || inventory.IsMIGKey(g) {
@@ -412,6 +458,10 @@ func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) strin
 	if len(bad) > 0 {
 		b.WriteString("; unhealthy: ")
 		b.WriteString(strings.Join(bad, "; "))
+	}
+	if len(replicas) > 0 {
+		b.WriteString("; shared as the device plugin's replicas: ")
+		b.WriteString(strings.Join(replicas, "; "))
 	}
 	return b.String()
 }
@@ -563,6 +613,10 @@ type GPUState struct {
 	// Unhealthy says why the unit is unhealthy (count requests skip
 	// it); empty when healthy.
 	Unhealthy string `json:"unhealthy,omitempty"`
+	// Replicated says what the unit is shared as when the device plugin
+	// hands it out as replicas ("4 time-slicing replicas of
+	// nvidia.com/gpu", SetReplicated): every holding of it is shared.
+	Replicated string `json:"replicated,omitempty"`
 }
 
 // HolderState is a holder of a GPU and how it holds it.
@@ -592,13 +646,17 @@ func (t *Table) State() []GPUState {
 	slices.Sort(idx)
 	rows := make([]GPUState, 0, len(idx))
 	for _, g := range idx {
-		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}, Unhealthy: t.unhealthy[g]}
+		row := GPUState{Index: g, Mode: "free", Holders: []HolderState{}, Unhealthy: t.unhealthy[g], Replicated: t.replicated[g]}
 		hs := t.byGPU[g]
 		for _, h := range hs {
-			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: h.Mode.String(), Kubelet: h.Kubelet, Runtime: h.Runtime || h.Kubelet})
+			m := h.Mode
+			if row.Replicated != "" {
+				m = Shared // replicas: every holding is shared
+			}
+			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: m.String(), Kubelet: h.Kubelet, Runtime: h.Runtime || h.Kubelet})
 		}
 		switch {
-		case anyExclusive(hs):
+		case anyExclusive(hs) && row.Replicated == "":
 			row.Mode = "exclusive"
 		case len(hs) > 0:
 			row.Mode = "shared"
@@ -623,7 +681,8 @@ func (t *Table) Holdings() []Holding {
 // Summary is the table in one line, for the log:
 // "0=exclusive[default/a/main] 1=shared[default/b/x,default/c/y] 2=free";
 // a holder whose GPUs the kubelet assigned is marked "kubelet:"
-// ("3=shared[kubelet:default/d/main]").
+// ("3=shared[kubelet:default/d/main]"), a unit shared as replicas
+// "(replicas)" ("4=shared(replicas)[kubelet:default/e/main]").
 func Summary(rows []GPUState) string {
 	var b strings.Builder
 	for i, r := range rows {
@@ -635,6 +694,9 @@ func Summary(rows []GPUState) string {
 		b.WriteString(r.Mode)
 		if r.Unhealthy != "" {
 			b.WriteString("(unhealthy)")
+		}
+		if r.Replicated != "" {
+			b.WriteString("(replicas)")
 		}
 		if len(r.Holders) > 0 {
 			b.WriteByte('[')

@@ -476,6 +476,63 @@ func TestUnhealthySkipped(t *testing.T) {
 	}
 }
 
+// TestReplicated: a GPU the device plugin hands out as replicas
+// (SetReplicated) is shared by construction. The kubelet's replicas of it
+// are booked whatever their request's mode, and share it with each other
+// and with what the runtime gave; a count never gets it, whole or
+// exclusively; a request that names it of its own (device=, exclusive=)
+// is refused, saying what it is shared as; a management container may see
+// it; the table's rows show it shared, and every holder of it shared.
+func TestReplicated(t *testing.T) {
+	const as = "4 time-slicing replicas of nvidia.com/gpu"
+	tbl := New([]int{0, 1, 2})
+	tbl.SetReplicated(map[int]string{0: as})
+	kub := holder
+	for _, s := range []struct {
+		name string
+		req  Request
+		want []int
+		err  string
+	}{
+		{"a replica, on a node whose mode is exclusive", Request{Holder: kub("k1"), Mode: Exclusive, GPUs: []int{0}, Kubelet: true}, []int{0}, ""},
+		{"another replica", Request{Holder: kub("k2"), Mode: Exclusive, GPUs: []int{0}, Kubelet: true}, []int{0}, ""},
+		{"a replica and a whole GPU", Request{Holder: kub("k3"), Mode: Exclusive, GPUs: []int{0, 1}, Kubelet: true}, []int{0, 1}, ""},
+		{"the runtime's gift", Request{Holder: kub("r"), Mode: Shared, GPUs: []int{0}, Runtime: true}, []int{0}, ""},
+		{"a count", Request{Holder: kub("c"), Mode: Shared, Count: 2, Source: "test"}, nil,
+			"nri-gpu: test: shared request for 2 GPUs cannot be met: 1 of the node's 3 GPUs are free or shared; held: GPU 1: default/k3/main (exclusive); shared as the device plugin's replicas: GPU 0: " + as},
+		{"a count that fits", Request{Holder: kub("c"), Mode: Exclusive, Count: 1, Source: "test"}, []int{2}, ""},
+		{"named", Request{Holder: kub("n"), Mode: Shared, GPUs: []int{0}, Source: "test"}, nil,
+			"nri-gpu: test: GPU 0 is shared as " + as + " (devicePlugin.sharing): it is handed out only as the device plugin's replicas, never whole or exclusively"},
+		{"named exclusively", Request{Holder: kub("x"), Mode: Exclusive, GPUs: []int{0}, Source: "test"}, nil,
+			"nri-gpu: test: GPU 0 is shared as " + as + " (devicePlugin.sharing): it is handed out only as the device plugin's replicas, never whole or exclusively"},
+	} {
+		got, err := tbl.Allocate(s.req)
+		if fmt.Sprint(err) != fmt.Sprint(map[bool]any{true: nil, false: s.err}[s.err == ""]) || !slices.Equal(got, s.want) {
+			t.Errorf("%s: %v, %v; want %v, %q", s.name, got, err, s.want, s.err)
+		}
+	}
+	if err := tbl.Check(Request{Holder: kub("m"), Mode: Shared, GPUs: []int{0}, Source: "test"}); err != nil {
+		t.Errorf("a management container's view of the replicated GPU: %v", err)
+	}
+	if _, _, err := tbl.Join(Request{Holder: PodHolder("p", "default", "p"), Member: "m", Mode: Shared, GPUs: []int{0}, Source: "test"}); err == nil {
+		t.Error("a pod-level request named the replicated GPU")
+	}
+	shared := func(name string, kubelet bool) HolderState {
+		return HolderState{Holder: kub(name), Mode: "shared", Kubelet: kubelet, Runtime: true}
+	}
+	want := []GPUState{
+		{Index: 0, Mode: "shared", Replicated: as, Holders: []HolderState{shared("k1", true), shared("k2", true), shared("k3", true), shared("r", false)}},
+		{Index: 1, Mode: "exclusive", Holders: []HolderState{{Holder: kub("k3"), Mode: "exclusive", Kubelet: true, Runtime: true}}},
+		{Index: 2, Mode: "exclusive", Holders: []HolderState{{Holder: kub("c"), Mode: "exclusive"}}},
+	}
+	if d := cmp.Diff(want, tbl.State()); d != "" {
+		t.Errorf("state (-want +got):\n%s", d)
+	}
+	if got, want := Summary(tbl.State()), "0=shared(replicas)[kubelet:default/k1/main,kubelet:default/k2/main,kubelet:default/k3/main,default/r/main] 1=exclusive[kubelet:default/k3/main] 2=exclusive[default/c/main]"; got != want {
+		t.Errorf("summary %s\nwant    %s", got, want)
+	}
+}
+
 // TestSyncClaims: prepared claims' holdings are added and released as a
 // set, leave every other holding alone, and a claim being prepared is
 // first checked as a request: it is refused, naming the holder, where a

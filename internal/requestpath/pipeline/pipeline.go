@@ -14,7 +14,7 @@
 //
 // <!-- request path kinds: serve's order; each kind's steps -->
 //
-//	kubeletAssigned  bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode
+//	kubeletAssigned  replicas, bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode, mpsClient
 //	claimAssigned    bookClaims, claimRequest, reconcile, selectDevices, keepClaimed, require, build, encode
 //	runtimeGiven     bookGiven, find, authorizeGiven, parse, reconcile, selectDevices, keepGiven, require, build, encode
 //	none             -
@@ -46,6 +46,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
@@ -73,6 +74,10 @@ type Path struct {
 	// RuntimeCDI is set when the runtime resolves CDI devices named in an
 	// adjustment (NRI v0.10 and later).
 	RuntimeCDI bool
+	// Shares is the node's sharing plan (node.State.Shares): which
+	// devices the device plugin hands out as replicas, and how; nil
+	// without one.
+	Shares *sharing.Plan
 	// Claims are the node's prepared Dynamic Resource Allocation claims
 	// (nil without the DRA driver).
 	Claims *claims.Prepared
@@ -106,6 +111,9 @@ type Result struct {
 	// Warnings are what the log should hear of that does not refuse the
 	// container: a kubelet annotation that was not trusted.
 	Warnings []string
+	// MPS is the MPS share the container is a client of (the kubelet gave
+	// it a replica of a GPU shared with MPS); nil otherwise.
+	MPS *sharing.Share
 }
 
 // Injected reports whether the answer gives the container devices or
@@ -119,6 +127,9 @@ type call struct {
 	pod *api.PodSandbox
 	ctr *api.Container
 	res Result
+	// replicated is set when every device of the kubelet's assignment is
+	// shared as the device plugin's replicas (replicas): booked shared.
+	replicated bool
 }
 
 // given is what the runtime put in the container before nri-gpu saw it,
@@ -203,6 +214,10 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
 // against its device nodes). They are its request, booked as the
 // kubelet's; the pod's own carriers are not read.
 func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.ContainerAdjustment, error) {
+	mps, err := p.replicas(c, kub)
+	if err != nil {
+		return nil, err
+	}
 	if err := p.bookGiven(c, indexes(kub), true); err != nil {
 		return nil, err
 	}
@@ -222,10 +237,16 @@ func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.Con
 		return nil, err
 	}
 	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
-	if end || err != nil {
+	if err != nil || end && mps == nil {
 		return nil, err
 	}
-	return p.encode(c, r, e, nil)
+	var adj *api.ContainerAdjustment
+	if !end {
+		if adj, err = p.encode(c, r, e, nil); err != nil {
+			return nil, err
+		}
+	}
+	return p.mpsClient(c, adj, mps)
 }
 
 // claimAssigned is the path of a container whose devices prepared

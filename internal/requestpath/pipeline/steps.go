@@ -68,11 +68,15 @@ func (p *Path) bookGiven(c *call, idx []int, kubelet bool) error {
 		source = kubeletSource.String()
 	}
 	h := HolderOf(c.pod, c.ctr)
-	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: p.Sharing, GPUs: idx, Source: source, Kubelet: kubelet, Runtime: true})
+	mode := p.Sharing
+	if c.replicated {
+		mode = alloc.Shared // replicas: shared whatever the node's mode
+	}
+	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: mode, GPUs: idx, Source: source, Kubelet: kubelet, Runtime: true})
 	if err != nil {
 		return err
 	}
-	c.res.Holding = &alloc.Holding{Holder: h, Mode: p.Sharing, GPUs: got, Kubelet: kubelet, Runtime: true}
+	c.res.Holding = &alloc.Holding{Holder: h, Mode: mode, GPUs: got, Kubelet: kubelet, Runtime: true}
 	return nil
 }
 
@@ -365,7 +369,12 @@ func (p *Path) encode(c *call, r request.Request, e adjust.Edits, rec *alloc.Rec
 	}
 	adj := e.Adjustment(c.ctr.GetEnv())
 	c.res.BinariesAtUsrBin = e.BinariesAtUsrBin(c.ctr.GetEnv())
-	if p.EmitCDI && !r.Management && c.res.Selection.Note == "" {
+	switch {
+	case p.EmitCDI && c.res.MPS != nil:
+		// An MPS client's pipe directory and limits are nri-gpu's
+		// (mpsClient), not what a CDI spec of the GPU would add.
+		c.res.Emit = "edits (an MPS client: its pipe directory and limits are nri-gpu's)"
+	case p.EmitCDI && !r.Management && c.res.Selection.Note == "":
 		// Management containers get control nodes that no GPU's CDI
 		// device carries, and a container that has some of its devices
 		// from the runtime gets only the missing ones: always edits.

@@ -80,11 +80,17 @@ func processGone(pid int) bool {
 	return !ok || p.State == "Z" || p.State == "X"
 }
 
-// MountsUnder lists mount points at or below dir from /proc/self/mountinfo, deepest
+// MountsUnder lists mount points at or below dir from /proc/thread-self/mountinfo, deepest
 // first.
 func MountsUnder(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
-	f, err := os.Open("/proc/self/mountinfo")
+	// The calling thread's view, not the process leader's: a test that
+	// locks a goroutine to its thread to enter a mount namespace of its
+	// own and ends it there leaves the Go runtime's main thread, the
+	// leader, wedged in that namespace when it ran on it, and
+	// /proc/self/mountinfo then shows that namespace's mounts, not the
+	// ones this thread unmounts.
+	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

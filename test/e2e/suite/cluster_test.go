@@ -552,6 +552,7 @@ func testKustomize(k kc) {
 	checkTableIsCheckpoints(k)
 	testClosedPolicy(k)
 	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
+	k.t.Run("sharing", func(t *testing.T) { testSharing(kc{t: t, c: k.c, ctx: k.ctx}) })
 	k.doc("delete", nil)
 	k.wait(2*time.Minute, "namespace nri-gpu gone", func() (bool, string, error) {
 		_, err := k.c.Kubectl(k.ctx, "get", "namespace", "nri-gpu")

@@ -164,14 +164,28 @@ func deviceAllow(t *testing.T, devDir string, rules []*devconfig.Rule) (sd239, s
 	}
 	done := make(chan result, 1)
 	go func() {
-		// This thread alone enters a private mount namespace; it is
-		// never unlocked, so it ends with the goroutine.
+		// This thread alone enters a private mount namespace, and goes
+		// back to the process's before it ends: it is never unlocked,
+		// so it ends with the goroutine, unless it is the runtime's main
+		// thread, which Go keeps (wedged) instead, and whose namespace
+		// is what /proc/self shows every later test.
 		runtime.LockOSThread()
 		var r result
 		defer func() { done <- r }()
+		host, err := os.Open("/proc/thread-self/ns/mnt")
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer host.Close()
 		if r.err = unix.Unshare(unix.CLONE_NEWNS); r.err != nil {
 			return
 		}
+		defer func() {
+			if err := unix.Setns(int(host.Fd()), unix.CLONE_NEWNS); err != nil && r.err == nil {
+				r.err = fmt.Errorf("back to the process's mount namespace: %w", err)
+			}
+		}()
 		if r.err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); r.err != nil {
 			return
 		}
