@@ -76,6 +76,22 @@ func TestEmitCDIByRuntime(t *testing.T) {
 			}
 
 			pod := &api.PodSandbox{Id: "pod", Name: "p", Namespace: "ns", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "device=1"}}
+			// The plugin is ready once its Synchronize returns; the
+			// runtime's side adds it to its plugins only after that, so
+			// until then a CreateContainer reaches no plugin (an empty
+			// adjustment). Wait for a container to reach it.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				resp, err := a.CreateContainer(ctx, &nri.CreateContainerRequest{Pod: pod, Container: &api.Container{Id: "probe", PodSandboxId: pod.Id, Name: "probe"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if adj := resp.GetAdjust(); len(adj.GetCDIDevices()) > 0 || len(adj.GetLinux().GetDevices()) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no CreateContainer reached the plugin:\n%s", log.String())
+				}
+			}
 			for i := range 2 { // the warning is once per connection, not per container
 				ctr := &api.Container{Id: fmt.Sprint("ctr", i), PodSandboxId: pod.Id, Name: fmt.Sprint("c", i)}
 				resp, err := a.CreateContainer(ctx, &nri.CreateContainerRequest{Pod: pod, Container: ctr})
