@@ -109,8 +109,9 @@ func TestMIGLayoutChangeWatcher(t *testing.T) {
 	})
 }
 
-// TestWithoutNVML: a library that cannot be loaded leaves whole GPUs
-// served, and the log says so once, however many rediscoveries follow.
+// TestWithoutNVML: a library that cannot be loaded leaves whole GPUs (but
+// those whose driver shows GPU instances) served, and the log says so
+// once, however many rediscoveries follow.
 func TestWithoutNVML(t *testing.T) {
 	p, _, cfg, log := newMIGNode(t, func(string) (nvml.Lib, error) { return nil, errors.New("nvmlInit_v2: Driver Not Loaded (9)") })
 	for range 3 {
@@ -119,10 +120,16 @@ func TestWithoutNVML(t *testing.T) {
 		}
 	}
 	s := p.Snapshot()
-	if len(s.MIG) != 0 || s.GPUs[0].MIGEnabled || len(s.GPUs) != 3 || !strings.HasPrefix(s.NVML, "unavailable: ") {
+	if len(s.MIG) != 0 || len(s.GPUs) != 3 || !strings.HasPrefix(s.NVML, "unavailable: ") {
 		t.Errorf("without NVML: NVML %q, %d MIG devices, GPUs %+v", s.NVML, len(s.MIG), s.GPUs)
 	}
-	want := "NVML unavailable: nvmlInit_v2: Driver Not Loaded (9): serving whole GPUs; no MIG devices, no XID health"
+	// NVML never answered; the driver shows GPU instances on GPUs 0 and
+	// 1 (the node's MIG layout): they are not handed out whole. GPU 2,
+	// without any, is served whole.
+	if d := cmp.Diff(migView{Whole: []string{"2"}, MIGEnabled: []int{0, 1}}, viewOf(p.State())); d != "" {
+		t.Errorf("without NVML (-want +got):\n%s", d)
+	}
+	want := "NVML unavailable: nvmlInit_v2: Driver Not Loaded (9): GPUs 0, 1 show GPU instances: not handed out whole, no MIG devices until NVML answers; the others served whole; no XID health"
 	if c := strings.Count(log.String(), want); c != 1 {
 		t.Errorf("the log says %d times %q, want once:\n%s", c, want, log)
 	}
