@@ -151,9 +151,11 @@ func startDaemonSet(t *testing.T) *dsLayout {
 	}
 	hostSource := map[string]string{"/": n.Root, "/proc": n.HostPath("/proc"), "/dev": n.HostPath("/dev"), "/var/run/nri": dir,
 		"/var/lib/nri-gpu": n.HostPath("/var/lib/nri-gpu"), "/var/lib/kubelet/device-plugins": kubeletDir, "/dev/char": n.HostPath("/dev/char"),
-		"/sys": n.HostPath("/sys")}
-	if err := os.MkdirAll(n.HostPath("/var/lib/nri-gpu"), 0o755); err != nil { // type: DirectoryOrCreate
-		t.Fatal(err)
+		"/sys": n.HostPath("/sys"), "/run/nri-gpu/mps": n.HostPath("/run/nri-gpu/mps")}
+	for _, d := range []string{"/var/lib/nri-gpu", "/run/nri-gpu/mps"} {
+		if err := os.MkdirAll(n.HostPath(d), 0o755); err != nil { // type: DirectoryOrCreate
+			t.Fatal(err)
+		}
 	}
 	if err := os.MkdirAll(n.HostPath("/dev/char"), 0o755); err != nil { // type: Directory, as udev makes it
 		t.Fatal(err)
