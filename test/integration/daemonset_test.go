@@ -187,6 +187,10 @@ func startDaemonSet(t *testing.T) *dsLayout {
 				t.Fatalf("host path %s has no stand-in", v.HostPath.Path)
 			}
 			os.MkdirAll(target, 0o755)
+			// A mount point inside an earlier volume (the MPS root
+			// inside /run/nri-gpu's emptyDir) is made there, as the
+			// runtime makes it.
+			script = append(script, fmt.Sprintf("[ -d %q ] || mkdir -p %q", target, target))
 			script = append(script, fmt.Sprintf("mount --rbind %q %q", src, target))
 			if m.ReadOnly {
 				script = append(script, fmt.Sprintf("mount -o remount,bind,ro %q", target))
