@@ -394,16 +394,26 @@ echo "SHM=$(grep ' /dev/shm ' /proc/mounts | cut -d' ' -f1,3)"`)
 	return v, out
 }
 
-// checkMPSClient checks that pod is a client of its GPU's daemon with one
-// replica's limits of a simulated H100 80GB (81559 MiB) shared 4 ways:
-// exactly nri-gpu's CUDA_MPS_*, whatever its spec set, and the daemon
-// answering through the pipe with the same limits.
-func checkMPSClient(k kc, pod string, extra ...string) {
+// mpsMemLimit is one replica's memory limit of GPU 0 of node shared 4
+// ways: gpu-a's simulated H100 80GB (81559 MiB), gpu-b's A100 40GB.
+func mpsMemLimit(node string) string {
+	if node == "gpu-b" {
+		return fmt.Sprintf("%dM", harness.GPUBMemoryMiB/4)
+	}
+	return "20389M"
+}
+
+// checkMPSClient checks that pod, on node, is a client of its GPU's
+// daemon with one replica's limits of the GPU shared 4 ways
+// (mpsMemLimit): exactly nri-gpu's CUDA_MPS_*, whatever its spec set, and
+// the daemon answering through the pipe with the same limits.
+func checkMPSClient(k kc, pod, node string, extra ...string) {
 	k.t.Helper()
 	v, out := viewMPSPod(k, pod)
+	mem := mpsMemLimit(node)
 	want := append([]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"}, extra...)
-	want = append(want, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")
-	if !slices.Equal(v.env, want) || v.threads != "25.0" || v.memory != "20389M" || !strings.Contains(v.pipeEntries, "control") {
+	want = append(want, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0="+mem, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")
+	if !slices.Equal(v.env, want) || v.threads != "25.0" || v.memory != mem || !strings.Contains(v.pipeEntries, "control") {
 		k.t.Errorf("pod %s: CUDA_MPS_* %q (want %q), the daemon's answers %q %q, pipe directory %q:\n%s", pod, v.env, want, v.threads, v.memory, v.pipeEntries, out)
 	} else {
 		k.t.Logf("pod %s: %v; daemon: %s%% of the threads, %s; /dev/shm %s", pod, v.env, v.threads, v.memory, v.shm)
@@ -489,11 +499,15 @@ func testMPS(k kc) {
 		if p == "mps-raise" {
 			extra = []string{"CUDA_MPS_LOG_DIRECTORY="} // its own, set empty: NRI passes no removal on
 		}
-		checkMPSClient(k, p, extra...)
+		node := "gpu-a"
+		if p == "mps-b" {
+			node = "gpu-b"
+		}
+		checkMPSClient(k, p, node, extra...)
 	}
 	for _, n := range []*harness.Node{a, b} {
 		log := controlLog(n, n.GPU.GPUs[0].UUID)
-		for _, want := range []string{"CUDA_VISIBLE_DEVICES=" + n.GPU.GPUs[0].UUID, "Cmd:set_default_active_thread_percentage 25", "Cmd:set_default_device_pinned_mem_limit 0 20389M", "Cmd:get_default_active_thread_percentage"} {
+		for _, want := range []string{"CUDA_VISIBLE_DEVICES=" + n.GPU.GPUs[0].UUID, "Cmd:set_default_active_thread_percentage 25", "Cmd:set_default_device_pinned_mem_limit 0 " + mpsMemLimit(n.Name), "Cmd:get_default_active_thread_percentage"} {
 			if !strings.Contains(log, want) {
 				t.Errorf("node %s: the MPS control daemon's log lacks %q:\n%s", n.Name, want, log)
 			}
@@ -585,5 +599,5 @@ func testMPSDown(k kc, n *harness.Node) {
 	if now := runningID(); now != was {
 		t.Errorf("mps-a's container changed while the daemon was away: %s, was %s", now, was)
 	}
-	checkMPSClient(k, "mps-a")
+	checkMPSClient(k, "mps-a", "gpu-a")
 }
