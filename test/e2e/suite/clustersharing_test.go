@@ -451,11 +451,11 @@ func mpsDaemonPID(uuid string) int {
 // DaemonSet, client pods on containerd and CRI-O get exactly one
 // replica's limits in their environment, reach the daemon through its
 // pipe, and the simulated daemon recorded those limits; a pod spec
-// setting larger limits gets the same. The daemon killed: nri-gpu mps
-// starts it again and the running client reaches the new one. nri-gpu
-// mps's pod gone (the daemon with it): a container of the GPU created
-// meanwhile is refused, naming the daemon, and is served once the daemon
-// is back.
+// setting larger limits gets the same. Each node's daemon killed: nri-gpu
+// mps starts it again and the running client reaches the new one. nri-gpu
+// mps's pods gone (the daemons with them): on both nodes a container of
+// the GPU created meanwhile is refused, naming the daemon, and is served
+// once the daemon is back.
 func testMPS(k kc) {
 	t := k.t
 	t.Cleanup(func() {
@@ -515,89 +515,122 @@ func testMPS(k kc) {
 	}
 	checkReplicaTable(k, "gpu-a", ua, 2)
 
-	// The daemon killed: nri-gpu mps starts another; the running
-	// client's pipe reaches it.
-	first := mpsDaemonPID(ua)
+	// Each node's daemon killed: nri-gpu mps starts another; the running
+	// client's pipe reaches it (containerd and CRI-O).
+	clients := map[*harness.Node]string{a: "mps-a", b: "mps-b"}
+	for _, n := range []*harness.Node{a, b} {
+		killDaemon(k, n, clients[n])
+	}
+	// Before the next pods: the kubelet admits a pod only with healthy
+	// replicas, which they are again once nri-gpu run has seen the new
+	// daemon ready.
+	waitReplicasHealthy(k, a)
+	waitReplicasHealthy(k, b)
+	testMPSDown(k, []*harness.Node{a, b}, clients)
+}
+
+// killDaemon kills the MPS control daemon of node n's GPU 0 and waits for
+// nri-gpu mps to start another and for the running client pod to reach
+// the new one through its pipe.
+func killDaemon(k kc, n *harness.Node, client string) {
+	t := k.t
+	uuid := n.GPU.GPUs[0].UUID
+	first := mpsDaemonPID(uuid)
 	if first == 0 {
-		t.Fatalf("no MPS control daemon of %s among the host's processes", ua)
+		t.Fatalf("node %s: no MPS control daemon of %s among the host's processes", n.Name, uuid)
 	}
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	k.wait(time.Minute, "a new MPS control daemon of "+ua, func() (bool, string, error) {
-		pid := mpsDaemonPID(ua)
+	k.wait(time.Minute, n.Name+": a new MPS control daemon of "+uuid, func() (bool, string, error) {
+		pid := mpsDaemonPID(uuid)
 		return pid != 0 && pid != first, fmt.Sprint("pid ", pid), nil
 	})
-	t.Logf("gpu-a: daemon %d killed, a new one in %s", first, time.Since(killed).Round(10*time.Millisecond))
-	k.wait(time.Minute, "mps-a reaches the new daemon", func() (bool, string, error) {
-		v, out := viewMPSPod(k, "mps-a")
+	t.Logf("%s: daemon %d killed, a new one in %s", n.Name, first, time.Since(killed).Round(10*time.Millisecond))
+	k.wait(time.Minute, client+" reaches the new daemon", func() (bool, string, error) {
+		v, out := viewMPSPod(k, client)
 		return v.threads == "25.0", out, nil
 	})
-	// Before the next pod: the kubelet admits a pod only with healthy
-	// replicas, which they are again once nri-gpu run has seen the new
-	// daemon ready.
-	waitReplicasHealthy(k, a)
-	testMPSDown(k, a)
 }
 
-// testMPSDown takes nri-gpu mps's pod off node n (its label removed: the
-// DaemonSet's pod goes, and the daemons with it): a container created on
-// the GPU meanwhile (a restart of a client whose process ended) is
-// refused with the daemon's reason; with the label back, the daemon is
-// started again and the container is served. The other client keeps
-// running throughout.
-func testMPSDown(k kc, n *harness.Node) {
+// testMPSDown takes nri-gpu mps's pods off nodes (their label removed:
+// the DaemonSet's pods go, and the daemons with them): on each node, a
+// container created on the GPU meanwhile (a restart of a client whose
+// process ended) is refused with the daemon's reason; with the labels
+// back, the daemons are started again and the containers are served. The
+// other clients (clients[n]) keep running throughout.
+func testMPSDown(k kc, nodes []*harness.Node, clients map[*harness.Node]string) {
 	t := k.t
-	k.apply(sharePod("mps-restart", n.Name, "sleep 15"))
-	if _, err := k.c.WaitPodRunning(k.ctx, sharingNS, "mps-restart", 2*time.Minute); err != nil {
-		t.Fatal(err)
+	restart := func(n *harness.Node) string { return "mps-restart-" + n.Name }
+	var docs []string
+	for _, n := range nodes {
+		docs = append(docs, sharePod(restart(n), n.Name, "sleep 15"))
 	}
-	runningID := func() string {
-		p, err := k.c.GetPod(k.ctx, sharingNS, "mps-a")
+	k.apply(strings.Join(docs, "---\n"))
+	for _, n := range nodes {
+		if _, err := k.c.WaitPodRunning(k.ctx, sharingNS, restart(n), 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runningID := func(pod string) string {
+		p, err := k.c.GetPod(k.ctx, sharingNS, pod)
 		if err != nil || len(p.Status.ContainerStatuses) != 1 {
-			t.Fatalf("mps-a: %v", err)
+			t.Fatalf("%s: %v", pod, err)
 		}
 		s := p.Status.ContainerStatuses[0]
 		return fmt.Sprintf("%s restarts=%d", s.ContainerID, s.RestartCount)
 	}
-	was := runningID()
-	down := time.Now()
-	k.run("label", "node", n.Name, "nri-gpu.dev/mps-")
-	var refused string
-	k.wait(3*time.Minute, "mps-restart's next container refused: the daemon is not ready", func() (bool, string, error) {
-		p, err := k.c.GetPod(k.ctx, sharingNS, "mps-restart")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, s := range p.Status.ContainerStatuses {
-			if w := s.State.Waiting; w != nil && w.Reason == "CreateContainerError" && strings.Contains(w.Message, "MPS control daemon is not ready") {
-				refused = w.Message
-				return true, "", nil
-			}
-		}
-		return false, harness.PodSummary(p), nil
-	})
-	t.Logf("%s: %s after the daemon went: %s", n.Name, time.Since(down).Round(time.Second), refused)
-	k.run("label", "node", n.Name, "nri-gpu.dev/mps=true", "--overwrite")
-	up := time.Now()
-	k.wait(3*time.Minute, "mps-restart served again", func() (bool, string, error) {
-		p, err := k.c.GetPod(k.ctx, sharingNS, "mps-restart")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, s := range p.Status.ContainerStatuses {
-			// Seen refused (Waiting) before: a container that runs or ran
-			// since was created after the daemon came back.
-			if s.State.Running != nil || s.State.Terminated != nil {
-				return true, "", nil
-			}
-		}
-		return false, harness.PodSummary(p), nil
-	})
-	t.Logf("%s: mps-restart served %s after nri-gpu mps came back", n.Name, time.Since(up).Round(time.Second))
-	if now := runningID(); now != was {
-		t.Errorf("mps-a's container changed while the daemon was away: %s, was %s", now, was)
+	was := map[*harness.Node]string{}
+	for _, n := range nodes {
+		was[n] = runningID(clients[n])
 	}
-	checkMPSClient(k, "mps-a", "gpu-a")
+	down := time.Now()
+	for _, n := range nodes {
+		k.run("label", "node", n.Name, "nri-gpu.dev/mps-")
+	}
+	for _, n := range nodes {
+		var refused string
+		k.wait(3*time.Minute, restart(n)+"'s next container refused: the daemon is not ready", func() (bool, string, error) {
+			p, err := k.c.GetPod(k.ctx, sharingNS, restart(n))
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, s := range p.Status.ContainerStatuses {
+				if w := s.State.Waiting; w != nil && w.Reason == "CreateContainerError" && strings.Contains(w.Message, "MPS control daemon is not ready") {
+					refused = w.Message
+					return true, "", nil
+				}
+			}
+			return false, harness.PodSummary(p), nil
+		})
+		t.Logf("%s (%s): %s after the daemon went: %s", n.Name, n.Runtime.Name(), time.Since(down).Round(time.Second), refused)
+	}
+	for _, n := range nodes {
+		k.run("label", "node", n.Name, "nri-gpu.dev/mps=true", "--overwrite")
+	}
+	up := time.Now()
+	for _, n := range nodes {
+		k.wait(3*time.Minute, restart(n)+" served again", func() (bool, string, error) {
+			p, err := k.c.GetPod(k.ctx, sharingNS, restart(n))
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, s := range p.Status.ContainerStatuses {
+				// Seen refused (Waiting) before: a container that runs or
+				// ran since was created after the daemon came back.
+				if s.State.Running != nil || s.State.Terminated != nil {
+					return true, "", nil
+				}
+			}
+			return false, harness.PodSummary(p), nil
+		})
+		t.Logf("%s: %s served %s after nri-gpu mps came back", n.Name, restart(n), time.Since(up).Round(time.Second))
+	}
+	for _, n := range nodes {
+		if now := runningID(clients[n]); now != was[n] {
+			t.Errorf("%s's container changed while the daemon was away: %s, was %s", clients[n], now, was[n])
+		}
+		checkMPSClient(k, clients[n], n.Name)
+	}
 }
