@@ -257,7 +257,7 @@ func TestClusterPodStart(t *testing.T) {
 		q := n.Status.Allocatable["nvidia.com/gpu"]
 		return q.String() == "4", q.String(), nil
 	})
-	startNVIDIADRAStandIn(t, c, nv, standIn)
+	startNVIDIADRAStandIn(t, c, nv, standIn, nriGPUContainerCgroup(k))
 	k.wait(time.Minute, "the ResourceSlices of gpu-a's 3 DRA GPUs and nv-a's 4", func() (bool, string, error) {
 		got, err := sliceDevices(k)
 		return err == nil && got[draDriver+"/gpu-a"] == 3 && got[nvidiaDriver+"/nv-a"] == 4, fmt.Sprint(got, err), nil
@@ -309,6 +309,9 @@ spec:
 					t.Errorf("%s: the NVIDIA path gave device nodes %v, libcuda devices=%q; want one GPU", p.name, v.devices, v.cudaDevices)
 				}
 			}
+			if os.Getenv("WT24F_DEBUG") != "" {
+				t.Logf("%s %s: %s", name, p.name, d)
+			}
 			k.run("delete", "pod", "-n", "bench", name, "--grace-period=0", "--wait=true")
 			if spec != "" {
 				k.wait(time.Minute, "the claim's CDI spec removed (UnprepareResourceClaims)", func() (bool, string, error) {
@@ -319,6 +322,21 @@ spec:
 			if r >= 0 {
 				res.Samples[p.name] = append(res.Samples[p.name], bench.Sample{Create: d})
 			}
+		}
+	}
+	if d := os.Getenv("WT24F_DEBUG"); d != "" {
+		_ = os.MkdirAll(d, 0o755)
+		for _, n := range c.Nodes {
+			_ = exec.Command("cp", n.Kubelet.LogPath, filepath.Join(d, "kubelet-"+n.Name+".log")).Run()
+			_ = os.WriteFile(filepath.Join(d, "runtime-"+n.Name+".log"), []byte(n.Runtime.LogTail(2000000)), 0o644)
+		}
+		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			_ = os.WriteFile(filepath.Join(d, name+".log"), []byte(c.LogTail(name, 5000000)), 0o644)
+		}
+		pods, _ := c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
+		for _, p := range pods {
+			out, _ := c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", p.Name)
+			_ = os.WriteFile(filepath.Join(d, "nri-gpu.log"), []byte(out), 0o644)
 		}
 	}
 	for _, p := range paths {
@@ -341,11 +359,65 @@ func startClusterStandIn(t *testing.T, n *harness.Node) {
 	startStandInAt(t, p, n.HostPath(harness.DevicePluginDir))
 }
 
+// nriGPUContainerCgroup is the CPU cgroup directory of nri-gpu's
+// container on gpu-a (the one whose name holds its container ID), "" when
+// none is found.
+func nriGPUContainerCgroup(k kc) string {
+	pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
+	if err != nil || len(pods) != 1 || len(pods[0].Status.ContainerStatuses) != 1 {
+		k.t.Fatalf("nri-gpu's pod: %v (%d pods)", err, len(pods))
+	}
+	_, id, _ := strings.Cut(pods[0].Status.ContainerStatuses[0].ContainerID, "://")
+	root := "/sys/fs/cgroup/cpu" // v1; v2 is one tree
+	if _, err := os.Stat(root); err != nil {
+		root = "/sys/fs/cgroup"
+	}
+	found := ""
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil || found != "":
+			return filepath.SkipDir
+		case !d.IsDir():
+			return nil
+		case id != "" && strings.Contains(d.Name(), id):
+			found = p
+			return filepath.SkipDir
+		case strings.Count(strings.TrimPrefix(p, root), "/") >= 5:
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if found == "" {
+		k.t.Logf("no CPU cgroup of nri-gpu's container %s under %s: the NVIDIA stand-in runs in the test's", id, root)
+	}
+	return found
+}
+
+// standInCgroup moves pid into a sibling of nri-gpu's container's CPU
+// cgroup ctr with its CPU weight (the DaemonSet's cpu request), so that
+// the two drivers get the same share of a loaded machine; it returns the
+// new cgroup, to be removed once pid ends.
+func standInCgroup(ctr string, pid int) (string, error) {
+	dir := filepath.Join(filepath.Dir(ctr), "nri-gpu-e2e-nvidia-dra-standin")
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return "", err
+	}
+	for _, f := range []string{"cpu.shares", "cpu.weight"} {
+		if w, err := os.ReadFile(filepath.Join(ctr, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(dir, f), w, 0o644); err != nil {
+				return dir, err
+			}
+		}
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+}
+
 // startNVIDIADRAStandIn runs test/e2e/cmd/nvidia-dra-standin (the binary
 // bin) in node n's namespaces as NVIDIA's DRA driver for n's GPUs: its
 // kubelet plugin directories, the node's CDI directory, n's toolkit spec
-// (nvidiaNode) for the claims' edits.
-func startNVIDIADRAStandIn(t *testing.T, c *harness.Cluster, n *harness.Node, bin string) {
+// (nvidiaNode) for the claims' edits; with nri-gpu's container's CPU
+// weight when its cgroup cg is known (standInCgroup).
+func startNVIDIADRAStandIn(t *testing.T, c *harness.Cluster, n *harness.Node, bin, cg string) {
 	t.Helper()
 	type gpu struct {
 		Index       int    `json:"index"`
@@ -388,9 +460,20 @@ func startNVIDIADRAStandIn(t *testing.T, c *harness.Cluster, n *harness.Node, bi
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	own := ""
+	if cg != "" {
+		if own, err = standInCgroup(cg, cmd.Process.Pid); err != nil {
+			t.Fatalf("the stand-in's cgroup: %v", err)
+		}
+		w, _ := os.ReadFile(filepath.Join(own, "cpu.shares"))
+		t.Logf("nvidia-dra-standin in %s (cpu.shares %s, nri-gpu's container's)", own, strings.TrimSpace(string(w)))
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+		if own != "" {
+			_ = os.Remove(own)
+		}
 		log.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
