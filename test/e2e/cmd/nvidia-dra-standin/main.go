@@ -27,11 +27,16 @@
 //     driver gets them from the same library (nvcdi's GetCommonEdits and
 //     GetDeviceSpecsByID); it returns the CDI device IDs
 //     k8s.gpu.nvidia.com/claim=<claim UID>-gpu-<minor>;
+//   - keeps its claims in a checkpoint in the plugin directory, written as
+//     NVIDIA's driver writes its own (device_state.go: updateCheckpoint,
+//     through the kubelet's checkpoint manager: a temporary file, fsync,
+//     rename): twice per prepare (PrepareStarted before the spec,
+//     PrepareCompleted after), once per unprepare;
 //   - on UnprepareResourceClaims removes the claim's spec.
 //
 // What it leaves out of NVIDIA's driver: NVML (the GPUs come from the
-// configuration), its checkpoint, MIG, sharing (MPS, time-slicing) and
-// device configs, health.
+// configuration), MIG, sharing (MPS, time-slicing) and device configs,
+// health.
 //
 // Usage: nvidia-dra-standin CONFIG, CONFIG being a JSON file of type
 // config.
@@ -116,6 +121,8 @@ type driver struct {
 	toolkit cdiSpec
 	gpus    map[string]gpu // by device name
 	mu      sync.Mutex
+	// ckpt is the checkpoint's content: claim UID -> state; mu guards it.
+	ckpt map[types.UID]string
 }
 
 func main() {
@@ -130,7 +137,7 @@ func main() {
 }
 
 func run(path string) error {
-	d := &driver{gpus: map[string]gpu{}}
+	d := &driver{gpus: map[string]gpu{}, ckpt: map[types.UID]string{}}
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -250,10 +257,49 @@ func (d *driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResu
 			CDIDeviceIDs: []string{cdiVendor + "/" + cdiClass + "=" + name},
 		})
 	}
-	if err := writeSpec(d.specPath(c.UID), spec); err != nil {
-		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+	for _, step := range []func() error{
+		func() error { return d.checkpoint(c.UID, "PrepareStarted") },
+		func() error { return writeSpec(d.specPath(c.UID), spec) },
+		func() error { return d.checkpoint(c.UID, "PrepareCompleted") },
+	} {
+		if err := step(); err != nil {
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+		}
 	}
 	return res
+}
+
+// checkpoint sets the claim uid's state ("" removes it) and writes the
+// checkpoint as the kubelet's checkpoint manager does: a temporary file
+// in the directory, fsync, rename. The caller holds mu.
+func (d *driver) checkpoint(uid types.UID, state string) error {
+	if state == "" {
+		delete(d.ckpt, uid)
+	} else {
+		d.ckpt[uid] = state
+	}
+	data, err := json.Marshal(d.ckpt)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(d.cfg.PluginDir, "checkpoint.json")
+	f, err := os.CreateTemp(d.cfg.PluginDir, ".checkpoint")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // toolkitEdits are the edits of the toolkit spec's device uuid.
@@ -294,6 +340,9 @@ func (d *driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		err := os.Remove(d.specPath(c.UID))
 		if errors.Is(err, os.ErrNotExist) {
 			err = nil
+		}
+		if err == nil {
+			err = d.checkpoint(c.UID, "")
 		}
 		out[c.UID] = err
 	}
