@@ -309,9 +309,6 @@ spec:
 					t.Errorf("%s: the NVIDIA path gave device nodes %v, libcuda devices=%q; want one GPU", p.name, v.devices, v.cudaDevices)
 				}
 			}
-			if os.Getenv("WT24F_DEBUG") != "" {
-				t.Logf("%s %s: %s", name, p.name, d)
-			}
 			k.run("delete", "pod", "-n", "bench", name, "--grace-period=0", "--wait=true")
 			if spec != "" {
 				k.wait(time.Minute, "the claim's CDI spec removed (UnprepareResourceClaims)", func() (bool, string, error) {
@@ -322,21 +319,6 @@ spec:
 			if r >= 0 {
 				res.Samples[p.name] = append(res.Samples[p.name], bench.Sample{Create: d})
 			}
-		}
-	}
-	if d := os.Getenv("WT24F_DEBUG"); d != "" {
-		_ = os.MkdirAll(d, 0o755)
-		for _, n := range c.Nodes {
-			_ = exec.Command("cp", n.Kubelet.LogPath, filepath.Join(d, "kubelet-"+n.Name+".log")).Run()
-			_ = os.WriteFile(filepath.Join(d, "runtime-"+n.Name+".log"), []byte(n.Runtime.LogTail(2000000)), 0o644)
-		}
-		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-			_ = os.WriteFile(filepath.Join(d, name+".log"), []byte(c.LogTail(name, 5000000)), 0o644)
-		}
-		pods, _ := c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
-		for _, p := range pods {
-			out, _ := c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", p.Name)
-			_ = os.WriteFile(filepath.Join(d, "nri-gpu.log"), []byte(out), 0o644)
 		}
 	}
 	for _, p := range paths {
