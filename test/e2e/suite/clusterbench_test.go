@@ -323,7 +323,16 @@ spec:
 	}
 	for _, p := range paths {
 		s := res.Stat(p.name, bench.Create)
-		t.Logf("%-95s p50 %7.1f ms (p10 %.1f, p90 %.1f)", p.name, s.P50, s.P10, s.P90)
+		// The tail: the slowest round, and how many took twice the median.
+		var top time.Duration
+		slow := 0
+		for _, x := range res.Samples[p.name] {
+			top = max(top, x.Create)
+			if float64(x.Create.Milliseconds()) > 2*s.P50 {
+				slow++
+			}
+		}
+		t.Logf("%-95s p50 %7.1f ms (p10 %.1f, p90 %.1f, max %d; %d rounds over 2x p50)", p.name, s.P50, s.P10, s.P90, top.Milliseconds(), slow)
 	}
 	for _, q := range [][2]string{{pathNRIGPU, pathPlainA}, {pathNVIDIA, pathPlainB}, {pathNVIDIA, pathNRIGPU},
 		{pathClaimA, pathPlainA}, {pathClaimB, pathPlainB}, {pathClaimB, pathClaimA}} {
