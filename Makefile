@@ -204,8 +204,10 @@ bench-e2e: build
 
 # Pod start as the cluster sees it (root): creation to Running from the
 # API server's watch, paired rounds of a GPU-less pod, a 1-GPU pod through
-# nri-gpu, and the NVIDIA path (its device plugin's envvar answer +
-# nvidia-container-runtime as a runtime class) on the cluster of
+# nri-gpu, a 1-GPU claim through nri-gpu's DRA driver, and the NVIDIA paths
+# (its device plugin's envvar answer + nvidia-container-runtime as a runtime
+# class; a claim through a stand-in of its DRA driver's kubelet plugin, a
+# per-claim CDI spec with nvidia-cdi-hook hooks) on the cluster of
 # make e2e-cluster. BENCH_ROUNDS=5 for a quick run.
 BENCH_ROUNDS ?= 50
 bench-cluster:

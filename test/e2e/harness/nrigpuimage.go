@@ -125,6 +125,12 @@ func readReleaseArchive(p string) (*Image, error) {
 	return img, nil
 }
 
+// BuildE2ECommand builds test/e2e/cmd/<name> of this module into dir and
+// returns the binary's path (a test's own program, such as a stand-in).
+func BuildE2ECommand(ctx context.Context, name, dir string) (string, error) {
+	return buildE2ECommand(ctx, name, dir)
+}
+
 // buildE2ECommand builds test/e2e/cmd/<name> of this module into dir and
 // returns the binary's path.
 func buildE2ECommand(ctx context.Context, name, dir string) (string, error) {
