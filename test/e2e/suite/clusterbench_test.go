@@ -259,7 +259,7 @@ func TestClusterPodStart(t *testing.T) {
 	})
 	startNVIDIADRAStandIn(t, c, nv, standIn, nriGPUContainerCgroup(k))
 	k.wait(time.Minute, "the ResourceSlices of gpu-a's 3 DRA GPUs and nv-a's 4", func() (bool, string, error) {
-		got, err := sliceDevices(k)
+		got, err := sliceDeviceCounts(k)
 		return err == nil && got[draDriver+"/gpu-a"] == 3 && got[nvidiaDriver+"/nv-a"] == 4, fmt.Sprint(got, err), nil
 	})
 	k.run("create", "namespace", "bench")
@@ -473,8 +473,8 @@ func startNVIDIADRAStandIn(t *testing.T, c *harness.Cluster, n *harness.Node, bi
 	})
 }
 
-// sliceDevices counts the ResourceSlices' devices by driver/node.
-func sliceDevices(k kc) (map[string]int, error) {
+// sliceDeviceCounts counts the ResourceSlices' devices by driver/node.
+func sliceDeviceCounts(k kc) (map[string]int, error) {
 	var list resourceapi.ResourceSliceList
 	if err := k.c.GetJSON(k.ctx, &list, "resourceslices"); err != nil {
 		return nil, err
