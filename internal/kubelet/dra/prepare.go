@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
@@ -24,8 +25,10 @@ import (
 // checkpoint. A claim already prepared gets the same answer again (the
 // kubelet asks again after restarts). The library serializes the calls.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	start := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	locked := time.Now()
 	st := d.node.State()
 	byName := map[string]unit{}
 	for _, u := range units(st) {
@@ -40,6 +43,8 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.Re
 			continue
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(devs)}
+		d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "uid": c.UID, "devices": len(devs),
+			"waited": locked.Sub(start).Round(time.Microsecond), "took": time.Since(start).Round(time.Microsecond)}).Info("DRA: claim prepared")
 	}
 	return out, nil
 }
