@@ -47,6 +47,12 @@ type checkpointDevice struct {
 	Nodes       []string `json:"nodes"`
 	AdminAccess bool     `json:"adminAccess,omitempty"`
 	CDIDevice   string   `json:"cdiDevice"`
+	// ShareID, ShareMiB and GPUMemoryMiB are the claim's share of a GPU
+	// shared by memory (added within v1: a checkpoint without them reads
+	// as no share).
+	ShareID      string `json:"shareID,omitempty"`
+	ShareMiB     uint64 `json:"shareMiB,omitempty"`
+	GPUMemoryMiB uint64 `json:"gpuMemoryMiB,omitempty"`
 }
 
 // ReadPrepared returns the prepared claims of the checkpoint in the
@@ -122,7 +128,8 @@ func (cc checkpointClaim) devices(uid string) []claims.Device {
 	out := make([]claims.Device, 0, len(cc.Devices))
 	for _, d := range cc.Devices {
 		out = append(out, claims.Device{Claim: ref, Request: d.Request, Name: d.Device, UUID: d.UUID, MIG: d.MIG,
-			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice})
+			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice,
+			Share: claims.Share{ID: d.ShareID, MemoryMiB: d.ShareMiB, GPUMemoryMiB: d.GPUMemoryMiB}})
 	}
 	return out
 }
@@ -131,7 +138,8 @@ func checkpointDevices(devs []claims.Device) []checkpointDevice {
 	out := make([]checkpointDevice, 0, len(devs))
 	for _, d := range devs {
 		out = append(out, checkpointDevice{Request: d.Request, Device: d.Name, UUID: d.UUID, MIG: d.MIG, Node: d.Node,
-			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice})
+			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice,
+			ShareID: d.Share.ID, ShareMiB: d.Share.MemoryMiB, GPUMemoryMiB: d.Share.GPUMemoryMiB})
 	}
 	return out
 }

@@ -47,7 +47,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.Re
 func (d *Driver) result(devs []claims.Device) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(devs))
 	for _, dv := range devs {
-		out = append(out, kubeletplugin.Device{Requests: []string{dv.Request}, PoolName: d.nodeName, DeviceName: dv.Name, CDIDeviceIDs: []string{dv.CDIDevice}})
+		kd := kubeletplugin.Device{Requests: []string{dv.Request}, PoolName: d.nodeName, DeviceName: dv.Name, CDIDeviceIDs: []string{dv.CDIDevice}}
+		if dv.Share.ID != "" {
+			id := types.UID(dv.Share.ID)
+			kd.ShareID = &id
+		}
+		out = append(out, kd)
 	}
 	return out
 }
@@ -133,6 +138,11 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 		for _, n := range nodes {
 			dv.Nodes = append(dv.Nodes, n.Path)
 		}
+		sh, err := shareOf(r, u, shareable(st.Config, u) && !d.noShares.Load())
+		if err != nil {
+			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		dv.Share = sh
 		out = append(out, dv)
 	}
 	return out, nil
@@ -150,10 +160,10 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 		}
 		for uid, other := range next.Claims {
 			held := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool { return !o.AdminAccess && overlaps(o, dv) })
-			if held < 0 {
-				continue
+			if held < 0 || bothShares(other.Devices[held], dv) {
+				continue // shares: fitShares below
 			}
-			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held].Device)
+			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held])
 			if err != nil {
 				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
 			}
@@ -166,6 +176,9 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
 				return err
 			}
+		}
+		if err := d.fitShares(ctx, c, dv, next); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -189,7 +202,7 @@ func sharesNode(a, b []string) bool {
 
 // claimGone asks the API server whether the prepared claim uid still
 // exists and is still allocated device; why says how it is gone.
-func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, device string) (gone bool, why string, err error) {
+func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, device checkpointDevice) (gone bool, why string, err error) {
 	got, err := d.client.ResourceV1().ResourceClaims(cc.Namespace).Get(ctx, cc.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -202,9 +215,12 @@ func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, 
 		return true, "is no longer allocated", nil
 	}
 	for _, r := range got.Status.Allocation.Devices.Results {
-		if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == device {
+		if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == device.Device && shareIDOf(r) == device.ShareID {
 			return false, "", nil
 		}
+	}
+	if device.ShareID != "" {
+		return true, "is no longer allocated that share of the device", nil
 	}
 	return true, "is no longer allocated that device", nil
 }
