@@ -68,6 +68,7 @@ func TestMPSDaemonSet(t *testing.T) {
 		cfg.DriverRootMount:      {cfg.DriverRoot, true},
 		cfg.DevicePlugin.MPSRoot: {cfg.DevicePlugin.MPSRoot, false},
 		"/dev/shm":               {cfg.DevicePlugin.MPSRoot + "/shm", false},
+		cfg.DRA.PluginDir:        {cfg.DRA.PluginDir, true},
 	}
 	for _, m := range c.VolumeMounts {
 		w, ok := want[m.MountPath]

@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/dra"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/mps"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
@@ -43,8 +46,8 @@ func mpsCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if cfg.DevicePlugin.Sharing.MPS == nil {
-		return errors.New("the configuration has no devicePlugin.sharing.mps: no GPU is shared with MPS")
+	if cfg.DevicePlugin.Sharing.MPS == nil && !cfg.DRA.Enabled {
+		return errors.New("the configuration has neither devicePlugin.sharing.mps nor dra.enabled: no GPU is shared with MPS")
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
@@ -53,6 +56,14 @@ func mpsCmd(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer closeNVML()
+	if cfg.DRA.Enabled {
+		if sup == nil {
+			return errors.New("dra.enabled: discovery found no driver to run the MPS control daemons of DRA claims from")
+		}
+		followClaims(ctx, cfg, sup, daemons, log)
+		log.Info("stopped; the MPS control daemons keep running")
+		return nil
+	}
 	if len(daemons) == 0 {
 		log.Warn("no GPU of this node is shared with MPS (devicePlugin.sharing.mps names none of its devices); waiting for a signal")
 		if sup != nil {
@@ -104,4 +115,46 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 		}
 	}
 	return mps.NewSupervisor(o, log), daemons, closeNVML, nil
+}
+
+// claimsInterval is how often nri-gpu mps reads the DRA driver's
+// checkpoint for the daemons of prepared claims.
+const claimsInterval = time.Second
+
+// followClaims supervises the device plugin's daemons and those that the
+// DRA driver's prepared claims with sharing strategy MPS need (its
+// checkpoint in dra.pluginDir, which this pod reads), until ctx ends: a
+// claim's daemon comes up once its claim is prepared and is retired once
+// no prepared claim names its GPU. The checkpoint survives restarts of
+// either side, so a restarted nri-gpu mps adopts the same daemons.
+func followClaims(ctx context.Context, cfg config.Config, sup *mps.Supervisor, static map[string]*sharing.MPSDaemon, log *logrus.Logger) {
+	var last string
+	want := func() map[string]*sharing.MPSDaemon {
+		p, err := dra.ReadPrepared(cfg.DRA.PluginDir)
+		if err != nil {
+			if err.Error() != last {
+				log.WithError(err).Warn("DRA: the prepared claims cannot be read: their MPS daemons stay as they are")
+				last = err.Error()
+			}
+			return nil
+		}
+		last = ""
+		out := maps.Clone(static)
+		if out == nil {
+			out = map[string]*sharing.MPSDaemon{}
+		}
+		for uuid, d := range dra.MPSDaemons(p) {
+			if static[uuid] == nil {
+				out[uuid] = d
+			}
+		}
+		return out
+	}
+	keep := want()
+	if keep == nil {
+		keep = static
+	}
+	log.Infof("nri-gpu %s: supervising %d MPS control daemons under %s (%d of DRA claims, followed in %s)", Version, len(keep), cfg.DevicePlugin.MPSRoot, len(keep)-len(static), cfg.DRA.PluginDir)
+	sup.Retire(ctx, cfg.DevicePlugin.MPSRoot, keep)
+	sup.Follow(ctx, cfg.DevicePlugin.MPSRoot, claimsInterval, want)
 }

@@ -53,6 +53,20 @@ type checkpointDevice struct {
 	ShareID      string `json:"shareID,omitempty"`
 	ShareMiB     uint64 `json:"shareMiB,omitempty"`
 	GPUMemoryMiB uint64 `json:"gpuMemoryMiB,omitempty"`
+	// Sharing and MPS are the claim's GpuConfig for the device (added
+	// within v1: a checkpoint without them reads as no sharing).
+	Sharing string         `json:"sharing,omitempty"`
+	MPS     *checkpointMPS `json:"mps,omitempty"`
+}
+
+// checkpointMPS is the MPS control daemon of a claim's GPU: where its
+// directories are and the limits it holds clients to.
+type checkpointMPS struct {
+	PipeDir                string `json:"pipeDir"`
+	LogDir                 string `json:"logDir"`
+	ShmDir                 string `json:"shmDir"`
+	ActiveThreadPercentage int    `json:"activeThreadPercentage"`
+	PinnedMemoryMiB        uint64 `json:"pinnedMemoryMiB,omitempty"`
 }
 
 // ReadPrepared returns the prepared claims of the checkpoint in the
@@ -127,9 +141,14 @@ func (cc checkpointClaim) devices(uid string) []claims.Device {
 	ref := claims.Claim{UID: uid, Namespace: cc.Namespace, Name: cc.Name}
 	out := make([]claims.Device, 0, len(cc.Devices))
 	for _, d := range cc.Devices {
-		out = append(out, claims.Device{Claim: ref, Request: d.Request, Name: d.Device, UUID: d.UUID, MIG: d.MIG,
-			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice,
-			Share: claims.Share{ID: d.ShareID, MemoryMiB: d.ShareMiB, GPUMemoryMiB: d.GPUMemoryMiB}})
+		dv := claims.Device{Claim: ref, Request: d.Request, Name: d.Device, UUID: d.UUID, MIG: d.MIG,
+			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing,
+			Share: claims.Share{ID: d.ShareID, MemoryMiB: d.ShareMiB, GPUMemoryMiB: d.GPUMemoryMiB}}
+		if m := d.MPS; m != nil {
+			dv.MPS = &claims.MPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage,
+				PinnedMemoryMiB: m.PinnedMemoryMiB, Why: "nri-gpu mps has not reported the MPS control daemon ready"}
+		}
+		out = append(out, dv)
 	}
 	return out
 }
@@ -137,9 +156,13 @@ func (cc checkpointClaim) devices(uid string) []claims.Device {
 func checkpointDevices(devs []claims.Device) []checkpointDevice {
 	out := make([]checkpointDevice, 0, len(devs))
 	for _, d := range devs {
-		out = append(out, checkpointDevice{Request: d.Request, Device: d.Name, UUID: d.UUID, MIG: d.MIG, Node: d.Node,
-			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice,
-			ShareID: d.Share.ID, ShareMiB: d.Share.MemoryMiB, GPUMemoryMiB: d.Share.GPUMemoryMiB})
+		cd := checkpointDevice{Request: d.Request, Device: d.Name, UUID: d.UUID, MIG: d.MIG, Node: d.Node,
+			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing,
+			ShareID: d.Share.ID, ShareMiB: d.Share.MemoryMiB, GPUMemoryMiB: d.Share.GPUMemoryMiB}
+		if m := d.MPS; m != nil {
+			cd.MPS = &checkpointMPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB}
+		}
+		out = append(out, cd)
 	}
 	return out
 }

@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
@@ -61,6 +62,9 @@ type Options struct {
 	DevRoot string
 	// SysRoot is where the host's /sys is read (hostRoot + /sys).
 	SysRoot string
+	// MPSRoot is devicePlugin.mpsRoot: where the MPS control daemons of
+	// claims with sharing strategy MPS have their directories.
+	MPSRoot string
 	// Book, when set, is told every set of prepared claims before it
 	// becomes current (the NRI side's allocation table books their
 	// devices: plugin.Plugin.SetPrepared), with the UID of the claim
@@ -88,6 +92,9 @@ type Driver struct {
 	ckpt checkpoint
 	// prepared is ckpt as the request path reads it, swapped whole.
 	prepared atomic.Pointer[claims.Prepared]
+	// mpsStatus is the readiness of the prepared claims' MPS daemons, by
+	// GPU UUID, as last read (probeMPS); guarded by mu.
+	mpsStatus map[string]sharing.MPSStatus
 	// noTaints is set once the API server dropped device taints (no
 	// DRADeviceTaints): unhealthy devices are then left out instead.
 	noTaints atomic.Bool
@@ -144,7 +151,8 @@ func (d *Driver) Prepared() *claims.Prepared { return d.prepared.Load() }
 // The caller holds mu (or is New).
 func (d *Driver) install(c checkpoint) {
 	d.ckpt = c
-	d.prepared.Store(c.prepared())
+	p, _ := withStatus(c.prepared(), d.mpsStatus)
+	d.prepared.Store(p)
 }
 
 // tell tells Book of the prepared claims p, with no claim being prepared
@@ -215,6 +223,7 @@ func (d *Driver) Serve(ctx context.Context) error {
 	defer cancel()
 	d.log.WithFields(logrus.Fields{"driver": d.opts.DriverName, "node": d.nodeName, "socket": filepath.Join(d.opts.PluginDir, "dra.sock")}).Info("DRA kubelet plugin serving")
 	d.publish(ctx)
+	go d.followMPS(ctx)
 	for {
 		select {
 		case <-ctx.Done():

@@ -67,6 +67,9 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
 			return nil, err
 		}
+		if err := d.waitMPS(ctx, c, devs); err != nil {
+			return nil, err
+		}
 		return devs, nil
 	}
 	devs, err := d.claimDevices(c, byName, st)
@@ -96,6 +99,12 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 	if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
 		return nil, err
 	}
+	// Under MPS, the claim stays prepared while its daemon comes up
+	// (nri-gpu mps starts it from the checkpoint); the kubelet asks again
+	// until it is ready.
+	if err := d.waitMPS(ctx, c, devs); err != nil {
+		return nil, err
+	}
 	return devs, nil
 }
 
@@ -116,6 +125,10 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 		return nil, fmt.Errorf("prepare claim %s/%s: not allocated", c.Namespace, c.Name)
 	}
 	ref := claims.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
+	cfgs, err := parseConfigs(d.opts.DriverName, c.Status.Allocation.Devices.Config)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
 	var out []claims.Device
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
@@ -143,7 +156,18 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 		dv.Share = sh
+		shg, err := sharingFor(cfgs, r.Request, u.gpu.UUID)
+		if err != nil {
+			return nil, fmt.Errorf("prepare claim %s/%s: request %s: %w", c.Namespace, c.Name, r.Request, err)
+		}
+		dv.Sharing = shg.Strategy
+		if shg.MPS != nil {
+			dv.MPS = d.claimMPS(u.gpu.UUID, *shg.MPS)
+		}
 		out = append(out, dv)
+	}
+	if err := checkMPSClaim(out); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return out, nil
 }

@@ -38,6 +38,7 @@ func Run(ctx context.Context, n *node.Node, log *logrus.Logger, book func(*claim
 		CDIDir:          cfg.DRA.CDIDir,
 		DevRoot:         cfg.DevicePlugin.DevRoot,
 		SysRoot:         filepath.Join(cfg.HostRoot, "sys"),
+		MPSRoot:         cfg.DevicePlugin.MPSRoot,
 		Book:            book,
 	}, n, client, log)
 	if err != nil {

@@ -381,3 +381,66 @@ func TestRetire(t *testing.T) {
 		t.Errorf("GPU 0, kept: compute mode %s, daemon %d", m, f.pid(f.daemons[g0]))
 	}
 }
+
+// TestFollow: Follow brings up the daemons want names as it names them
+// (a DRA claim prepared), gives an adopted daemon new limits when they
+// change (another claim on the GPU), and retires one it no longer names
+// (its claims unprepared): told to quit, compute mode Default, no ready
+// file. A nil answer (a checkpoint that cannot be read) changes nothing.
+func TestFollow(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	g0, g1 := f.node.GPUs[0].UUID, f.node.GPUs[1].UUID
+	root := filepath.Dir(mps.DaemonDir(f.daemons[g0]))
+	var mu sync.Mutex
+	want := map[string]*sharing.MPSDaemon{}
+	set := func(w map[string]*sharing.MPSDaemon) {
+		mu.Lock()
+		defer mu.Unlock()
+		want = w
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mps.NewSupervisor(f.opts, f.log).Follow(ctx, root, 20*time.Millisecond, func() map[string]*sharing.MPSDaemon {
+			mu.Lock()
+			defer mu.Unlock()
+			return want
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	probe := func(uuid string, d *sharing.MPSDaemon) sharing.MPSStatus {
+		return mps.Probe(map[string]*sharing.MPSDaemon{uuid: d}, time.Now())[uuid]
+	}
+	d0 := *f.daemons[g0]
+	d0.ActiveThreadPercentage, d0.PinnedMemoryMiB = 30, 8192
+	set(map[string]*sharing.MPSDaemon{g0: &d0})
+	waitFor(t, "GPU 0's daemon ready with the claim's limits", func() bool { return probe(g0, &d0).Ready })
+	if log := controlLog(t, &d0); !strings.Contains(log, "Cmd:set_default_active_thread_percentage 30") || !strings.Contains(log, "Cmd:set_default_device_pinned_mem_limit 0 8192M") {
+		t.Errorf("GPU 0's daemon log:\n%s", log)
+	}
+	if _, err := os.Stat(mps.DaemonDir(f.daemons[g1])); !os.IsNotExist(err) {
+		t.Errorf("GPU 1, not named, has a daemon directory: %v", err)
+	}
+	pid := f.pid(&d0)
+	set(nil) // cannot tell: nothing changes
+	time.Sleep(100 * time.Millisecond)
+	if !probe(g0, &d0).Ready || f.pid(&d0) != pid {
+		t.Error("a nil answer changed GPU 0's daemon")
+	}
+	d0b := d0
+	d0b.ActiveThreadPercentage = 50
+	set(map[string]*sharing.MPSDaemon{g0: &d0b})
+	waitFor(t, "GPU 0's daemon ready with new limits", func() bool { return probe(g0, &d0b).Ready })
+	if f.pid(&d0b) != pid {
+		t.Errorf("GPU 0's daemon %d replaced by %d: it should be adopted with the new limits", pid, f.pid(&d0b))
+	}
+	set(map[string]*sharing.MPSDaemon{})
+	waitFor(t, "GPU 0's daemon retired", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return (err != nil || strings.Contains(string(stat), ") Z")) && f.modes.get(g0) == nvml.ComputeModeDefault
+	})
+	if _, err := os.Stat(filepath.Join(mps.DaemonDir(&d0), mps.ReadyFile)); !os.IsNotExist(err) {
+		t.Errorf("GPU 0's ready file after retiring: %v", err)
+	}
+}

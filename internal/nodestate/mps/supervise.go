@@ -492,30 +492,97 @@ func (s *Supervisor) Retire(ctx context.Context, root string, keep map[string]*s
 		if !e.IsDir() || !strings.HasPrefix(uuid, "GPU-") || keep[uuid] != nil {
 			continue
 		}
-		d := &sharing.MPSDaemon{PipeDir: filepath.Join(root, uuid, "pipe"), LogDir: filepath.Join(root, uuid, "log")}
-		log := s.log.WithField("gpu", uuid)
-		if pid := daemonPID(d.PipeDir); pid != 0 {
-			servers, err := s.output(ctx, d, "get_server_list")
-			if err != nil || strings.TrimSpace(servers) != "" {
-				log.WithError(err).Warnf("MPS is no longer configured for this GPU, but its MPS control daemon %d serves clients (servers %q): left running; quit it when they are done", pid, strings.TrimSpace(servers))
-				continue
-			}
-			if err := s.control(ctx, d, "quit"); err != nil {
-				log.WithError(err).Warn("MPS is no longer configured for this GPU: quitting its MPS control daemon")
-				continue
+		s.retire(ctx, root, uuid)
+	}
+}
+
+// retire undoes MPS for the GPU uuid (see Retire); it reports whether
+// the daemon is gone and the compute mode Default.
+func (s *Supervisor) retire(ctx context.Context, root, uuid string) bool {
+	d := &sharing.MPSDaemon{PipeDir: filepath.Join(root, uuid, "pipe"), LogDir: filepath.Join(root, uuid, "log")}
+	log := s.log.WithField("gpu", uuid)
+	if pid := daemonPID(d.PipeDir); pid != 0 {
+		servers, err := s.output(ctx, d, "get_server_list")
+		if err != nil || strings.TrimSpace(servers) != "" {
+			log.WithError(err).Warnf("MPS is no longer configured for this GPU, but its MPS control daemon %d serves clients (servers %q): left running; quit it when they are done", pid, strings.TrimSpace(servers))
+			return false
+		}
+		if err := s.control(ctx, d, "quit"); err != nil {
+			log.WithError(err).Warn("MPS is no longer configured for this GPU: quitting its MPS control daemon")
+			return false
+		}
+	}
+	if err := removeReady(filepath.Join(root, uuid)); err != nil {
+		log.WithError(err).Warn("MPS")
+	}
+	if s.o.ComputeModes != nil {
+		if m, err := s.o.ComputeModes.ComputeMode(uuid); err == nil && m == nvml.ComputeModeExclusiveProcess {
+			if err := s.o.ComputeModes.SetComputeMode(uuid, nvml.ComputeModeDefault); err != nil {
+				log.WithError(err).Warn("MPS is no longer configured for this GPU: setting its compute mode back to Default")
+				return false
 			}
 		}
-		if err := removeReady(filepath.Join(root, uuid)); err != nil {
-			log.WithError(err).Warn("MPS")
+	}
+	log.Info("MPS is no longer configured for this GPU: its daemon quit, compute mode Default")
+	return true
+}
+
+// Follow supervises the daemons that want returns (by GPU UUID), asked
+// again every interval, until ctx ends: a daemon it names is brought up
+// and supervised as Run does; one it no longer names (its DRA claims
+// were unprepared) stops being supervised and is retired (Retire: quit
+// when it serves no client, compute mode Default), as is one whose
+// limits changed, before it is brought up with the new ones (an adopted
+// daemon gets the new limits). want returns nil when it cannot tell (a
+// checkpoint that cannot be read): nothing changes then. Bounded: one
+// call of want and one goroutine per daemon.
+func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duration, want func() map[string]*sharing.MPSDaemon) {
+	type running struct {
+		d      *sharing.MPSDaemon
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	cur := map[string]*running{}
+	defer func() {
+		for _, r := range cur {
+			r.cancel()
+			<-r.done
 		}
-		if s.o.ComputeModes != nil {
-			if m, err := s.o.ComputeModes.ComputeMode(uuid); err == nil && m == nvml.ComputeModeExclusiveProcess {
-				if err := s.o.ComputeModes.SetComputeMode(uuid, nvml.ComputeModeDefault); err != nil {
-					log.WithError(err).Warn("MPS is no longer configured for this GPU: setting its compute mode back to Default")
+	}()
+	for ctx.Err() == nil {
+		if w := want(); w != nil {
+			for uuid, r := range cur {
+				nd, ok := w[uuid]
+				if ok && sameDaemon(nd, r.d) {
 					continue
 				}
+				r.cancel()
+				<-r.done
+				delete(cur, uuid)
+				if !ok {
+					s.retire(ctx, root, uuid)
+				}
+			}
+			for uuid, d := range w {
+				if cur[uuid] != nil {
+					continue
+				}
+				sctx, cancel := context.WithCancel(ctx)
+				r := &running{d: d, cancel: cancel, done: make(chan struct{})}
+				cur[uuid] = r
+				go func() {
+					defer close(r.done)
+					s.supervise(sctx, uuid, d)
+				}()
 			}
 		}
-		log.Info("MPS is no longer configured for this GPU: its daemon quit, compute mode Default")
+		sleep(ctx, every)
 	}
+}
+
+// sameDaemon reports whether a and b are the same daemon with the same
+// limits.
+func sameDaemon(a, b *sharing.MPSDaemon) bool {
+	return a.PipeDir == b.PipeDir && a.LogDir == b.LogDir && a.ShmDir == b.ShmDir &&
+		a.ActiveThreadPercentage == b.ActiveThreadPercentage && a.PinnedMemoryMiB == b.PinnedMemoryMiB
 }

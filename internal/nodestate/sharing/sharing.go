@@ -230,10 +230,20 @@ func NewPlan(c Spec, units []inventory.GPU) *Plan {
 	return p
 }
 
+// DaemonDirs returns the pipe, log and shm directories of the MPS
+// control daemon of the GPU uuid under mpsRoot root: <root>/<uuid>/pipe,
+// <root>/<uuid>/log, and <root>/shm, which every daemon shares. The
+// device plugin's daemons and those of DRA claims are placed alike (a
+// GPU is offered by one of the two).
+func DaemonDirs(root, uuid string) (pipe, log, shm string) {
+	return path.Join(root, uuid, "pipe"), path.Join(root, uuid, "log"), path.Join(root, "shm")
+}
+
 // mpsDaemon plans the MPS daemon of g, shared as replicas.
 func mpsDaemon(root string, g inventory.GPU, replicas int) *MPSDaemon {
+	pipe, log, shm := DaemonDirs(root, g.UUID)
 	return &MPSDaemon{
-		PipeDir: path.Join(root, g.UUID, "pipe"), LogDir: path.Join(root, g.UUID, "log"), ShmDir: path.Join(root, "shm"),
+		PipeDir: pipe, LogDir: log, ShmDir: shm,
 		ActiveThreadPercentage: 100 / replicas, PinnedMemoryMiB: g.MemoryMiB / uint64(replicas),
 		Why: "nri-gpu mps has not reported the MPS control daemon ready",
 	}

@@ -64,6 +64,29 @@ type Device struct {
 	// Share is set for a device published shareable by memory: the
 	// claim's share of it (Share.Partial: less than the whole GPU).
 	Share Share
+	// Sharing is the claim's sharing strategy for the device, NVIDIA's
+	// GpuConfig name: "" (none asked), "TimeSlicing" or "MPS".
+	Sharing string
+	// MPS is set under "MPS": the device's MPS control daemon, whose
+	// client every container of the claim is.
+	MPS *MPS
+}
+
+// MPS is the MPS control daemon of a claim's GPU, as its client
+// containers use it.
+type MPS struct {
+	// PipeDir, LogDir are its CUDA_MPS_PIPE_DIRECTORY and
+	// CUDA_MPS_LOG_DIRECTORY on the host; ShmDir is the host directory
+	// that is its clients' /dev/shm.
+	PipeDir, LogDir, ShmDir string
+	// ActiveThreadPercentage and PinnedMemoryMiB (0: none) are the
+	// limits it holds each client process to: the claim's mpsConfig.
+	ActiveThreadPercentage int
+	PinnedMemoryMiB        uint64
+	// Ready says that nri-gpu mps reports it running with these limits;
+	// Why says why not.
+	Ready bool
+	Why   string
 }
 
 // Prepared is the set of devices of the node's prepared claims.
@@ -77,6 +100,10 @@ type Prepared struct {
 func New(devs []Device) *Prepared {
 	p := &Prepared{devices: slices.Clone(devs), byNode: map[string][]int{}, byEnv: map[string][]int{}}
 	for i, d := range p.devices {
+		if d.MPS != nil {
+			m := *d.MPS
+			p.devices[i].MPS = &m
+		}
 		p.byNode[d.Node] = append(p.byNode[d.Node], i)
 		p.byEnv[EnvKey(d.Name)] = append(p.byEnv[EnvKey(d.Name)], i)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
@@ -224,4 +225,41 @@ func ClaimHoldings(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared)
 		slices.Sort(hs[i].GPUs)
 	}
 	return hs, warnings
+}
+
+// claimMPS returns the MPS share the container is a client of through
+// its claims (a device whose claim's GpuConfig asks for sharing strategy
+// MPS), or nil. Such a container holds that one device and no other
+// (the driver prepares an MPS claim with one device; another claim's or
+// the runtime's device beside it is refused, as an MPS client reaches one
+// daemon), and only while the daemon is ready.
+func (p *Path) claimMPS(c *call, gv given, held []claimed) (*sharing.Share, error) {
+	var with []claimed
+	for _, h := range held {
+		if h.dev.MPS != nil {
+			with = append(with, h)
+		}
+	}
+	if len(with) == 0 {
+		return nil, nil
+	}
+	h := with[0]
+	src := request.Source{Kind: request.Claim, Key: h.dev.Claim.Namespace + "/" + h.dev.Claim.Name}
+	extra := len(held) > 1
+	for _, g := range gv.gpus {
+		extra = extra || g.ID() != h.dev.UUID
+	}
+	if extra {
+		return nil, &request.Error{Source: src, Msg: fmt.Sprintf("device %s is shared with MPS, and the container has other GPUs beside it: "+
+			"an MPS client reaches the GPU of one MPS control daemon only (CUDA_MPS_PIPE_DIRECTORY), so a container gets one MPS GPU and nothing else", h.dev.Name)}
+	}
+	m := h.dev.MPS
+	if !m.Ready {
+		return nil, &request.Error{Source: src, Msg: fmt.Sprintf("device %s (%s) is shared with MPS and its MPS control daemon is not ready (%s): "+
+			"new containers on it are refused until nri-gpu mps reports it ready; running ones keep their pipe", h.dev.Name, h.dev.UUID, m.Why)}
+	}
+	sh := &sharing.Share{UUID: h.dev.UUID, Resource: "claim " + src.Key, Strategy: sharing.MPS, Replicas: 1, MPS: &sharing.MPSDaemon{
+		PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB, Ready: true}}
+	c.res.MPS = sh
+	return sh, nil
 }

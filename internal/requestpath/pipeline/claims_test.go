@@ -341,3 +341,85 @@ func TestClaimMIG(t *testing.T) {
 		}
 	}
 }
+
+// mpsClaimDev is claimDev with sharing strategy MPS: the daemon of GPU i
+// ready (or not) with the claim's limits.
+func mpsClaimDev(cl claims.Claim, i int, ready bool) claims.Device {
+	d := claimDev(cl, i, false)
+	d.Sharing = "MPS"
+	d.MPS = &claims.MPS{PipeDir: "/run/nri-gpu/mps/" + uuid(i) + "/pipe", LogDir: "/run/nri-gpu/mps/" + uuid(i) + "/log", ShmDir: "/run/nri-gpu/mps/shm",
+		ActiveThreadPercentage: 30, PinnedMemoryMiB: 8192, Ready: ready}
+	if !ready {
+		d.MPS.Why = "nri-gpu mps reports no running MPS control daemon"
+	}
+	return d
+}
+
+// TestClaimMPS: the containers of two pods of a claim with GpuConfig MPS
+// are clients of its GPU's daemon: its pipe directory at /tmp/nvidia-mps,
+// the daemons' /dev/shm, and exactly the claim's CUDA_MPS_* once the
+// answer is applied, whatever the pod spec sets (higher limits, another
+// pipe directory, a log directory); the claim booked once. Refused while
+// the daemon is not ready, naming why, and beside another GPU.
+func TestClaimMPS(t *testing.T) {
+	mpsClaim := claims.Claim{UID: "uid-mps", Namespace: "ml", Name: "infer"}
+	p := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, true), claimDev(trainClaim, 1, false)}))
+	before := alloc.Summary(p.Table.State())
+	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81559M", "CUDA_MPS_PIPE_DIRECTORY=/elsewhere",
+		"CUDA_MPS_LOG_DIRECTORY=/tmp/log", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}
+	for _, tc := range []struct {
+		pod  string
+		env  []string
+		want []string
+	}{
+		{"a", []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}},
+		{"b", raise, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30", "CUDA_MPS_LOG_DIRECTORY=", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}},
+	} {
+		pod := &api.PodSandbox{Id: "p-" + tc.pod, Name: tc.pod, Namespace: "ml"}
+		env := claimEnv(mpsClaim, tc.env, 2)
+		ctr := &api.Container{Id: "c-" + tc.pod, PodSandboxId: pod.Id, Name: "main", Linux: pluginLinux(2), Env: env}
+		adj, res, err := p.Handle(context.Background(), pod, ctr)
+		if err != nil || res.MPS == nil || res.MPS.UUID != uuid(2) {
+			t.Fatalf("pod %s: %v, %+v", tc.pod, err, res)
+		}
+		mounts := map[string][]string{}
+		for _, m := range adj.GetMounts() {
+			mounts[m.Destination] = append(mounts[m.Destination], m.Source)
+		}
+		if got := mounts["/tmp/nvidia-mps"]; !slices.Equal(got, []string{"/run/nri-gpu/mps/" + uuid(2) + "/pipe"}) {
+			t.Errorf("pod %s: /tmp/nvidia-mps from %v", tc.pod, got)
+		}
+		if got := mounts["/dev/shm"]; !slices.Equal(got, []string{"/run/nri-gpu/mps/shm"}) {
+			t.Errorf("pod %s: /dev/shm from %v", tc.pod, got)
+		}
+		var got []string
+		for _, e := range applyEnv(env, adj) {
+			if strings.HasPrefix(e, "CUDA_MPS_") {
+				got = append(got, e)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("pod %s: CUDA_MPS_* %q\nwant %q", tc.pod, got, tc.want)
+		}
+	}
+	if got := alloc.Summary(p.Table.State()); got != before {
+		t.Errorf("table %s\nwant %s (the claim booked once)", got, before)
+	}
+
+	// The daemon not ready.
+	down := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, false)}))
+	ctr := &api.Container{Id: "c-d", PodSandboxId: "p-d", Name: "main", Linux: pluginLinux(2), Env: claimEnv(mpsClaim, nil, 2)}
+	_, _, err := down.Handle(context.Background(), &api.PodSandbox{Id: "p-d", Name: "d", Namespace: "ml"}, ctr)
+	if want := "claim ml/infer: device gpu-2 (" + uuid(2) + ") is shared with MPS and its MPS control daemon is not ready (nri-gpu mps reports no running MPS control daemon)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("daemon down: %v\nwant %q", err, want)
+	}
+	// Beside another claim's GPU.
+	both := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, true), claimDev(trainClaim, 1, false)}))
+	ctr = &api.Container{Id: "c-2", PodSandboxId: "p-2", Name: "main", Linux: pluginLinux(1, 2),
+		Env: append(claimEnv(mpsClaim, nil, 2), claimEnv(trainClaim, nil, 1)...)}
+	_, _, err = both.Handle(context.Background(), &api.PodSandbox{Id: "p-2", Name: "two", Namespace: "ml"}, ctr)
+	if want := "a container gets one MPS GPU and nothing else"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("MPS beside another GPU: %v", err)
+	}
+}

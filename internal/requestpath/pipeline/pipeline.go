@@ -15,7 +15,7 @@
 // <!-- request path kinds: serve's order; each kind's steps -->
 //
 //	kubeletAssigned  replicas, bookGiven, kubeletRequest, reconcile, selectDevices, keepGiven, require, build, encode, mpsClient
-//	claimAssigned    bookClaims, claimRequest, reconcile, selectDevices, keepClaimed, require, build, encode
+//	claimAssigned    claimMPS, bookClaims, claimRequest, reconcile, selectDevices, keepClaimed, require, build, encode, mpsClient
 //	runtimeGiven     bookGiven, find, authorizeGiven, parse, reconcile, selectDevices, keepGiven, require, build, encode
 //	none             -
 //	management       authorize, parse, reconcile, selectDevices, checkManagement, require, build, encode
@@ -258,6 +258,10 @@ func (p *Path) kubeletAssigned(c *call, gv given, kub []inventory.GPU) (*api.Con
 // NVIDIA_VISIBLE_DEVICES names them, so that an image's "all" does not
 // widen them. The pod's own carriers are not read.
 func (p *Path) claimAssigned(c *call, gv given, held []claimed) (*api.ContainerAdjustment, error) {
+	mps, err := p.claimMPS(c, gv, held)
+	if err != nil {
+		return nil, err
+	}
 	if err := p.bookClaims(c, gv, held); err != nil {
 		return nil, err
 	}
@@ -277,10 +281,16 @@ func (p *Path) claimAssigned(c *call, gv given, held []claimed) (*api.ContainerA
 		return nil, err
 	}
 	e, end, err := p.build(c, r, sel.Caps, gpus, gv)
-	if end || err != nil {
+	if err != nil || end && mps == nil {
 		return nil, err
 	}
-	return p.encode(c, r, e, nil)
+	var adj *api.ContainerAdjustment
+	if !end {
+		if adj, err = p.encode(c, r, e, nil); err != nil {
+			return nil, err
+		}
+	}
+	return p.mpsClient(c, adj, mps)
 }
 
 // runtimeGiven is the path of a container that the runtime gave GPUs

@@ -181,6 +181,7 @@ func testDRA(k kc, version string) {
 
 	k.run("delete", "pod", "-n", draNS, "two", "--wait=true", "--timeout=2m")
 	t.Run("extended resource", func(t *testing.T) { testExtendedResource(kc{t: t, c: k.c, ctx: k.ctx}, version) })
+	t.Run("sharing", func(t *testing.T) { testDRASharing(kc{t: t, c: k.c, ctx: k.ctx}) })
 }
 
 // testExtendedResource: a DeviceClass of nri-gpu's GPUs with an

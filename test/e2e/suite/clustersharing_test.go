@@ -368,7 +368,13 @@ type mpsView struct {
 // viewMPSPod asks pod's container what it sees of MPS.
 func viewMPSPod(k kc, pod string) (mpsView, string) {
 	k.t.Helper()
-	out, err := k.c.Exec(k.ctx, sharingNS, pod, "main", "sh", "-c", `env | grep '^CUDA_MPS_' | sort
+	return viewMPSPodIn(k, sharingNS, pod)
+}
+
+// viewMPSPodIn is viewMPSPod of a pod in namespace ns.
+func viewMPSPodIn(k kc, ns, pod string) (mpsView, string) {
+	k.t.Helper()
+	out, err := k.c.Exec(k.ctx, ns, pod, "main", "sh", "-c", `env | grep '^CUDA_MPS_' | sort
 echo "THREADS=$(echo get_default_active_thread_percentage | nvidia-cuda-mps-control)"
 echo "MEMORY=$(echo get_default_device_pinned_mem_limit 0 | nvidia-cuda-mps-control)"
 echo "PIPE=$(ls /tmp/nvidia-mps | sort | tr '\n' ' ')"
