@@ -2,9 +2,12 @@ package dra
 
 import (
 	"context"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
@@ -146,31 +150,49 @@ func TestThreadPercentage(t *testing.T) {
 	}
 }
 
-// shareClaim creates a claim allocated a share of gpu-0 of the memory q.
-func (e *testEnv) shareClaim(t *testing.T, name, uid, share, q string) *resourceapi.ResourceClaim {
+// shareClaim creates a claim allocated a share of gpu-0 of the memory q,
+// with the GpuConfig raw ("" for none).
+func (e *testEnv) shareClaim(t *testing.T, name, uid, share, q, raw string) *resourceapi.ResourceClaim {
 	t.Helper()
 	id := types.UID(share)
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(uid)}}
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 		Request: "gpu", Driver: testDriver, Pool: testNode, Device: "gpu-0", ShareID: &id,
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: resource.MustParse(q)}}}}}
+	if raw != "" {
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}
+	}
 	if _, err := e.client.ResourceV1().ResourceClaims("ml").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// TestPrepareShares: two claims' shares of gpu-0 are prepared side by
-// side, each answered with its share ID, kept in the checkpoint across a
-// restart with its memory; a third that does not fit beside them is
-// refused naming them while they exist, and prepared once one is deleted
-// (its stale share released).
+// mpsRaw is a GpuConfig with sharing strategy MPS.
+const mpsRaw = gpuConfigHead + `, "sharing": {"strategy": "MPS"}}`
+
+// TestPrepareShares: two claims' shares of gpu-0 (GpuConfig MPS) are
+// prepared side by side, each answered with its share ID, with client
+// limits sized from its share (memory; threads proportional, rounded up)
+// and one MPS daemon for the GPU whose own defaults are the whole GPU;
+// kept in the checkpoint with their memory. A third that does not fit
+// beside them is refused naming them while they exist, and prepared once
+// one is deleted (its stale share released). A whole-GPU claim is refused
+// beside the shares.
 func TestPrepareShares(t *testing.T) {
+	defer func(w time.Duration) { mpsWait = w }(mpsWait)
+	mpsWait = 300 * time.Millisecond
 	cfg := draConfig()
 	cfg.DRA.MemoryShares.Devices = []string{"0"}
-	e := newEnv(t, cfg, testSnapshot(), nil)
-	a := e.shareClaim(t, "a", "uid-a", "share-a", "40Gi")
-	b := e.shareClaim(t, "b", "uid-b", "share-b", "30Gi")
+	root := t.TempDir()
+	opts := Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
+		RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev", MPSRoot: filepath.Join(root, "mps")}
+	e := newEnv(t, cfg, testSnapshot(), &opts)
+	daemon := &sharing.MPSDaemon{PipeDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "pipe"), LogDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "log"),
+		ShmDir: filepath.Join(root, "mps", "shm"), ActiveThreadPercentage: 100}
+	writeReady(t, "GPU-aaaaaaaa", daemon)
+	a := e.shareClaim(t, "a", "uid-a", "share-a", "40Gi", mpsRaw)
+	b := e.shareClaim(t, "b", "uid-b", "share-b", "30Gi", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}}}`)
 	kind := "k8s.gpu.nri-gpu.dev/claim"
 	for _, c := range []struct {
 		claim *resourceapi.ResourceClaim
@@ -182,26 +204,40 @@ func TestPrepareShares(t *testing.T) {
 			t.Fatalf("prepare %s (-want +got):\n%s", c.claim.Name, diff)
 		}
 	}
-	shares := func(p *claims.Prepared) map[string]claims.Share {
-		out := map[string]claims.Share{}
+	type view struct {
+		Share           claims.Share
+		Threads, MemMiB int
+	}
+	views := func(p *claims.Prepared) map[string]view {
+		out := map[string]view{}
 		for _, dv := range p.Devices() {
-			out[dv.Claim.Name] = dv.Share
+			v := view{Share: dv.Share}
+			if dv.MPS != nil {
+				v.Threads, v.MemMiB = dv.MPS.ActiveThreadPercentage, int(dv.MPS.PinnedMemoryMiB)
+			}
+			out[dv.Claim.Name] = v
 		}
 		return out
 	}
-	want := map[string]claims.Share{"a": {ID: "share-a", MemoryMiB: 40960, GPUMemoryMiB: h100MiB}, "b": {ID: "share-b", MemoryMiB: 30720, GPUMemoryMiB: h100MiB}}
-	if diff := cmp.Diff(want, shares(e.d.Prepared())); diff != "" {
+	// a: 40960 of 81559 MiB, 51 % of the threads; b: its mpsConfig's 20 %,
+	// lower than its share's 38 %.
+	want := map[string]view{"a": {claims.Share{ID: "share-a", MemoryMiB: 40960, GPUMemoryMiB: h100MiB}, 51, 40960},
+		"b": {claims.Share{ID: "share-b", MemoryMiB: 30720, GPUMemoryMiB: h100MiB}, 20, 30720}}
+	if diff := cmp.Diff(want, views(e.d.Prepared())); diff != "" {
 		t.Errorf("prepared shares (-want +got):\n%s", diff)
 	}
-	back, err := ReadPrepared(e.dirs.PluginDir)
+	back, err := ReadPrepared(opts.PluginDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, shares(back)); diff != "" {
+	if diff := cmp.Diff(want, views(back)); diff != "" {
 		t.Errorf("shares read back from the checkpoint (-want +got):\n%s", diff)
 	}
+	if diff := cmp.Diff(map[string]*sharing.MPSDaemon{"GPU-aaaaaaaa": daemon}, MPSDaemons(back)); diff != "" {
+		t.Errorf("the GPU's MPS daemon: its defaults are the whole GPU (-want +got):\n%s", diff)
+	}
 	// 40 + 30 + 20 GiB is more than the H100's 79.6 GiB.
-	c := e.shareClaim(t, "c", "uid-c", "share-c", "20Gi")
+	c := e.shareClaim(t, "c", "uid-c", "share-c", "20Gi", mpsRaw)
 	r := e.prepare(t, c)
 	if w := "device gpu-0: a share of 20480Mi does not fit: 71680Mi of its 81559Mi are prepared for claims ml/a (40960Mi), ml/b (30720Mi), which still hold them"; !strings.Contains(r.GetError(), w) {
 		t.Fatalf("prepare c: %v, want %q", r, w)
@@ -212,8 +248,8 @@ func TestPrepareShares(t *testing.T) {
 	if r := e.prepare(t, c); r.GetError() != "" {
 		t.Fatalf("prepare c after a was deleted: %v", r)
 	}
-	if diff := cmp.Diff([]string{"b", "c"}, sortedKeys(shares(e.d.Prepared()))); diff != "" {
-		t.Errorf("prepared claims (-want +got):\n%s", diff)
+	if got := slices.Sorted(maps.Keys(views(e.d.Prepared()))); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("prepared claims %v, want b, c", got)
 	}
 	if e.spec(t, "uid-a") != nil {
 		t.Error("the stale share's CDI spec is still there")
@@ -225,11 +261,34 @@ func TestPrepareShares(t *testing.T) {
 	}
 }
 
-func sortedKeys(m map[string]claims.Share) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
+// TestShareWithoutMPS: a share of a GPU's memory without sharing strategy
+// MPS is refused, naming the setting, nothing prepared; a claim of the
+// whole memory (none requested: the policy's default) needs no MPS.
+func TestShareWithoutMPS(t *testing.T) {
+	cfg := draConfig()
+	cfg.DRA.MemoryShares.Devices = []string{"0"}
+	e := newEnv(t, cfg, testSnapshot(), nil)
+	for _, tc := range []struct{ name, raw, want string }{
+		{"no config", "", "request gpu: device gpu-0: the claim has a share of 20480Mi of the GPU's 81559Mi (dra.memoryShares), with no sharing strategy: " +
+			"nri-gpu holds a container to a memory share through MPS only, and gives no share unheld; set sharing.strategy: MPS in an opaque config of driver gpu.nri-gpu.dev " +
+			"(apiVersion resource.nvidia.com/v1beta1, kind GpuConfig)"},
+		{"time-slicing", gpuConfigHead + `, "sharing": {"strategy": "TimeSlicing"}}`, "with sharing strategy TimeSlicing: nri-gpu holds a container to a memory share through MPS only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.shareClaim(t, "c-"+strings.ReplaceAll(tc.name, " ", "-"), "uid-"+strings.ReplaceAll(tc.name, " ", "-"), "share-x", "20Gi", tc.raw)
+			if r := e.prepare(t, c); !strings.Contains(r.GetError(), tc.want) {
+				t.Errorf("prepare: %q, want %q", r.GetError(), tc.want)
+			}
+		})
 	}
-	slices.Sort(out)
-	return out
+	if n := e.d.Prepared().Len(); n != 0 {
+		t.Errorf("%d devices prepared", n)
+	}
+	w := e.shareClaim(t, "whole", "uid-whole", "share-w", "85520809984", "")
+	if r := e.prepare(t, w); r.GetError() != "" {
+		t.Fatalf("a share of the whole memory: %v", r)
+	}
+	if devs := e.d.Prepared().Devices(); len(devs) != 1 || devs[0].Share.Partial() || devs[0].MPS != nil {
+		t.Errorf("the whole share: %+v", devs)
+	}
 }

@@ -169,6 +169,9 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 	if err := checkMPSClaim(out); err != nil {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
+	if err := shareLimits(d.opts.DriverName, out); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
 	return out, nil
 }
 
