@@ -2,8 +2,8 @@ package config
 
 import (
 	"fmt"
-
-	"k8s.io/apimachinery/pkg/api/resource"
+	"strconv"
+	"strings"
 )
 
 // DRAMemoryShares publishes GPUs as shareable by memory through DRA's
@@ -20,8 +20,8 @@ type DRAMemoryShares struct {
 	// UUIDs or PCI bus ids, as dra.devices); empty: none. MIG devices
 	// are never shared so.
 	Devices []string `json:"devices,omitempty"`
-	// Minimum is the smallest share (a quantity such as 1Gi, a whole
-	// number of MiB); smaller requests are rounded up to it.
+	// Minimum is the smallest share, a whole number of Mi, Gi or Ti
+	// (1Gi, 512Mi); smaller requests are rounded up to it.
 	Minimum string `json:"minimum,omitempty"`
 }
 
@@ -39,24 +39,39 @@ func (m DRAMemoryShares) Enabled() bool { return len(m.Devices) > 0 }
 
 // MinimumBytes is Minimum in bytes (validated).
 func (m DRAMemoryShares) MinimumBytes() int64 {
-	q, err := resource.ParseQuantity(m.Minimum)
+	v, err := parseMiB(m.Minimum)
 	if err != nil {
 		return 1 << 30
 	}
-	return q.Value()
+	return v
+}
+
+// parseMiB reads a size of whole Mi, Gi or Ti ("512Mi", "1Gi") in bytes,
+// at least 1Mi and at most 1Pi.
+func parseMiB(s string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"Mi", 20}, {"Gi", 30}, {"Ti", 40}} {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n < 1 || n > 1<<(50-u.shift) || strconv.FormatInt(n, 10) != num {
+			break
+		}
+		return n << u.shift, nil
+	}
+	return 0, fmt.Errorf("not a whole number of Mi, Gi or Ti from 1Mi to 1024Ti")
 }
 
 func (m DRAMemoryShares) validate() error {
 	if err := checkDeviceList("dra.memoryShares.devices", m.Devices); err != nil {
 		return err
 	}
-	q, err := resource.ParseQuantity(m.Minimum)
-	if err != nil {
-		return fmt.Errorf("key dra.memoryShares.minimum: %q is not a quantity (valid: a memory size such as 1Gi or 512Mi): %v", m.Minimum, err)
-	}
-	v, ok := q.AsInt64()
-	if !ok || v < 1<<20 || v%(1<<20) != 0 {
-		return fmt.Errorf("key dra.memoryShares.minimum: %q is not a whole number of MiB of at least 1Mi (valid: a memory size such as 1Gi or 512Mi; MPS limits memory in MiB)", m.Minimum)
+	if _, err := parseMiB(m.Minimum); err != nil {
+		return fmt.Errorf("key dra.memoryShares.minimum: %q is %v (valid: a memory size such as 1Gi or 512Mi; MPS limits memory in MiB)", m.Minimum, err)
 	}
 	return nil
 }

@@ -31,9 +31,11 @@ func TestMemoryShares(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"dra:\n  memoryShares:\n    devices: [\"0\"]\n", "key dra.memoryShares.devices: set without dra.enabled"},
 		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [banana]\n", `key dra.memoryShares.devices: "banana" is not a GPU`},
-		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: lots\n", `key dra.memoryShares.minimum: "lots" is not a quantity (valid: a memory size such as 1Gi or 512Mi)`},
-		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 1.5Mi\n", `key dra.memoryShares.minimum: "1.5Mi" is not a whole number of MiB of at least 1Mi`},
-		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 1k\n", `key dra.memoryShares.minimum: "1k" is not a whole number of MiB`},
+		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: lots\n", `key dra.memoryShares.minimum: "lots" is not a whole number of Mi, Gi or Ti from 1Mi to 1024Ti (valid: a memory size such as 1Gi or 512Mi`},
+		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 1.5Mi\n", `key dra.memoryShares.minimum: "1.5Mi" is not a whole number of Mi, Gi or Ti`},
+		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 1k\n", `key dra.memoryShares.minimum: "1k" is not a whole number of Mi, Gi or Ti`},
+		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 0Gi\n", `"0Gi" is not a whole number`},
+		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 01Gi\n", `"01Gi" is not a whole number`},
 		{"dra:\n  enabled: true\n  memoryShares:\n    device: [\"0\"]\n", `unknown field "device" (valid keys: devices, minimum)`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
