@@ -12,11 +12,12 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
 // The DRA phase's memory shares (docs/dra.md, "Memory shares"): the test
-// overlay publishes gpu-a's and gpu-b's DRA GPUs shareable by memory
-// (dra.memoryShares), and claims that request part of a GPU's memory
+// overlay publishes each node's GPU 2 shareable by memory
+// (dra.memoryShares; here gpu-a's third H100), and claims that request part of a GPU's memory
 // (capacity.requests['gpu.nvidia.com/memory'], with GpuConfig MPS) share
 // one GPU, each container an MPS client held to its claim's share.
 
@@ -55,9 +56,9 @@ spec:
 }
 
 // testDRAMemoryShares: on a control plane of 1.36 or later (consumable
-// capacity beta and on), gpu-a's DRA GPUs are published with
+// capacity beta and on), gpu-a's GPU 2 is published with
 // allowMultipleAllocations and a memory request policy defaulting to the
-// whole GPU; two claims of 20Gi of one free GPU both run, on that GPU,
+// whole GPU, its other GPUs whole; two claims of 20Gi of GPU 2 both run, on that GPU,
 // booked shared by both claims, each container an MPS client of the
 // GPU's daemon with exactly its share's CUDA_MPS_* (a pod spec asking for
 // the whole memory gets the same), and a claim of 50Gi of the same GPU
@@ -91,15 +92,29 @@ func testDRAMemoryShares(k kc, version string) {
 		t.Logf("DRA memory shares: %s", time.Since(start).Round(time.Second))
 	})
 
-	// Published shareable, the default consuming the whole GPU.
+	// GPU 2 published shareable, the default consuming the whole GPU;
+	// the others whole.
+	g := shareableGPU(k, a)
 	for _, d := range publishedDevices(k, a.Name) {
 		mem := d.Capacity["gpu.nvidia.com/memory"]
-		if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || mem.RequestPolicy == nil || mem.RequestPolicy.Default == nil ||
-			mem.RequestPolicy.Default.Cmp(mem.Value) != 0 || mem.RequestPolicy.ValidRange == nil {
+		shareable := d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations
+		if d.Name != fmt.Sprintf("gpu-%d", g.Minor) {
+			if shareable || mem.RequestPolicy != nil {
+				t.Errorf("gpu-a: device %s, not in dra.memoryShares.devices, is published shareable", d.Name)
+			}
+			continue
+		}
+		if !shareable || mem.RequestPolicy == nil || mem.RequestPolicy.Default == nil || mem.RequestPolicy.Default.Cmp(mem.Value) != 0 || mem.RequestPolicy.ValidRange == nil {
 			t.Errorf("gpu-a: device %s: allowMultipleAllocations %v, memory %+v: want shareable, default the whole %s", d.Name, d.AllowMultipleAllocations, mem, mem.Value.String())
 		}
 	}
-	uuid := freeDRAGPU(k, a)
+	uuid := g.UUID
+	// The phase's last whole-GPU pod may hold it: its claim goes with it.
+	k.run("delete", "pod", "-n", draNS, "after", "--ignore-not-found", "--wait=true", "--timeout=2m")
+	k.wait(time.Minute, "GPU "+uuid+" free", func() (bool, string, error) {
+		held := allocatedDevices(k, a.Name)
+		return !held[fmt.Sprintf("gpu-%d", g.Minor)], fmt.Sprint("allocated: ", held), nil
+	})
 	k.run("label", "node", a.Name, "nri-gpu.dev/mps=true", "--overwrite")
 	k.apply(mpsDaemonSet(k))
 	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81559M"}
@@ -159,9 +174,21 @@ func publishedDevices(k kc, node string) []resourceapi.Device {
 	return out
 }
 
-// freeDRAGPU is the UUID of a DRA GPU of n that no ResourceClaim is
-// allocated now.
-func freeDRAGPU(k kc, n *harness.Node) string {
+// shareableGPU is n's GPU 2, which the test overlay shares by memory.
+func shareableGPU(k kc, n *harness.Node) simnode.GPU {
+	k.t.Helper()
+	for _, g := range draGPUs(n) {
+		if g.Index == 2 {
+			return g
+		}
+	}
+	k.t.Fatalf("node %s has no usable GPU 2", n.Name)
+	return simnode.GPU{}
+}
+
+// allocatedDevices are the devices of node's pool that ResourceClaims
+// are allocated now.
+func allocatedDevices(k kc, node string) map[string]bool {
 	k.t.Helper()
 	var l resourceapi.ResourceClaimList
 	if err := k.c.GetJSON(k.ctx, &l, "resourceclaims", "-A"); err != nil {
@@ -173,18 +200,12 @@ func freeDRAGPU(k kc, n *harness.Node) string {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == draDriver && r.Pool == n.Name {
+			if r.Driver == draDriver && r.Pool == node {
 				used[r.Device] = true
 			}
 		}
 	}
-	for _, g := range draGPUs(n) {
-		if !used[fmt.Sprintf("gpu-%d", g.Minor)] {
-			return g.UUID
-		}
-	}
-	k.t.Fatalf("node %s: every DRA GPU is allocated (%v)", n.Name, used)
-	return ""
+	return used
 }
 
 // tableModes is node's nri-gpu table: GPU UUID -> "<holder>=<mode>".
