@@ -86,7 +86,7 @@ func testDRAMemoryShares(k kc, version string) {
 			out, _ := k.c.Kubectl(k.ctx, "get", "pods,resourceclaims", "-n", draNS, "-o", "wide")
 			t.Logf("--- namespace %s ---\n%s\n--- nri-gpu on gpu-a ---\n%s", draNS, out, lastLines(nriGPULogs(k, a.Name), 40))
 		}
-		_, _ = k.c.Kubectl(k.ctx, "delete", "pod,resourceclaim", "-n", draNS, "share-1", "share-2", "share-big", "--ignore-not-found", "--wait=true", "--timeout=1m")
+		_, _ = k.c.Kubectl(k.ctx, "delete", "pod,resourceclaim", "-n", draNS, "mem-1", "mem-2", "mem-big", "--ignore-not-found", "--wait=true", "--timeout=1m")
 		_, _ = k.c.Kubectl(k.ctx, "delete", "daemonset", "-n", "nri-gpu", "nri-gpu-mps", "--ignore-not-found", "--wait=true", "--timeout=1m")
 		_, _ = k.c.Kubectl(k.ctx, "label", "node", a.Name, "nri-gpu.dev/mps-")
 		t.Logf("DRA memory shares: %s", time.Since(start).Round(time.Second))
@@ -109,8 +109,9 @@ func testDRAMemoryShares(k kc, version string) {
 		}
 	}
 	uuid := g.UUID
-	// The phase's last whole-GPU pod may hold it: its claim goes with it.
-	k.run("delete", "pod", "-n", draNS, "after", "--ignore-not-found", "--wait=true", "--timeout=2m")
+	// The phase's last whole-GPU pods (the extended resource's, after) may
+	// hold it: their claims go with them.
+	k.run("delete", "pod", "-n", draNS, "after", "ext", "--ignore-not-found", "--wait=true", "--timeout=2m")
 	k.wait(time.Minute, "GPU "+uuid+" free", func() (bool, string, error) {
 		held := allocatedDevices(k, a.Name)
 		return !held[fmt.Sprintf("gpu-%d", g.Minor)], fmt.Sprint("allocated: ", held), nil
@@ -119,11 +120,11 @@ func testDRAMemoryShares(k kc, version string) {
 	k.apply(mpsDaemonSet(k))
 	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81559M"}
 	k.apply(strings.Join([]string{
-		shareClaim("share-1", uuid, shareMemory), mpsClaimPod("share-1", a.Name, "share-1"),
-		shareClaim("share-2", uuid, shareMemory), mpsClaimPod("share-2", a.Name, "share-2", raise...),
+		shareClaim("mem-1", uuid, shareMemory), mpsClaimPod("mem-1", a.Name, "mem-1"),
+		shareClaim("mem-2", uuid, shareMemory), mpsClaimPod("mem-2", a.Name, "mem-2", raise...),
 	}, "---\n"))
 	want := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + shareThreads, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + shareLimit, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}
-	for _, p := range []string{"share-1", "share-2"} {
+	for _, p := range []string{"mem-1", "mem-2"} {
 		v := viewClaimPod(k, p)
 		if !slices.Equal(v.assigned, []string{uuid}) {
 			t.Errorf("pod %s: its claim's GPUs %v, want %s", p, v.assigned, uuid)
@@ -148,13 +149,13 @@ func testDRAMemoryShares(k kc, version string) {
 	}
 	modes := tableModes(k, a.Name)[uuid]
 	slices.Sort(modes)
-	if w := []string{"claim dra/share-1=shared", "claim dra/share-2=shared"}; !slices.Equal(modes, w) {
+	if w := []string{"claim dra/mem-1=shared", "claim dra/mem-2=shared"}; !slices.Equal(modes, w) {
 		t.Errorf("gpu-a: nri-gpu's table for %s: %v, want %v", uuid, modes, w)
 	}
 
 	// 50Gi does not fit beside them: the scheduler leaves it Pending.
-	k.apply(shareClaim("share-big", uuid, shareTooBig) + "---\n" + mpsClaimPod("share-big", a.Name, "share-big"))
-	checkUnschedulable(k, "share-big", "cannot allocate all claims")
+	k.apply(shareClaim("mem-big", uuid, shareTooBig) + "---\n" + mpsClaimPod("mem-big", a.Name, "mem-big"))
+	checkUnschedulable(k, "mem-big", "cannot allocate all claims")
 }
 
 // publishedDevices are the devices of node's ResourceSlices of nri-gpu's
