@@ -226,13 +226,13 @@ func parseGpuConfig(raw []byte, field func(string) string) (parsedConfig, error)
 }
 
 // mebibytes is q in MiB, as NVIDIA's driver converts it (rounded down):
-// less than 1 MiB, or more than 16 EiB, is refused.
+// less than 1 MiB, or more than an int64 of bytes, is refused.
 func mebibytes(q resource.Quantity, field string) (uint64, error) {
 	v, ok := q.AsInt64()
 	if !ok {
-		v = q.Value()
+		return 0, fmt.Errorf("%s: %s is not a whole number of bytes that fits in 64 bits (valid: a memory size such as 8Gi)", field, q.String())
 	}
-	if q.Sign() < 0 || v>>20 < 1 {
+	if v>>20 < 1 {
 		return 0, fmt.Errorf("%s: %s is less than 1Mi (valid: a memory size such as 8Gi)", field, q.String())
 	}
 	return uint64(v >> 20), nil

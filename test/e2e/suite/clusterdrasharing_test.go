@@ -80,8 +80,9 @@ spec:
 // environment and reaches the daemon through the mounted pipe, and a pod
 // spec setting 100 % and the GPU's whole memory gets the same. The claim
 // gone, the daemon is retired. A claim whose GpuConfig names an unknown
-// strategy leaves its pod not running, with the kubelet's event naming
-// the field, the bad token and the valid strategies.
+// strategy (allocated the GPU freed) leaves its pod not running, with the
+// kubelet's event naming the field, the bad token and the valid
+// strategies.
 func testDRASharing(k kc) {
 	t := k.t
 	start := time.Now()
@@ -114,7 +115,6 @@ func testDRASharing(k kc) {
 	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81559M"}
 	k.apply(strings.Join([]string{
 		mpsClaim("mps", params), mpsClaimPod("mps-1", a.Name, "mps"), mpsClaimPod("mps-2", a.Name, "mps", raise...),
-		mpsClaim("bad", bad), mpsClaimPod("mps-bad", a.Name, "bad"),
 	}, "---\n"))
 	v1, v2 := viewClaimPod(k, "mps-1"), viewClaimPod(k, "mps-2")
 	if len(v1.assigned) != 1 || !slices.Equal(v1.assigned, v2.assigned) {
@@ -138,7 +138,20 @@ func testDRASharing(k kc) {
 		}
 	}
 
-	// The bad claim: its pod does not run; the kubelet says why.
+	// The claim gone: no prepared claim needs the daemon; it is retired.
+	pid := mpsDaemonPID(uuid)
+	if pid == 0 {
+		t.Errorf("no MPS control daemon of %s among the host's processes", uuid)
+	}
+	k.run("delete", "pod,resourceclaim", "-n", draNS, "mps-1", "mps-2", "mps", "--wait=true", "--timeout=1m")
+	k.wait(time.Minute, "the claim's MPS control daemon retired", func() (bool, string, error) {
+		now := mpsDaemonPID(uuid)
+		return now == 0, fmt.Sprint("pid ", now), nil
+	})
+
+	// A bad claim, on the GPU that is free again: its pod does not run;
+	// the kubelet says why.
+	k.apply(mpsClaim("bad", bad) + "---\n" + mpsClaimPod("mps-bad", a.Name, "bad"))
 	k.wait(2*time.Minute, "mps-bad refused naming sharing.strategy", func() (bool, string, error) {
 		evs, err := k.c.Events(k.ctx, draNS, "involvedObject.name=mps-bad")
 		if err != nil {
@@ -157,15 +170,4 @@ func testDRASharing(k kc) {
 	if p, err := k.c.GetPod(k.ctx, draNS, "mps-bad"); err != nil || p.Status.Phase == corev1.PodRunning {
 		t.Errorf("mps-bad: %v %v, want not running", err, p)
 	}
-
-	// The claim gone: no prepared claim needs the daemon; it is retired.
-	pid := mpsDaemonPID(uuid)
-	if pid == 0 {
-		t.Errorf("no MPS control daemon of %s among the host's processes", uuid)
-	}
-	k.run("delete", "pod,resourceclaim", "-n", draNS, "mps-1", "mps-2", "mps", "--wait=true", "--timeout=1m")
-	k.wait(time.Minute, "the claim's MPS control daemon retired", func() (bool, string, error) {
-		now := mpsDaemonPID(uuid)
-		return now == 0, fmt.Sprint("pid ", now), nil
-	})
 }
