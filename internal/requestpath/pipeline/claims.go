@@ -190,8 +190,9 @@ func claimMode(node alloc.Mode, share bool) alloc.Mode {
 
 // ClaimHoldings returns what the prepared claims hold in the allocation
 // table: one holding per claim (alloc.ClaimHolder) of its devices that
-// are not of an adminAccess request, in the node's sharing mode and
-// marked as the runtime's (a count never gets them), whichever containers
+// are not of an adminAccess request, in the node's sharing mode (shared
+// for a claim with a share of a GPU's memory, claimMode) and marked as
+// the runtime's (a count never gets them), whichever containers
 // use them. A device the inventory does not have holds nothing and is
 // reported. The plugin books them when a claim is prepared and at every
 // Synchronize (alloc.Table.SyncClaims), so that node-local requests see a
