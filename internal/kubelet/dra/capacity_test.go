@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,6 +188,8 @@ func TestPrepareShares(t *testing.T) {
 	root := t.TempDir()
 	opts := Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
 		RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev", MPSRoot: filepath.Join(root, "mps")}
+	var told atomic.Pointer[claims.Prepared]
+	opts.Book = func(p *claims.Prepared, _ string) error { told.Store(p); return nil }
 	e := newEnv(t, cfg, testSnapshot(), &opts)
 	daemon := &sharing.MPSDaemon{PipeDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "pipe"), LogDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "log"),
 		ShmDir: filepath.Join(root, "mps", "shm"), ActiveThreadPercentage: 100}
@@ -225,6 +228,13 @@ func TestPrepareShares(t *testing.T) {
 		"b": {claims.Share{ID: "share-b", MemoryMiB: 30720, GPUMemoryMiB: h100MiB}, 20, 30720}}
 	if diff := cmp.Diff(want, views(e.d.Prepared())); diff != "" {
 		t.Errorf("prepared shares (-want +got):\n%s", diff)
+	}
+	// The request path was told both with the daemon ready (the second
+	// claim changed no daemon's status).
+	for _, dv := range told.Load().Devices() {
+		if dv.MPS == nil || !dv.MPS.Ready {
+			t.Errorf("claim %s: the request path was told its daemon is not ready: %+v", dv.Claim.Name, dv.MPS)
+		}
 	}
 	back, err := ReadPrepared(opts.PluginDir)
 	if err != nil {

@@ -85,7 +85,11 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 	// node-local request holds exclusively refuses the claim, naming its
 	// holder, before anything is written.
 	if d.opts.Book != nil {
-		if err := d.opts.Book(next.prepared(), uid); err != nil {
+		// With the daemons' readiness as last probed: a second claim of a
+		// GPU whose daemon is ready changes no status, so no later probe
+		// tells the request path again.
+		booked, _ := withStatus(next.prepared(), d.mpsStatus)
+		if err := d.opts.Book(booked, uid); err != nil {
 			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 	}
