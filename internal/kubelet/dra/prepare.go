@@ -160,13 +160,13 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 		dv.Share = sh
-		shg, err := sharingFor(cfgs, r.Request, u.gpu.UUID)
+		gpuCfg, err := sharingFor(cfgs, r.Request, u.gpu.UUID)
 		if err != nil {
 			return nil, fmt.Errorf("prepare claim %s/%s: request %s: %w", c.Namespace, c.Name, r.Request, err)
 		}
-		dv.Sharing = shg.Strategy
-		if shg.MPS != nil {
-			dv.MPS = d.claimMPS(u.gpu.UUID, *shg.MPS)
+		dv.Sharing = gpuCfg.Strategy
+		if gpuCfg.MPS != nil {
+			dv.MPS = d.claimMPS(u.gpu.UUID, *gpuCfg.MPS)
 		}
 		out = append(out, dv)
 	}
