@@ -101,7 +101,8 @@ func testDRASharing(k kc) {
 				}
 			}
 		}
-		_, _ = k.c.Kubectl(k.ctx, "delete", "pod,resourceclaim", "-n", draNS, "mps-1", "mps-2", "mps-bad", "mps", "bad", "--ignore-not-found", "--wait=true", "--timeout=1m")
+		_, _ = k.c.Kubectl(k.ctx, "delete", "pod", "-n", draNS, "mps-1", "mps-2", "mps-bad", "--ignore-not-found", "--wait=true", "--timeout=1m")
+		_, _ = k.c.Kubectl(k.ctx, "delete", "resourceclaim", "-n", draNS, "mps", "bad", "--ignore-not-found", "--wait=true", "--timeout=1m")
 		_, _ = k.c.Kubectl(k.ctx, "delete", "daemonset", "-n", "nri-gpu", "nri-gpu-mps", "--ignore-not-found", "--wait=true", "--timeout=1m")
 		_, _ = k.c.Kubectl(k.ctx, "label", "node", a.Name, "nri-gpu.dev/mps-")
 		t.Logf("DRA sharing: %s", time.Since(start).Round(time.Second))
@@ -143,7 +144,8 @@ func testDRASharing(k kc) {
 	if pid == 0 {
 		t.Errorf("no MPS control daemon of %s among the host's processes", uuid)
 	}
-	k.run("delete", "pod,resourceclaim", "-n", draNS, "mps-1", "mps-2", "mps", "--wait=true", "--timeout=1m")
+	k.run("delete", "pod", "-n", draNS, "mps-1", "mps-2", "--wait=true", "--timeout=1m")
+	k.run("delete", "resourceclaim", "-n", draNS, "mps", "--wait=true", "--timeout=1m")
 	k.wait(time.Minute, "the claim's MPS control daemon retired", func() (bool, string, error) {
 		now := mpsDaemonPID(uuid)
 		return now == 0, fmt.Sprint("pid ", now), nil
