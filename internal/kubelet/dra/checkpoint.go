@@ -47,6 +47,12 @@ type checkpointDevice struct {
 	Nodes       []string `json:"nodes"`
 	AdminAccess bool     `json:"adminAccess,omitempty"`
 	CDIDevice   string   `json:"cdiDevice"`
+	// ShareID, ShareMiB and GPUMemoryMiB are the claim's share of a GPU
+	// shared by memory (added within v1: a checkpoint without them reads
+	// as no share).
+	ShareID      string `json:"shareID,omitempty"`
+	ShareMiB     uint64 `json:"shareMiB,omitempty"`
+	GPUMemoryMiB uint64 `json:"gpuMemoryMiB,omitempty"`
 	// Sharing and MPS are the claim's GpuConfig for the device (added
 	// within v1: a checkpoint without them reads as no sharing).
 	Sharing string         `json:"sharing,omitempty"`
@@ -136,7 +142,8 @@ func (cc checkpointClaim) devices(uid string) []claims.Device {
 	out := make([]claims.Device, 0, len(cc.Devices))
 	for _, d := range cc.Devices {
 		dv := claims.Device{Claim: ref, Request: d.Request, Name: d.Device, UUID: d.UUID, MIG: d.MIG,
-			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing}
+			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing,
+			Share: claims.Share{ID: d.ShareID, MemoryMiB: d.ShareMiB, GPUMemoryMiB: d.GPUMemoryMiB}}
 		if m := d.MPS; m != nil {
 			dv.MPS = &claims.MPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage,
 				PinnedMemoryMiB: m.PinnedMemoryMiB, Why: "nri-gpu mps has not reported the MPS control daemon ready"}
@@ -150,7 +157,8 @@ func checkpointDevices(devs []claims.Device) []checkpointDevice {
 	out := make([]checkpointDevice, 0, len(devs))
 	for _, d := range devs {
 		cd := checkpointDevice{Request: d.Request, Device: d.Name, UUID: d.UUID, MIG: d.MIG, Node: d.Node,
-			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing}
+			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing,
+			ShareID: d.Share.ID, ShareMiB: d.Share.MemoryMiB, GPUMemoryMiB: d.Share.GPUMemoryMiB}
 		if m := d.MPS; m != nil {
 			cd.MPS = &checkpointMPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB}
 		}

@@ -98,6 +98,12 @@ type Driver struct {
 	// noTaints is set once the API server dropped device taints (no
 	// DRADeviceTaints): unhealthy devices are then left out instead.
 	noTaints atomic.Bool
+	// noShares is set once the API server dropped the fields of a device
+	// shareable by memory (no DRAConsumableCapacity): such devices are
+	// then published whole.
+	noShares atomic.Bool
+	// sharesLogged is set once publishing said which GPUs it shares.
+	sharesLogged atomic.Bool
 	// pub is the helper once Serve started it; roots caches pcieRoot by
 	// bus id.
 	pub   publisher
@@ -246,6 +252,7 @@ func (d *Driver) publish(ctx context.Context) {
 // taints, is left out. The caller holds mu.
 func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 	var devs []resourceapi.Device
+	var shared []string
 	if st != nil {
 		snap := st.Snapshot()
 		for _, u := range units(st) {
@@ -253,8 +260,17 @@ func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 			if taints != nil && d.noTaints.Load() {
 				continue
 			}
-			devs = append(devs, sliceDevice(u, snap, d.pcieRoot, taints))
+			dv := sliceDevice(u, snap, d.pcieRoot, taints)
+			if shareable(st.Config, u) && !d.noShares.Load() {
+				makeShareable(&dv, st.Config.DRA.MemoryShares.MinimumBytes())
+				shared = append(shared, u.name)
+			}
+			devs = append(devs, dv)
 		}
+	}
+	if len(shared) > 0 && !d.sharesLogged.Swap(true) {
+		d.log.WithField("devices", shared).Info("DRA: publishing GPUs shareable by memory (dra.memoryShares: allowMultipleAllocations, " +
+			"memory request policy defaulting to the whole GPU); an API server without " + ConsumableCapacityGate + " drops them, and they are published whole")
 	}
 	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{}}}}
 	if len(devs) > 0 {
@@ -290,12 +306,26 @@ func (d *Driver) pcieRoot(bus string) string {
 // the slices instead, and published again.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
-	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
-		if !d.noTaints.Swap(true) {
-			d.log.Info("DRA: the API server has no device taints (DRADeviceTaints): unhealthy devices are left out of the ResourceSlices")
-			go d.publish(ctx)
+	if errors.As(err, &dropped) {
+		known := false
+		if slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
+			known = true
+			if !d.noTaints.Swap(true) {
+				d.log.Info("DRA: the API server has no device taints (DRADeviceTaints): unhealthy devices are left out of the ResourceSlices")
+				go d.publish(ctx)
+			}
 		}
-		return
+		if slices.Contains(dropped.DisabledFeatures(), ConsumableCapacityGate) {
+			known = true
+			if !d.noShares.Swap(true) {
+				d.log.Warn("DRA: the API server has no consumable capacity (feature gate " + ConsumableCapacityGate + ", beta and on by default from Kubernetes 1.36, " +
+					"alpha and off in 1.34): the GPUs of dra.memoryShares are published whole, without allowMultipleAllocations; a claim gets a whole GPU")
+				go d.publish(ctx)
+			}
+		}
+		if known {
+			return
+		}
 	}
 	d.log.WithError(err).Errorf("DRA: %s", msg)
 }

@@ -75,8 +75,9 @@ func MPSDaemons(p *claims.Prepared) map[string]*sharing.MPSDaemon {
 	out := map[string]*sharing.MPSDaemon{}
 	for _, dv := range p.Devices() {
 		if m := dv.MPS; m != nil {
+			threads, memory := daemonLimits(dv)
 			out[dv.UUID] = &sharing.MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir,
-				ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB}
+				ActiveThreadPercentage: threads, PinnedMemoryMiB: memory}
 		}
 	}
 	return out

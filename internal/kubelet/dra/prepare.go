@@ -52,7 +52,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.Re
 func (d *Driver) result(devs []claims.Device) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(devs))
 	for _, dv := range devs {
-		out = append(out, kubeletplugin.Device{Requests: []string{dv.Request}, PoolName: d.nodeName, DeviceName: dv.Name, CDIDeviceIDs: []string{dv.CDIDevice}})
+		kd := kubeletplugin.Device{Requests: []string{dv.Request}, PoolName: d.nodeName, DeviceName: dv.Name, CDIDeviceIDs: []string{dv.CDIDevice}}
+		if dv.Share.ID != "" {
+			id := types.UID(dv.Share.ID)
+			kd.ShareID = &id
+		}
+		out = append(out, kd)
 	}
 	return out
 }
@@ -85,7 +90,11 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 	// node-local request holds exclusively refuses the claim, naming its
 	// holder, before anything is written.
 	if d.opts.Book != nil {
-		if err := d.opts.Book(next.prepared(), uid); err != nil {
+		// With the daemons' readiness as last probed: a second claim of a
+		// GPU whose daemon is ready changes no status, so no later probe
+		// tells the request path again.
+		booked, _ := withStatus(next.prepared(), d.mpsStatus)
+		if err := d.opts.Book(booked, uid); err != nil {
 			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 	}
@@ -151,17 +160,25 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 		for _, n := range nodes {
 			dv.Nodes = append(dv.Nodes, n.Path)
 		}
-		sh, err := sharingFor(cfgs, r.Request, u.gpu.UUID)
+		sh, err := shareOf(r, u, shareable(st.Config, u) && !d.noShares.Load())
+		if err != nil {
+			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		dv.Share = sh
+		gpuCfg, err := sharingFor(cfgs, r.Request, u.gpu.UUID)
 		if err != nil {
 			return nil, fmt.Errorf("prepare claim %s/%s: request %s: %w", c.Namespace, c.Name, r.Request, err)
 		}
-		dv.Sharing = sh.Strategy
-		if sh.MPS != nil {
-			dv.MPS = d.claimMPS(u.gpu.UUID, *sh.MPS)
+		dv.Sharing = gpuCfg.Strategy
+		if gpuCfg.MPS != nil {
+			dv.MPS = d.claimMPS(u.gpu.UUID, *gpuCfg.MPS)
 		}
 		out = append(out, dv)
 	}
 	if err := checkMPSClaim(out); err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if err := shareLimits(d.opts.DriverName, out); err != nil {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return out, nil
@@ -179,10 +196,10 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 		}
 		for uid, other := range next.Claims {
 			held := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool { return !o.AdminAccess && overlaps(o, dv) })
-			if held < 0 {
-				continue
+			if held < 0 || bothShares(other.Devices[held], dv) {
+				continue // shares: fitShares below
 			}
-			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held].Device)
+			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held])
 			if err != nil {
 				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
 			}
@@ -195,6 +212,9 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
 				return err
 			}
+		}
+		if err := d.fitShares(ctx, c, dv, next); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -218,7 +238,7 @@ func sharesNode(a, b []string) bool {
 
 // claimGone asks the API server whether the prepared claim uid still
 // exists and is still allocated device; why says how it is gone.
-func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, device string) (gone bool, why string, err error) {
+func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, device checkpointDevice) (gone bool, why string, err error) {
 	got, err := d.client.ResourceV1().ResourceClaims(cc.Namespace).Get(ctx, cc.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -231,9 +251,12 @@ func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, 
 		return true, "is no longer allocated", nil
 	}
 	for _, r := range got.Status.Allocation.Devices.Results {
-		if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == device {
+		if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == device.Device && shareIDOf(r) == device.ShareID {
 			return false, "", nil
 		}
+	}
+	if device.ShareID != "" {
+		return true, "is no longer allocated that share of the device", nil
 	}
 	return true, "is no longer allocated that device", nil
 }

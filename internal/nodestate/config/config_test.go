@@ -27,7 +27,7 @@ func TestParse(t *testing.T) {
 		DevCharLinks: DevCharLinks{Enabled: ptr(true)},
 		Health:       Health{IgnoredXIDs: []uint64{13, 31, 43, 45, 68, 109}},
 		DRA: DRA{DriverName: "gpu.nri-gpu.dev", PluginDir: "/var/lib/kubelet/plugins/gpu.nri-gpu.dev",
-			RegistrationDir: "/var/lib/kubelet/plugins_registry", CDIDir: "/var/run/cdi"}}
+			RegistrationDir: "/var/lib/kubelet/plugins_registry", CDIDir: "/var/run/cdi", MemoryShares: DRAMemoryShares{Minimum: DefaultMemoryShareMinimum}}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}

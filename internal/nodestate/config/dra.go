@@ -34,6 +34,9 @@ type DRA struct {
 	// Devices are the GPUs DRA publishes (indexes, GPU UUIDs or PCI bus
 	// ids; a GPU brings its MIG devices); empty: all of the node's GPUs.
 	Devices []string `json:"devices,omitempty"`
+	// MemoryShares publishes GPUs as shareable by memory through DRA's
+	// consumable capacity (off by default; see DRAMemoryShares).
+	MemoryShares DRAMemoryShares `json:"memoryShares,omitempty"`
 }
 
 // Defaults of the dra key.
@@ -57,6 +60,7 @@ func (d *DRA) setDefaults() {
 	if d.CDIDir == "" {
 		d.CDIDir = DefaultDRACDIDir
 	}
+	d.MemoryShares.setDefaults()
 }
 
 // validate checks the dra key's names and paths.
@@ -83,7 +87,13 @@ func (d DRA) validate() error {
 	if l := len(d.RegistrationDir) + len("/") + len(d.DriverName) + len("-reg.sock"); l > 107 {
 		return fmt.Errorf("key dra.registrationDir: %q: the registration socket's path would be %d bytes, more than a unix socket allows (107)", d.RegistrationDir, l)
 	}
-	return checkDeviceList("dra.devices", d.Devices)
+	if err := checkDeviceList("dra.devices", d.Devices); err != nil {
+		return err
+	}
+	if d.MemoryShares.Enabled() && !d.Enabled {
+		return fmt.Errorf("key dra.memoryShares.devices: set without dra.enabled: GPUs are shared by memory through nri-gpu's DRA driver only (set dra.enabled: true, or remove dra.memoryShares)")
+	}
+	return d.MemoryShares.validate()
 }
 
 // checkDeviceList checks the entries of a devices key: a GPU index, a GPU

@@ -61,6 +61,9 @@ type Device struct {
 	AdminAccess bool
 	// CDIDevice is the CDI device ID the kubelet hands the runtime.
 	CDIDevice string
+	// Share is set for a device published shareable by memory: the
+	// claim's share of it (Share.Partial: less than the whole GPU).
+	Share Share
 	// Sharing is the claim's sharing strategy for the device, NVIDIA's
 	// GpuConfig name: "" (none asked), "TimeSlicing" or "MPS".
 	Sharing string

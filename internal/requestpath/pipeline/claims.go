@@ -104,6 +104,7 @@ func (p *Path) bookClaims(c *call, gv given, held []claimed) error {
 		return err
 	}
 	byClaim := map[string][]int{}
+	shared := map[string]bool{}
 	var order []claims.Claim
 	for _, h := range held {
 		if h.dev.AdminAccess {
@@ -113,10 +114,11 @@ func (p *Path) bookClaims(c *call, gv given, held []claimed) error {
 			order = append(order, h.dev.Claim)
 		}
 		byClaim[h.dev.Claim.UID] = append(byClaim[h.dev.Claim.UID], h.unit.Index)
+		shared[h.dev.Claim.UID] = shared[h.dev.Claim.UID] || h.dev.Share.Partial()
 	}
 	for _, cl := range order {
 		hd := alloc.ClaimHolder(cl.UID, cl.Namespace, cl.Name)
-		h, _, err := p.Table.Join(alloc.Request{Holder: hd, Mode: p.Sharing, GPUs: byClaim[cl.UID], Source: hd.String(), Runtime: true})
+		h, _, err := p.Table.Join(alloc.Request{Holder: hd, Mode: claimMode(p.Sharing, shared[cl.UID]), GPUs: byClaim[cl.UID], Source: hd.String(), Runtime: true})
 		if err != nil {
 			return err
 		}
@@ -175,10 +177,22 @@ func (p *Path) keepClaimed(c *call, gv given, held []claimed) []inventory.GPU {
 	return gpus
 }
 
+// claimMode is the mode a claim is booked in: shared where it holds a
+// share of a GPU's memory (claims.Share.Partial), whatever the node's
+// mode, since the scheduler puts other claims' shares on that GPU; else
+// the node's.
+func claimMode(node alloc.Mode, share bool) alloc.Mode {
+	if share {
+		return alloc.Shared
+	}
+	return node
+}
+
 // ClaimHoldings returns what the prepared claims hold in the allocation
 // table: one holding per claim (alloc.ClaimHolder) of its devices that
-// are not of an adminAccess request, in the node's sharing mode and
-// marked as the runtime's (a count never gets them), whichever containers
+// are not of an adminAccess request, in the node's sharing mode (shared
+// for a claim with a share of a GPU's memory, claimMode) and marked as
+// the runtime's (a count never gets them), whichever containers
 // use them. A device the inventory does not have holds nothing and is
 // reported. The plugin books them when a claim is prepared and at every
 // Synchronize (alloc.Table.SyncClaims), so that node-local requests see a
@@ -203,6 +217,7 @@ func ClaimHoldings(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared)
 			at[d.Claim.UID] = i
 			hs = append(hs, alloc.Holding{Holder: alloc.ClaimHolder(d.Claim.UID, d.Claim.Namespace, d.Claim.Name), Mode: sharing, Runtime: true})
 		}
+		hs[i].Mode = claimMode(hs[i].Mode, d.Share.Partial())
 		if !slices.Contains(hs[i].GPUs, g.Index) {
 			hs[i].GPUs = append(hs[i].GPUs, g.Index)
 		}

@@ -182,6 +182,7 @@ func testDRA(k kc, version string) {
 	k.run("delete", "pod", "-n", draNS, "two", "--wait=true", "--timeout=2m")
 	t.Run("extended resource", func(t *testing.T) { testExtendedResource(kc{t: t, c: k.c, ctx: k.ctx}, version) })
 	t.Run("sharing", func(t *testing.T) { testDRASharing(kc{t: t, c: k.c, ctx: k.ctx}) })
+	t.Run("memory shares", func(t *testing.T) { testDRAMemoryShares(kc{t: t, c: k.c, ctx: k.ctx}, version) })
 	testDRAMore(k, version)
 }
 
