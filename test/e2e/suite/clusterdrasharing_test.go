@@ -45,15 +45,7 @@ spec:
 // mpsClaimPod is a pod on node of the ResourceClaim claim, whose
 // container main sleeps, with env (KEY=VALUE).
 func mpsClaimPod(name, node, claim string, env ...string) string {
-	var e strings.Builder
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		fmt.Fprintf(&e, "\n    - {name: %s, value: %q}", k, v)
-	}
-	envBlock := ""
-	if len(env) > 0 {
-		envBlock = "\n    env:" + e.String()
-	}
+	envBlock := envYAML(env)
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s, namespace: %s}

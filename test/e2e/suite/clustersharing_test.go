@@ -185,18 +185,25 @@ func waitAllocatable(k kc, node, want string) {
 	})
 }
 
-// sharePod is a pod on node with limits nvidia.com/gpu: 1 running
-// command, its container main with env (KEY=VALUE).
-func sharePod(name, node, command string, env ...string) string {
+// envYAML is a container's env block (after its command line) of env
+// (KEY=VALUE), "" for none.
+func envYAML(env []string) string {
+	if len(env) == 0 {
+		return ""
+	}
 	var e strings.Builder
+	e.WriteString("\n    env:")
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&e, "\n    - {name: %s, value: %q}", k, v)
 	}
-	envBlock := ""
-	if len(env) > 0 {
-		envBlock = "\n    env:" + e.String()
-	}
+	return e.String()
+}
+
+// sharePod is a pod on node with limits nvidia.com/gpu: 1 running
+// command, its container main with env (KEY=VALUE).
+func sharePod(name, node, command string, env ...string) string {
+	envBlock := envYAML(env)
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s, namespace: %s, labels: {app: %s}}
