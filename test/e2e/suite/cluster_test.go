@@ -226,6 +226,23 @@ func daemonPod(k kc, node string) string {
 	return ""
 }
 
+// limitsPod is a pod named name in ns whose container main sleeps with
+// resources.limits of n resource, from image.
+func limitsPod(name, ns, image, resource string, n int) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    resources: {limits: {%s: %d}}
+`, name, ns, image, resource, n)
+}
+
 // gpuDeployment is a Deployment of replicas pods in ns, each one glibc
 // container "main" sleeping, with limits nvidia.com/gpu: gpus.
 func gpuDeployment(name, ns string, replicas, gpus int) string {
@@ -445,18 +462,7 @@ func testGPUWorkloads(k kc, ns string) []gpuPodView {
 	}
 	checkPlacement(k, views)
 
-	k.apply(fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: too-many, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: %s
-    imagePullPolicy: Never
-    command: [sleep, "3600"]
-    resources: {limits: {nvidia.com/gpu: 5}}
-`, ns, harness.GlibcImage))
+	k.apply(limitsPod("too-many", ns, harness.GlibcImage, "nvidia.com/gpu", 5))
 	k.wait(time.Minute, "too-many: FailedScheduling with Insufficient nvidia.com/gpu", func() (bool, string, error) {
 		evs, err := k.c.Events(k.ctx, ns, "involvedObject.name=too-many")
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/bench"
+	"github.com/nri-gpu/nri-gpu/test/e2e/cmd/nvidia-dra-standin/standin"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -410,29 +411,12 @@ func standInCgroup(ctr string, pid int) (string, error) {
 // weight when its cgroup cg is known (standInCgroup).
 func startNVIDIADRAStandIn(t *testing.T, c *harness.Cluster, n *harness.Node, bin, cg string) {
 	t.Helper()
-	type gpu struct {
-		Index       int    `json:"index"`
-		Minor       int    `json:"minor"`
-		UUID        string `json:"uuid"`
-		ProductName string `json:"productName"`
-		PCIBusID    string `json:"pciBusID"`
-		MemoryMiB   int64  `json:"memoryMiB"`
-	}
-	cfg := struct {
-		DriverName   string `json:"driverName"`
-		NodeName     string `json:"nodeName"`
-		Kubeconfig   string `json:"kubeconfig"`
-		PluginDir    string `json:"pluginDir"`
-		RegistrarDir string `json:"registrarDir"`
-		CDIDir       string `json:"cdiDir"`
-		ToolkitSpec  string `json:"toolkitSpec"`
-		GPUs         []gpu  `json:"gpus"`
-	}{DriverName: nvidiaDriver, NodeName: n.Name, Kubeconfig: c.Kubeconfig,
+	cfg := standin.Config{DriverName: nvidiaDriver, NodeName: n.Name, Kubeconfig: c.Kubeconfig,
 		PluginDir: "/var/lib/kubelet/plugins/" + nvidiaDriver, RegistrarDir: "/var/lib/kubelet/plugins_registry",
 		CDIDir: harness.NodeCDIDir, ToolkitSpec: filepath.Join(n.NS.Dir, "cdi-nvidia", "nvidia.json")}
 	for _, g := range n.GPU.GPUs {
 		// The simulated GPUs are H100 80GB HBM3s: 81559 MiB, as NVML says.
-		cfg.GPUs = append(cfg.GPUs, gpu{Index: g.Index, Minor: g.Minor, UUID: g.UUID, ProductName: g.Model, PCIBusID: g.BusID, MemoryMiB: 81559})
+		cfg.GPUs = append(cfg.GPUs, standin.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID, ProductName: g.Model, PCIBusID: g.BusID, MemoryMiB: 81559})
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {

@@ -206,18 +206,7 @@ spec:
   selectors:
   - cel: {expression: "device.driver == '%s' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}
 ---
-apiVersion: v1
-kind: Pod
-metadata: {name: ext, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: %s
-    imagePullPolicy: Never
-    command: [sleep, "3600"]
-    resources: {limits: {%s: 1}}
-`, res, draDriver, draNS, harness.GlibcCUDAImage, res))
+`, res, draDriver) + limitsPod("ext", draNS, harness.GlibcCUDAImage, res, 1))
 	defer k.run("delete", "deviceclass", "gpu-ext.nri-gpu.dev", "--wait=false")
 	var dc resourceapi.DeviceClass
 	if err := k.c.GetJSON(k.ctx, &dc, "deviceclass", "gpu-ext.nri-gpu.dev"); err != nil {

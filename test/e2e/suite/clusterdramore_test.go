@@ -454,18 +454,7 @@ func testDRANvidiaGPU(k kc, version string) {
 	}
 	k.run("patch", "deviceclass", draDriver, "--type", "merge", "-p", `{"spec":{"extendedResourceName":"nvidia.com/gpu"}}`)
 	defer k.run("patch", "deviceclass", draDriver, "--type", "json", "-p", `[{"op":"remove","path":"/spec/extendedResourceName"}]`)
-	k.apply(fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: nvgpu, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: %s
-    imagePullPolicy: Never
-    command: [sleep, "3600"]
-    resources: {limits: {nvidia.com/gpu: 1}}
-`, draNS, harness.GlibcCUDAImage))
+	k.apply(limitsPod("nvgpu", draNS, harness.GlibcCUDAImage, "nvidia.com/gpu", 1))
 	defer k.run("delete", "pod", "-n", draNS, "nvgpu", "--wait=true", "--timeout=2m")
 	v := viewClaimPod(k, "nvgpu")
 	if v.pod.Status.ExtendedResourceClaimStatus == nil || len(v.claims) != 1 || v.pod.Spec.NodeName != "gpu-b" {

@@ -26,20 +26,12 @@ const (
 // mpsClaim is a ResourceClaim of one nri-gpu GPU with the GpuConfig
 // parameters params (JSON).
 func mpsClaim(name, params string) string {
-	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: %s, namespace: %s}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly: {deviceClassName: %s}
-    config:
+	return sharedClaim(name) + fmt.Sprintf(`    config:
     - requests: [gpu]
       opaque:
         driver: %s
         parameters: %s
-`, name, draNS, draDriver, draDriver, params)
+`, draDriver, params)
 }
 
 // mpsClaimPod is a pod on node of the ResourceClaim claim, whose

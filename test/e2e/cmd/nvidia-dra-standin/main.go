@@ -61,6 +61,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nri-gpu/nri-gpu/test/e2e/cmd/nvidia-dra-standin/standin"
 )
 
 // NVIDIA's driver's CDI vendor and class for claims (cdi.go: cdiVendor,
@@ -70,37 +72,11 @@ const (
 	cdiClass  = "claim"
 )
 
-// config is the stand-in's configuration file.
-type config struct {
-	// DriverName is the DRA driver's name (NVIDIA's: gpu.nvidia.com).
-	DriverName string `json:"driverName"`
-	NodeName   string `json:"nodeName"`
-	Kubeconfig string `json:"kubeconfig"`
-	// PluginDir and RegistrarDir are the kubelet's plugin directory of
-	// the driver and its plugin registration directory.
-	PluginDir    string `json:"pluginDir"`
-	RegistrarDir string `json:"registrarDir"`
-	// CDIDir is where the claims' specs are written (the runtime reads
-	// it); ToolkitSpec is the node's toolkit spec (JSON) the edits are
-	// taken from.
-	CDIDir      string `json:"cdiDir"`
-	ToolkitSpec string `json:"toolkitSpec"`
-	GPUs        []gpu  `json:"gpus"`
-}
-
-// gpu is one GPU of the node.
-type gpu struct {
-	Index       int    `json:"index"`
-	Minor       int    `json:"minor"`
-	UUID        string `json:"uuid"`
-	ProductName string `json:"productName"`
-	PCIBusID    string `json:"pciBusID"`
-	MemoryMiB   int64  `json:"memoryMiB"`
-}
-
-// deviceName is the GPU's device name in the slice and in the claim's CDI
-// device (deviceinfo.go: GpuInfo.CanonicalName).
-func (g gpu) deviceName() string { return fmt.Sprintf("gpu-%d", g.Minor) }
+// config is the stand-in's configuration file; gpu one GPU of the node.
+type (
+	config = standin.Config
+	gpu    = standin.GPU
+)
 
 // cdiSpec is a CDI spec, its edits kept as they were read.
 type cdiSpec struct {
@@ -153,7 +129,7 @@ func run(path string) error {
 		return fmt.Errorf("read the toolkit spec %s: %w", d.cfg.ToolkitSpec, err)
 	}
 	for _, g := range d.cfg.GPUs {
-		d.gpus[g.deviceName()] = g
+		d.gpus[g.DeviceName()] = g
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", d.cfg.Kubeconfig)
 	if err != nil {
@@ -200,7 +176,7 @@ func (d *driver) resources() resourceslice.DriverResources {
 	var devs []resourceapi.Device
 	for _, g := range d.cfg.GPUs {
 		devs = append(devs, resourceapi.Device{
-			Name: g.deviceName(),
+			Name: g.DeviceName(),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				"type": str("gpu"), "uuid": str(g.UUID), "productName": str(g.ProductName),
 				"index": num(g.Index), "minor": num(g.Minor), "resource.kubernetes.io/pciBusID": str(g.PCIBusID),
@@ -250,7 +226,7 @@ func (d *driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResu
 		if !ok {
 			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: the toolkit spec has no device %s", c.Namespace, c.Name, g.UUID)}
 		}
-		name := fmt.Sprintf("%s-%s", c.UID, g.deviceName())
+		name := fmt.Sprintf("%s-%s", c.UID, g.DeviceName())
 		spec.Devices = append(spec.Devices, cdiDevice{Name: name, ContainerEdits: edits})
 		res.Devices = append(res.Devices, kubeletplugin.Device{
 			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,

@@ -43,7 +43,7 @@ func newTestDriver(t *testing.T) *driver {
 		t.Fatal(err)
 	}
 	for _, g := range d.cfg.GPUs {
-		d.gpus[g.deviceName()] = g
+		d.gpus[g.DeviceName()] = g
 	}
 	return d
 }
