@@ -133,7 +133,7 @@ demo-cluster:
 # Fuzz targets, package:Target; `make fuzz` runs each for FUZZTIME.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
-	internal/requestpath/request:FuzzParseAnnotation internal/requestpath/request:FuzzParseCDI internal/requestpath/request:FuzzParseEnv internal/requestpath/request:FuzzParseEnvList internal/requestpath/request:FuzzParseIMEX internal/requestpath/require:FuzzRequirement internal/requestpath/require:FuzzCheckEnv \
+	internal/requestpath/request:FuzzParseAnnotation internal/requestpath/request:FuzzParseCDI internal/requestpath/request:FuzzParseEnv internal/requestpath/request:FuzzParseEnvList internal/requestpath/request:FuzzParseIMEX inventory/require:FuzzRequirement inventory/require:FuzzCheckEnv \
 	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
 	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion inventory/discover:FuzzParseMIGMinors internal/nodestate/config:FuzzParse \
 	internal/requestpath/pipeline:FuzzHandle internal/requestpath/alloc:FuzzParseKubeletShares

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/require"
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/require"
 )
 
 // Source is where a node's devices come from, and all that the request

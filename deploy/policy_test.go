@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 )
 
 // namespacesTried are namespaces a tenant, the cluster or an operator may

@@ -65,6 +65,54 @@ func TestPackageLayers(t *testing.T) {
 	}
 }
 
+// folderRanks are the product's folders from the bottom up: a package
+// imports only packages of its own folder's rank or a lower one, so that
+// a folder's name says where its packages stand (no package of the node's
+// state imports one of the request path, say). Within a rank, the drawing
+// in design.md decides.
+var folderRanks = [][]string{
+	{"inventory"},
+	{"adjust", "nodestate"},
+	{"requestpath"},
+	{"kubelet", "ops"},
+	{"plugin"},
+	{"cmd"},
+}
+
+// folderRank returns the rank of the folder that holds pkg (a path as
+// productImports gives it), or -1 for a folder folderRanks does not name.
+func folderRank(pkg string) int {
+	top, _, _ := strings.Cut(pkg, "/")
+	for i, r := range folderRanks {
+		if slices.Contains(r, top) {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestFolderLayers checks that no package imports one of a folder ranked
+// above its own (folderRanks), and that every package is in a ranked
+// folder.
+func TestFolderLayers(t *testing.T) {
+	imports, err := productImports("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pkg, deps := range imports {
+		r := folderRank(pkg)
+		if r < 0 {
+			t.Errorf("package %s is in a folder that folderRanks does not name", pkg)
+			continue
+		}
+		for _, d := range deps {
+			if dr := folderRank(d); dr > r {
+				t.Errorf("%s imports %s, whose folder stands above its own", pkg, d)
+			}
+		}
+	}
+}
+
 // TestParseLayers checks the drawing's parser on a small case.
 func TestParseLayers(t *testing.T) {
 	doc := "x\n" + layersMarker + "\n```text\na b   top\nc     bottom\n```\n"

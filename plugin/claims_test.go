@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
@@ -33,7 +34,7 @@ func claimDevs(uid, name string, gpus ...int) []claims.Device {
 func TestSetPrepared(t *testing.T) {
 	ctx := context.Background()
 	var log bytes.Buffer
-	p := testPlugin(alloc.Exclusive, &log)
+	p := testPlugin(sharing.Exclusive, &log)
 	lpod, lctr := podCtr("local", "device=4")
 	if _, _, err := p.CreateContainer(ctx, lpod, lctr); err != nil {
 		t.Fatal(err)

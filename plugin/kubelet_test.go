@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
@@ -40,7 +41,7 @@ func kubeletCtr(name, ann string, gpus ...int) (*api.PodSandbox, *api.Container)
 func TestSynchronizeKubeletAssignment(t *testing.T) {
 	ctx := context.Background()
 	var log bytes.Buffer
-	p := testPlugin(alloc.Shared, &log)
+	p := testPlugin(sharing.Shared, &log)
 	kpod, kctr := kubeletCtr("k", uuid(1)+","+uuid(2), 1, 2)
 	fpod, fctr := kubeletCtr("forged", uuid(5)+","+uuid(6), 6)
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{kpod, fpod}, []*api.Container{kctr, fctr}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -24,7 +25,7 @@ var layout = adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: 
 // memPlugin is a plugin with configuration cfg serving the in-memory node
 // of simnode.MemorySnapshot (8 GPUs, 40 driver files), logging to log.
 func memPlugin(cfg config.Config, log *logrus.Logger) *Plugin {
-	sharing, err := alloc.ParseMode(string(cfg.Sharing))
+	sharing, err := sharing.ParseMode(string(cfg.Sharing))
 	if err != nil {
 		panic(err)
 	}
@@ -38,11 +39,11 @@ func memPlugin(cfg config.Config, log *logrus.Logger) *Plugin {
 
 // testPlugin is a plugin serving the in-memory 8-GPU node of benchSnapshot
 // with the given sharing policy, logging into log.
-func testPlugin(sharing alloc.Mode, log io.Writer) *Plugin {
+func testPlugin(mode sharing.Mode, log io.Writer) *Plugin {
 	l := logrus.New()
 	l.SetOutput(log)
 	cfg := config.Default()
-	cfg.Sharing = config.Sharing(sharing.String())
+	cfg.Sharing = config.Sharing(mode.String())
 	return memPlugin(cfg, l)
 }
 
@@ -71,7 +72,7 @@ func uuid(i int) string { return fmt.Sprintf("GPU-%08x-558d-fb20-8eca-25de8b98f5
 func TestCreateContainerAllocates(t *testing.T) {
 	ctx := context.Background()
 	var log strings.Builder
-	p := testPlugin(alloc.Shared, &log)
+	p := testPlugin(sharing.Shared, &log)
 	for _, tc := range []struct {
 		name, ann string
 		env       []string
@@ -144,7 +145,7 @@ func TestCreateContainerAllocates(t *testing.T) {
 
 func TestExclusiveNodePolicy(t *testing.T) {
 	ctx := context.Background()
-	p := testPlugin(alloc.Exclusive, io.Discard)
+	p := testPlugin(sharing.Exclusive, io.Discard)
 	pod, ctr := podCtr("a", "device=3")
 	if _, _, err := p.CreateContainer(ctx, pod, ctr); err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestExclusiveNodePolicy(t *testing.T) {
 // exclusive mode: 8 succeed with distinct GPUs, 192 fail, and the table
 // has one holder per GPU.
 func TestConcurrentCreateContainer(t *testing.T) {
-	p := testPlugin(alloc.Exclusive, io.Discard)
+	p := testPlugin(sharing.Exclusive, io.Discard)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	got := map[string]string{}
@@ -205,7 +206,7 @@ func TestConcurrentCreateContainer(t *testing.T) {
 // what the runtime's containers hold, and makes the plugin ready.
 func TestSynchronizeRebuilds(t *testing.T) {
 	ctx := context.Background()
-	p := testPlugin(alloc.Shared, io.Discard)
+	p := testPlugin(sharing.Shared, io.Discard)
 	pod, ctr := podCtr("old", "1")
 	if _, _, err := p.CreateContainer(ctx, pod, ctr); err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func TestSynchronizeRebuilds(t *testing.T) {
 func TestSynchronizeRecordVersions(t *testing.T) {
 	ctx := context.Background()
 	var log bytes.Buffer
-	p := testPlugin(alloc.Shared, &log)
+	p := testPlugin(sharing.Shared, &log)
 	gpu := func(i int) *api.LinuxContainer {
 		return &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia" + string(rune('0'+i)), Type: "c", Major: 195, Minor: int64(i)}}}
 	}
@@ -272,7 +273,7 @@ func TestSynchronizeRecordVersions(t *testing.T) {
 func BenchmarkCreateContainerContention(b *testing.B) {
 	for _, n := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("concurrent=%d", n), func(b *testing.B) {
-			p := testPlugin(alloc.Exclusive, io.Discard)
+			p := testPlugin(sharing.Exclusive, io.Discard)
 			p.log.SetLevel(logrus.WarnLevel)
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -304,7 +305,7 @@ func BenchmarkCreateContainerContention(b *testing.B) {
 func TestRefusalLogNamesHolder(t *testing.T) {
 	ctx := context.Background()
 	var log bytes.Buffer
-	p := testPlugin(alloc.Shared, &log)
+	p := testPlugin(sharing.Shared, &log)
 	pod, ctr := podCtr("secret", "device=3,exclusive=true")
 	pod.Namespace = "team-a"
 	if _, _, err := p.CreateContainer(ctx, pod, ctr); err != nil {

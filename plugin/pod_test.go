@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
@@ -17,7 +18,7 @@ import (
 // stop releases them.
 func TestPodCountThroughPlugin(t *testing.T) {
 	ctx := context.Background()
-	p := testPlugin(alloc.Exclusive, io.Discard)
+	p := testPlugin(sharing.Exclusive, io.Discard)
 	pod := &api.PodSandbox{Id: "pod-p", Name: "p", Namespace: "ns", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "2"}}
 	var live []*api.Container
 	create := func(name string) string {
@@ -48,7 +49,7 @@ func TestPodCountThroughPlugin(t *testing.T) {
 	}
 	// nri-gpu restarts: the runtime lists the pod and its two running
 	// containers.
-	p = testPlugin(alloc.Exclusive, io.Discard)
+	p = testPlugin(sharing.Exclusive, io.Discard)
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, live); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
@@ -43,7 +43,7 @@ func TestEmitCDIByRuntime(t *testing.T) {
 			cfg := config.Default()
 			cfg.Emit = config.EmitCDI
 			snap := simnode.MemorySnapshot()
-			st := &node.State{Config: cfg, Source: adjust.Prepare(snap, layout), Sharing: alloc.Shared, CDINames: map[string]string{}}
+			st := &node.State{Config: cfg, Source: adjust.Prepare(snap, layout), Sharing: sharing.Shared, CDINames: map[string]string{}}
 			for _, g := range snap.GPUs {
 				st.CDINames[g.UUID] = fmt.Sprintf("nvidia.com/gpu=%d", g.Index)
 			}

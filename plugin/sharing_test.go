@@ -27,11 +27,11 @@ func TestReplicatedState(t *testing.T) {
 	l := logrus.New()
 	l.SetOutput(&log)
 	cfg := config.Default()
-	cfg.Sharing = config.Sharing(alloc.Exclusive.String())
+	cfg.Sharing = config.Sharing(sharing.Exclusive.String())
 	src := adjust.Prepare(simnode.MemorySnapshot(), layout)
 	plan := sharing.NewPlan(sharing.Spec{ResourceName: "nvidia.com/gpu", MIGStrategy: sharing.MIGStrategyNone, Strategy: sharing.TimeSlicing,
 		Resources: []sharing.Resource{{Name: "nvidia.com/gpu", SharedName: "nvidia.com/gpu", Replicas: 4, Count: 1}}}, src.Devices())
-	st := &node.State{Config: cfg, Source: src, Sharing: alloc.Exclusive, Shares: plan}
+	st := &node.State{Config: cfg, Source: src, Sharing: sharing.Exclusive, Shares: plan}
 	p, err := newPlugin(l, func(opts ...node.Option) (*node.Node, error) { return node.Fixed(st, l, opts...), nil })
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
@@ -38,7 +39,7 @@ func TestStatusSocket(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	socket := filepath.Join(dir, "sub", "status.sock")
-	p := testPlugin(alloc.Exclusive, io.Discard)
+	p := testPlugin(sharing.Exclusive, io.Discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -57,7 +58,7 @@ func TestStatusSocket(t *testing.T) {
 		t.Errorf("socket mode: %v, %v", fi.Mode(), err)
 	}
 	// A live one is not taken over.
-	if err := status.Serve(ctx, socket, testPlugin(alloc.Shared, io.Discard), p.log); err == nil || !strings.Contains(err.Error(), "another process serves it") {
+	if err := status.Serve(ctx, socket, testPlugin(sharing.Shared, io.Discard), p.log); err == nil || !strings.Contains(err.Error(), "another process serves it") {
 		t.Errorf("second ServeStatus: %v", err)
 	}
 

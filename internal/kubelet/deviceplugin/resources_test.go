@@ -15,6 +15,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/pipeline"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -122,13 +123,13 @@ func TestResourcesOfOneContainer(t *testing.T) {
 		want []alloc.Holding
 	}{
 		{"two resources in one container", []*api.Container{both}, []alloc.Holding{
-			{Holder: pipeline.HolderOf(pod, both), Mode: alloc.Shared, GPUs: []int{wholeUnit, migUnit}, Kubelet: true, Runtime: true}}},
+			{Holder: pipeline.HolderOf(pod, both), Mode: sharing.Shared, GPUs: []int{wholeUnit, migUnit}, Kubelet: true, Runtime: true}}},
 		{"two containers of a pod, one resource each", []*api.Container{first, second}, []alloc.Holding{
-			{Holder: pipeline.HolderOf(pod, first), Mode: alloc.Shared, GPUs: []int{wholeUnit}, Kubelet: true, Runtime: true},
-			{Holder: pipeline.HolderOf(pod, second), Mode: alloc.Shared, GPUs: []int{smallUnit}, Kubelet: true, Runtime: true}}},
+			{Holder: pipeline.HolderOf(pod, first), Mode: sharing.Shared, GPUs: []int{wholeUnit}, Kubelet: true, Runtime: true},
+			{Holder: pipeline.HolderOf(pod, second), Mode: sharing.Shared, GPUs: []int{smallUnit}, Kubelet: true, Runtime: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := pipeline.Path{Source: src, Table: simnode.TableFor(snap), Sharing: alloc.Shared}
+			p := pipeline.Path{Source: src, Table: simnode.TableFor(snap), Sharing: sharing.Shared}
 			var got []alloc.Holding
 			for _, ctr := range tc.ctrs {
 				adj, res, err := p.Handle(context.Background(), pod, ctr)
@@ -154,7 +155,7 @@ func TestResourcesOfOneContainer(t *testing.T) {
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("holdings at CreateContainer (-want +got):\n%s", d)
 			}
-			rebuilt, warnings := pipeline.Holdings(src, alloc.Shared, []*api.PodSandbox{pod}, tc.ctrs)
+			rebuilt, warnings := pipeline.Holdings(src, sharing.Shared, []*api.PodSandbox{pod}, tc.ctrs)
 			if len(warnings) != 0 {
 				t.Errorf("Synchronize warnings %q", warnings)
 			}

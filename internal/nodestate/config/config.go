@@ -15,8 +15,8 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -197,7 +197,7 @@ const (
 	EmitCDI   Emit = "cdi"
 )
 
-// Sharing is the value of the sharing key (alloc.ParseMode reads it).
+// Sharing is the value of the sharing key (sharing.ParseMode reads it).
 type Sharing string
 
 // Sharing policies.

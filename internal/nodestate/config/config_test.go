@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 )
 
 func TestParse(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 )
 
 // FuzzParse fuzzes configuration files. Parse must not panic; what it

@@ -31,7 +31,6 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/libcache"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/discover"
 )
@@ -46,7 +45,7 @@ type State struct {
 	// define for them (emit: cdi).
 	CDINames map[string]string
 	// Sharing is the configuration's sharing mode, parsed.
-	Sharing alloc.Mode
+	Sharing sharing.Mode
 	// Unhealthy are the GPUs and MIG devices NVML's XID events or
 	// enumeration made unhealthy, by UUID, with why; count requests skip
 	// them and the device plugin reports them Unhealthy.
@@ -275,7 +274,7 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		"mig":    len(snap.MIG),
 		"files":  len(snap.Files),
 	}).Info("inventory discovered")
-	mode, err := alloc.ParseMode(string(cfg.Sharing))
+	mode, err := sharing.ParseMode(string(cfg.Sharing))
 	if err != nil {
 		return fmt.Errorf("config: key sharing: %w", err)
 	}

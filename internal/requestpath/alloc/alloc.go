@@ -14,38 +14,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
-
-// Mode says how a container holds its GPUs.
-type Mode uint8
-
-// Modes of holding.
-const (
-	// Shared holders may hold a GPU together with other shared holders.
-	Shared Mode = iota
-	// Exclusive holders hold a GPU alone.
-	Exclusive
-)
-
-// String returns "shared" or "exclusive".
-func (m Mode) String() string {
-	if m == Exclusive {
-		return "exclusive"
-	}
-	return "shared"
-}
-
-// ParseMode parses "shared" or "exclusive".
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "shared":
-		return Shared, nil
-	case "exclusive":
-		return Exclusive, nil
-	}
-	return 0, fmt.Errorf("unknown sharing mode %q (valid: shared, exclusive)", s)
-}
 
 // Holder names a container that holds GPUs.
 type Holder struct {
@@ -100,7 +71,7 @@ func ClaimHolder(uid, namespace, name string) Holder {
 // Holding is what one container holds.
 type Holding struct {
 	Holder Holder
-	Mode   Mode
+	Mode   sharing.Mode
 	// GPUs are indices, ascending.
 	GPUs []int
 	// Members are the containers that share a pod's holding (PodHolder):
@@ -120,7 +91,7 @@ type Holding struct {
 // Request asks for the GPUs of one container.
 type Request struct {
 	Holder Holder
-	Mode   Mode
+	Mode   sharing.Mode
 	// Count, when positive, asks for that many GPUs picked by the table.
 	// Otherwise GPUs lists the indices wanted.
 	Count int
@@ -348,8 +319,8 @@ func (t *Table) Check(r Request) error {
 }
 
 // usable reports whether a request in mode m may use a GPU with holdings hs.
-func usable(m Mode, hs []*Holding) bool {
-	if m == Exclusive {
+func usable(m sharing.Mode, hs []*Holding) bool {
+	if m == sharing.Exclusive {
 		return len(hs) == 0
 	}
 	return !anyExclusive(hs)
@@ -357,13 +328,13 @@ func usable(m Mode, hs []*Holding) bool {
 
 // countable reports whether a count request in mode m may be given a GPU
 // with holdings hs: usable, and given to no container by the runtime.
-func countable(m Mode, hs []*Holding) bool {
+func countable(m sharing.Mode, hs []*Holding) bool {
 	return usable(m, hs) && !slices.ContainsFunc(hs, func(h *Holding) bool { return h.Runtime || h.Kubelet })
 }
 
 func anyExclusive(hs []*Holding) bool {
 	for _, h := range hs {
-		if h.Mode == Exclusive {
+		if h.Mode == sharing.Exclusive {
 			return true
 		}
 	}
@@ -381,7 +352,7 @@ func (t *Table) pick(r Request) ([]int, error) {
 				// Replicas: every holding is shared (SetReplicated).
 				continue
 			}
-			if r.Mode == Exclusive {
+			if r.Mode == sharing.Exclusive {
 				return nil, refusal(r, func(d func([]*Holding) string) string {
 					return fmt.Sprintf("%s %s cannot be held exclusively: it is held by %s", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
 				})
@@ -417,7 +388,7 @@ func (t *Table) pick(r Request) ([]int, error) {
 func (t *Table) shortage(r Request, usableN int, describe func([]*Holding) string) string {
 	var b strings.Builder
 	what := "free or shared"
-	if r.Mode == Exclusive {
+	if r.Mode == sharing.Exclusive {
 		what = "free"
 	}
 	n := strconv.Itoa(r.Count) + " GPUs"
@@ -480,7 +451,7 @@ func describe(hs []*Holding, ns string, redact bool) string {
 		}
 		s = append(s, h.Holder.String()+" ("+h.Mode.String()+")")
 	}
-	for _, m := range []Mode{Exclusive, Shared} {
+	for _, m := range []sharing.Mode{sharing.Exclusive, sharing.Shared} {
 		switch n := others[m]; {
 		case n == 1:
 			s = append(s, "a pod in another namespace ("+m.String()+")")
@@ -651,7 +622,7 @@ func (t *Table) State() []GPUState {
 		for _, h := range hs {
 			m := h.Mode
 			if row.Replicated != "" {
-				m = Shared // replicas: every holding is shared
+				m = sharing.Shared // replicas: every holding is shared
 			}
 			row.Holders = append(row.Holders, HolderState{Holder: h.Holder, Mode: m.String(), Kubelet: h.Kubelet, Runtime: h.Runtime || h.Kubelet})
 		}

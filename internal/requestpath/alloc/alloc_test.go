@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -21,7 +22,7 @@ func holder(name string) Holder {
 // step is one request made to a table, and what it must give.
 type step struct {
 	name  string
-	mode  Mode
+	mode  sharing.Mode
 	count int
 	gpus  []int
 	want  []int
@@ -36,49 +37,49 @@ func TestAllocate(t *testing.T) {
 		steps []step
 	}{
 		{"count prefers free GPUs, ties by index", []int{0, 1, 2, 3}, []step{
-			{name: "a", mode: Shared, count: 2, want: []int{0, 1}},
-			{name: "b", mode: Shared, count: 1, want: []int{2}},
-			{name: "c", mode: Shared, count: 2, want: []int{0, 3}},
-			{name: "d", mode: Shared, count: 4, want: []int{0, 1, 2, 3}},
+			{name: "a", mode: sharing.Shared, count: 2, want: []int{0, 1}},
+			{name: "b", mode: sharing.Shared, count: 1, want: []int{2}},
+			{name: "c", mode: sharing.Shared, count: 2, want: []int{0, 3}},
+			{name: "d", mode: sharing.Shared, count: 4, want: []int{0, 1, 2, 3}},
 		}},
 		{"count prefers the least shared", []int{0, 1, 2}, []step{
-			{name: "a", mode: Shared, gpus: []int{0, 1}, want: []int{0, 1}},
-			{name: "b", mode: Shared, gpus: []int{0, 2}, want: []int{0, 2}},
+			{name: "a", mode: sharing.Shared, gpus: []int{0, 1}, want: []int{0, 1}},
+			{name: "b", mode: sharing.Shared, gpus: []int{0, 2}, want: []int{0, 2}},
 			// holders: 0:2, 1:1, 2:1
-			{name: "c", mode: Shared, count: 1, want: []int{1}},
+			{name: "c", mode: sharing.Shared, count: 1, want: []int{1}},
 			// holders: 0:2, 1:2, 2:1; of 0 and 1, the lower index
-			{name: "d", mode: Shared, count: 2, want: []int{0, 2}},
+			{name: "d", mode: sharing.Shared, count: 2, want: []int{0, 2}},
 		}},
 		{"exclusive count takes only free GPUs", []int{0, 1, 2, 3}, []step{
-			{name: "a", mode: Shared, count: 1, want: []int{0}},
-			{name: "b", mode: Exclusive, count: 2, want: []int{1, 2}},
-			{name: "c", mode: Exclusive, count: 2,
+			{name: "a", mode: sharing.Shared, count: 1, want: []int{0}},
+			{name: "b", mode: sharing.Exclusive, count: 2, want: []int{1, 2}},
+			{name: "c", mode: sharing.Exclusive, count: 2,
 				err: "nri-gpu: " + src + ": exclusive request for 2 GPUs cannot be met: 1 of the node's 4 GPUs are free; held: GPU 0: default/a/main (shared); GPU 1: default/b/main (exclusive); GPU 2: default/b/main (exclusive)"},
-			{name: "d", mode: Shared, count: 2, want: []int{0, 3}},
-			{name: "e", mode: Shared, count: 3,
+			{name: "d", mode: sharing.Shared, count: 2, want: []int{0, 3}},
+			{name: "e", mode: sharing.Shared, count: 3,
 				err: "nri-gpu: " + src + ": shared request for 3 GPUs cannot be met: 2 of the node's 4 GPUs are free or shared; held: GPU 1: default/b/main (exclusive); GPU 2: default/b/main (exclusive)"},
 		}},
 		{"named GPUs against exclusive holders", []int{0, 1, 2, 3}, []step{
-			{name: "a", mode: Exclusive, gpus: []int{2}, want: []int{2}},
-			{name: "b", mode: Shared, gpus: []int{1, 2},
+			{name: "a", mode: sharing.Exclusive, gpus: []int{2}, want: []int{2}},
+			{name: "b", mode: sharing.Shared, gpus: []int{1, 2},
 				err: "nri-gpu: " + src + ": GPU 2 is held exclusively by default/a/main (exclusive)"},
-			{name: "c", mode: Shared, gpus: []int{1, 3, 1}, want: []int{1, 3}},
-			{name: "d", mode: Exclusive, gpus: []int{0, 3},
+			{name: "c", mode: sharing.Shared, gpus: []int{1, 3, 1}, want: []int{1, 3}},
+			{name: "d", mode: sharing.Exclusive, gpus: []int{0, 3},
 				err: "nri-gpu: " + src + ": GPU 3 cannot be held exclusively: it is held by default/c/main (shared)"},
-			{name: "e", mode: Exclusive, gpus: []int{0}, want: []int{0}},
-			{name: "all", mode: Shared, gpus: []int{0, 1, 2, 3},
+			{name: "e", mode: sharing.Exclusive, gpus: []int{0}, want: []int{0}},
+			{name: "all", mode: sharing.Shared, gpus: []int{0, 1, 2, 3},
 				err: "nri-gpu: " + src + ": GPU 0 is held exclusively by default/e/main (exclusive)"},
 		}},
 		{"node without GPUs", nil, []step{
-			{name: "a", mode: Shared, count: 1,
+			{name: "a", mode: sharing.Shared, count: 1,
 				err: "nri-gpu: " + src + ": shared request for 1 GPU cannot be met: 0 of the node's 0 GPUs are free or shared"},
 		}},
 		{"a failed repeat keeps the old holding", []int{0, 1}, []step{
-			{name: "a", mode: Exclusive, count: 1, want: []int{0}},
-			{name: "b", mode: Exclusive, count: 1, want: []int{1}},
-			{name: "a", mode: Exclusive, count: 2,
+			{name: "a", mode: sharing.Exclusive, count: 1, want: []int{0}},
+			{name: "b", mode: sharing.Exclusive, count: 1, want: []int{1}},
+			{name: "a", mode: sharing.Exclusive, count: 2,
 				err: "nri-gpu: " + src + ": exclusive request for 2 GPUs cannot be met: 1 of the node's 2 GPUs are free; held: GPU 1: default/b/main (exclusive)"},
-			{name: "c", mode: Shared, count: 1,
+			{name: "c", mode: sharing.Shared, count: 1,
 				err: "nri-gpu: " + src + ": shared request for 1 GPU cannot be met: 0 of the node's 2 GPUs are free or shared; held: GPU 0: default/a/main (exclusive); GPU 1: default/b/main (exclusive)"},
 		}},
 	} {
@@ -105,19 +106,19 @@ func TestAllocate(t *testing.T) {
 
 func TestReleaseAndState(t *testing.T) {
 	tbl := New([]int{0, 1, 2})
-	mustAlloc := func(name string, m Mode, gpus ...int) {
+	mustAlloc := func(name string, m sharing.Mode, gpus ...int) {
 		t.Helper()
 		if _, err := tbl.Allocate(Request{Holder: holder(name), Mode: m, GPUs: gpus, Source: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mustAlloc("a", Exclusive, 0)
-	mustAlloc("b", Shared, 1)
-	mustAlloc("c", Shared, 1, 2)
+	mustAlloc("a", sharing.Exclusive, 0)
+	mustAlloc("b", sharing.Shared, 1)
+	mustAlloc("c", sharing.Shared, 1, 2)
 	// A second container of pod c.
 	c2 := holder("c")
 	c2.ID, c2.Container = "ctr-c2", "side"
-	if _, err := tbl.Allocate(Request{Holder: c2, Mode: Shared, GPUs: []int{2}}); err != nil {
+	if _, err := tbl.Allocate(Request{Holder: c2, Mode: sharing.Shared, GPUs: []int{2}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := Summary(tbl.State()), "0=exclusive[default/a/main] 1=shared[default/b/main,default/c/main] 2=shared[default/c/main,default/c/side]"; got != want {
@@ -141,24 +142,24 @@ func TestReleaseAndState(t *testing.T) {
 		t.Errorf("state (-want +got):\n%s", diff)
 	}
 	// An exclusive request can now have GPU 0 and 2.
-	if got, err := tbl.Allocate(Request{Holder: holder("d"), Mode: Exclusive, Count: 2}); err != nil || !cmp.Equal(got, []int{0, 2}) {
+	if got, err := tbl.Allocate(Request{Holder: holder("d"), Mode: sharing.Exclusive, Count: 2}); err != nil || !cmp.Equal(got, []int{0, 2}) {
 		t.Errorf("after release: %v, %v", got, err)
 	}
 }
 
 func TestRebuild(t *testing.T) {
 	tbl := New([]int{0, 1, 2, 3})
-	if _, err := tbl.Allocate(Request{Holder: holder("gone"), Mode: Exclusive, Count: 4}); err != nil {
+	if _, err := tbl.Allocate(Request{Holder: holder("gone"), Mode: sharing.Exclusive, Count: 4}); err != nil {
 		t.Fatal(err)
 	}
 	// The runtime reports two containers; one is not the plugin's and
 	// breaks the rules together with another (both exclusive on GPU 1);
 	// one holds a GPU the inventory no longer has.
 	hs := []Holding{
-		{Holder: holder("a"), Mode: Exclusive, GPUs: []int{1, 1}},
-		{Holder: holder("b"), Mode: Exclusive, GPUs: []int{1}},
-		{Holder: holder("c"), Mode: Shared, GPUs: []int{3, 2}},
-		{Holder: holder("old"), Mode: Shared, GPUs: []int{7}},
+		{Holder: holder("a"), Mode: sharing.Exclusive, GPUs: []int{1, 1}},
+		{Holder: holder("b"), Mode: sharing.Exclusive, GPUs: []int{1}},
+		{Holder: holder("c"), Mode: sharing.Shared, GPUs: []int{3, 2}},
+		{Holder: holder("old"), Mode: sharing.Shared, GPUs: []int{7}},
 	}
 	tbl.Rebuild(hs)
 	if got, want := Summary(tbl.State()), "0=free 1=exclusive[default/a/main,default/b/main] 2=shared[default/c/main] 3=shared[default/c/main] 7=shared[default/old/main]"; got != want {
@@ -171,23 +172,23 @@ func TestRebuild(t *testing.T) {
 	if len(got) != 4 || got[0].Holder.ID != "ctr-a" || !cmp.Equal(got[0].GPUs, []int{1}) || !cmp.Equal(got[2].GPUs, []int{2, 3}) {
 		t.Errorf("holdings %+v", got)
 	}
-	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: Shared, GPUs: []int{1}, Source: "s"}); err == nil ||
+	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: sharing.Shared, GPUs: []int{1}, Source: "s"}); err == nil ||
 		err.Error() != "nri-gpu: s: GPU 1 is held exclusively by default/a/main (exclusive), default/b/main (exclusive)" {
 		t.Errorf("GPU with two exclusive holders: %v", err)
 	}
-	if got, err := tbl.Allocate(Request{Holder: holder("y"), Mode: Exclusive, Count: 1}); err != nil || !cmp.Equal(got, []int{0}) {
+	if got, err := tbl.Allocate(Request{Holder: holder("y"), Mode: sharing.Exclusive, Count: 1}); err != nil || !cmp.Equal(got, []int{0}) {
 		t.Errorf("free GPU after rebuild: %v, %v", got, err)
 	}
 }
 
 func TestModeAndRecord(t *testing.T) {
 	for _, s := range []string{"shared", "exclusive"} {
-		m, err := ParseMode(s)
+		m, err := sharing.ParseMode(s)
 		if err != nil || m.String() != s {
-			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
+			t.Errorf("sharing.ParseMode(%q) = %v, %v", s, m, err)
 		}
 	}
-	if _, err := ParseMode("Exclusive"); err == nil || err.Error() != `unknown sharing mode "Exclusive" (valid: shared, exclusive)` {
+	if _, err := sharing.ParseMode("sharing.Exclusive"); err == nil || err.Error() != `unknown sharing mode "sharing.Exclusive" (valid: shared, exclusive)` {
 		t.Errorf("ParseMode: %v", err)
 	}
 	r := Record{Mode: "exclusive", GPUs: []string{"GPU-a", "GPU-b"}}
@@ -196,7 +197,7 @@ func TestModeAndRecord(t *testing.T) {
 		t.Errorf("Encode = %s", enc)
 	}
 	got, m, err := DecodeRecord(enc)
-	if want := (Record{Version: 1, Mode: r.Mode, GPUs: r.GPUs}); err != nil || m != Exclusive || !cmp.Equal(got, want) {
+	if want := (Record{Version: 1, Mode: r.Mode, GPUs: r.GPUs}); err != nil || m != sharing.Exclusive || !cmp.Equal(got, want) {
 		t.Errorf("DecodeRecord = %+v, %v, %v", got, m, err)
 	}
 	for in, want := range map[string]string{
@@ -228,7 +229,7 @@ func TestConcurrentExclusive(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := tbl.Allocate(Request{Holder: holder(fmt.Sprint(i)), Mode: Exclusive, Count: 1, Source: "test"})
+			_, err := tbl.Allocate(Request{Holder: holder(fmt.Sprint(i)), Mode: sharing.Exclusive, Count: 1, Source: "test"})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -259,7 +260,7 @@ func TestConcurrentExclusive(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			h := holder(fmt.Sprint(i))
-			if _, err := tbl.Allocate(Request{Holder: h, Mode: Exclusive, Count: 1 + i%2}); err == nil {
+			if _, err := tbl.Allocate(Request{Holder: h, Mode: sharing.Exclusive, Count: 1 + i%2}); err == nil {
 				for _, r := range tbl.State() {
 					if len(r.Holders) > 1 {
 						t.Errorf("GPU %d has %d holders", r.Index, len(r.Holders))
@@ -297,7 +298,7 @@ func BenchmarkAllocateContention(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					r := Request{Holder: holders[w], Mode: Exclusive, Count: 1}
+					r := Request{Holder: holders[w], Mode: sharing.Exclusive, Count: 1}
 					for range k {
 						if _, err := tbl.Allocate(r); err == nil {
 							tbl.Release(r.Holder.ID)
@@ -348,7 +349,7 @@ func TestRecordBeforeVersions(t *testing.T) {
 			Record{Mode: "shared", GPUs: []string{"GPU-00000001-558d-fb20-8eca-25de8b98f5a7", "GPU-00000003-558d-fb20-8eca-25de8b98f5a7"}, Pod: true}},
 	} {
 		got, m, err := DecodeRecord(tc.in)
-		if err != nil || m != Shared {
+		if err != nil || m != sharing.Shared {
 			t.Errorf("DecodeRecord(%s): mode %v, %v", tc.in, m, err)
 		}
 		if d := cmp.Diff(tc.want, got); d != "" {
@@ -366,10 +367,10 @@ func TestRefusalNamesNoOtherTenant(t *testing.T) {
 	}
 	tbl := New([]int{0, 1, 2})
 	for _, r := range []Request{
-		{Holder: in("team-a", "secret-train"), Mode: Exclusive, GPUs: []int{0}},
-		{Holder: in("team-b", "mine"), Mode: Shared, GPUs: []int{1}},
-		{Holder: in("team-a", "infer-1"), Mode: Shared, GPUs: []int{1, 2}},
-		{Holder: in("team-a", "infer-2"), Mode: Shared, GPUs: []int{1}},
+		{Holder: in("team-a", "secret-train"), Mode: sharing.Exclusive, GPUs: []int{0}},
+		{Holder: in("team-b", "mine"), Mode: sharing.Shared, GPUs: []int{1}},
+		{Holder: in("team-a", "infer-1"), Mode: sharing.Shared, GPUs: []int{1, 2}},
+		{Holder: in("team-a", "infer-2"), Mode: sharing.Shared, GPUs: []int{1}},
 	} {
 		if _, err := tbl.Allocate(r); err != nil {
 			t.Fatal(err)
@@ -381,19 +382,19 @@ func TestRefusalNamesNoOtherTenant(t *testing.T) {
 		pod, full string
 	}{
 		{"named GPU held exclusively in another namespace",
-			Request{Holder: in("team-b", "x"), Mode: Shared, GPUs: []int{0}, Source: "s"},
+			Request{Holder: in("team-b", "x"), Mode: sharing.Shared, GPUs: []int{0}, Source: "s"},
 			"nri-gpu: s: GPU 0 is held exclusively by a pod in another namespace (exclusive)",
 			"nri-gpu: s: GPU 0 is held exclusively by team-a/secret-train/main (exclusive)"},
 		{"same namespace: named",
-			Request{Holder: in("team-a", "x"), Mode: Shared, GPUs: []int{0}, Source: "s"},
+			Request{Holder: in("team-a", "x"), Mode: sharing.Shared, GPUs: []int{0}, Source: "s"},
 			"nri-gpu: s: GPU 0 is held exclusively by team-a/secret-train/main (exclusive)",
 			"nri-gpu: s: GPU 0 is held exclusively by team-a/secret-train/main (exclusive)"},
 		{"exclusive request: own namespace named, others counted",
-			Request{Holder: in("team-b", "x"), Mode: Exclusive, GPUs: []int{1}, Source: "s"},
+			Request{Holder: in("team-b", "x"), Mode: sharing.Exclusive, GPUs: []int{1}, Source: "s"},
 			"nri-gpu: s: GPU 1 cannot be held exclusively: it is held by team-b/mine/main (shared), 2 pods in other namespaces (shared)",
 			"nri-gpu: s: GPU 1 cannot be held exclusively: it is held by team-b/mine/main (shared), team-a/infer-1/main (shared), team-a/infer-2/main (shared)"},
 		{"count shortage",
-			Request{Holder: in("team-c", "x"), Mode: Exclusive, Count: 1, Source: "s"},
+			Request{Holder: in("team-c", "x"), Mode: sharing.Exclusive, Count: 1, Source: "s"},
 			"nri-gpu: s: exclusive request for 1 GPU cannot be met: 0 of the node's 3 GPUs are free; held: GPU 0: a pod in another namespace (exclusive); GPU 1: 3 pods in other namespaces (shared); GPU 2: a pod in another namespace (shared)",
 			"nri-gpu: s: exclusive request for 1 GPU cannot be met: 0 of the node's 3 GPUs are free; held: GPU 0: team-a/secret-train/main (exclusive); GPU 1: team-b/mine/main (shared), team-a/infer-1/main (shared), team-a/infer-2/main (shared); GPU 2: team-a/infer-1/main (shared)"},
 	} {
@@ -417,14 +418,14 @@ func TestRefusalNamesNoOtherTenant(t *testing.T) {
 // TestCheck: Check answers as Allocate would, and books nothing.
 func TestCheck(t *testing.T) {
 	tbl := New([]int{0, 1})
-	if _, err := tbl.Allocate(Request{Holder: holder("a"), Mode: Exclusive, GPUs: []int{1}}); err != nil {
+	if _, err := tbl.Allocate(Request{Holder: holder("a"), Mode: sharing.Exclusive, GPUs: []int{1}}); err != nil {
 		t.Fatal(err)
 	}
 	before := Summary(tbl.State())
-	if err := tbl.Check(Request{Holder: holder("m"), Mode: Shared, GPUs: []int{0}}); err != nil {
+	if err := tbl.Check(Request{Holder: holder("m"), Mode: sharing.Shared, GPUs: []int{0}}); err != nil {
 		t.Errorf("Check of a free GPU: %v", err)
 	}
-	if err := tbl.Check(Request{Holder: holder("m"), Mode: Shared, GPUs: []int{0, 1}, Source: "s"}); err == nil ||
+	if err := tbl.Check(Request{Holder: holder("m"), Mode: sharing.Shared, GPUs: []int{0, 1}, Source: "s"}); err == nil ||
 		err.Error() != "nri-gpu: s: GPU 1 is held exclusively by default/a/main (exclusive)" {
 		t.Errorf("Check of an exclusively held GPU: %v", err)
 	}
@@ -439,17 +440,17 @@ func TestCheck(t *testing.T) {
 func TestMIGUnits(t *testing.T) {
 	m00, m01 := inventory.MIGKey(0, 0), inventory.MIGKey(0, 1)
 	tb := New([]int{1, m00, m01})
-	if _, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: Exclusive, GPUs: []int{m00}, Source: "test"}); err != nil {
+	if _, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: sharing.Exclusive, GPUs: []int{m00}, Source: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: Exclusive, GPUs: []int{m01}, Source: "test"}); err != nil {
+	if _, err := tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: sharing.Exclusive, GPUs: []int{m01}, Source: "test"}); err != nil {
 		t.Fatalf("a sibling: %v", err)
 	}
-	got, err := tb.Allocate(Request{Holder: Holder{ID: "c"}, Mode: Exclusive, Count: 1, Source: "test"})
+	got, err := tb.Allocate(Request{Holder: Holder{ID: "c"}, Mode: sharing.Exclusive, Count: 1, Source: "test"})
 	if err != nil || len(got) != 1 || got[0] != 1 {
 		t.Fatalf("count 1 = %v, %v; want GPU 1", got, err)
 	}
-	_, err = tb.Allocate(Request{Holder: Holder{ID: "d"}, Mode: Shared, Count: 1, Source: "test"})
+	_, err = tb.Allocate(Request{Holder: Holder{ID: "d"}, Mode: sharing.Shared, Count: 1, Source: "test"})
 	if err == nil || !strings.Contains(err.Error(), "0 of the node's 1 GPUs are free or shared") {
 		t.Errorf("count over the whole GPUs: %v", err)
 	}
@@ -463,11 +464,11 @@ func TestMIGUnits(t *testing.T) {
 func TestUnhealthySkipped(t *testing.T) {
 	tb := New([]int{0, 1})
 	tb.SetUnhealthy(map[int]string{0: "XID 79"})
-	got, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: Exclusive, Count: 1, Source: "test"})
+	got, err := tb.Allocate(Request{Holder: Holder{ID: "a"}, Mode: sharing.Exclusive, Count: 1, Source: "test"})
 	if err != nil || len(got) != 1 || got[0] != 1 {
 		t.Fatalf("count 1 = %v, %v; want GPU 1", got, err)
 	}
-	_, err = tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: Shared, Count: 1, Source: "test"})
+	_, err = tb.Allocate(Request{Holder: Holder{ID: "b"}, Mode: sharing.Shared, Count: 1, Source: "test"})
 	if err == nil || !strings.Contains(err.Error(), "; unhealthy: GPU 0: XID 79") {
 		t.Errorf("count with only an unhealthy GPU left: %v", err)
 	}
@@ -494,16 +495,16 @@ func TestReplicated(t *testing.T) {
 		want []int
 		err  string
 	}{
-		{"a replica, on a node whose mode is exclusive", Request{Holder: kub("k1"), Mode: Exclusive, GPUs: []int{0}, Kubelet: true}, []int{0}, ""},
-		{"another replica", Request{Holder: kub("k2"), Mode: Exclusive, GPUs: []int{0}, Kubelet: true}, []int{0}, ""},
-		{"a replica and a whole GPU", Request{Holder: kub("k3"), Mode: Exclusive, GPUs: []int{0, 1}, Kubelet: true}, []int{0, 1}, ""},
-		{"the runtime's gift", Request{Holder: kub("r"), Mode: Shared, GPUs: []int{0}, Runtime: true}, []int{0}, ""},
-		{"a count", Request{Holder: kub("c"), Mode: Shared, Count: 2, Source: "test"}, nil,
+		{"a replica, on a node whose mode is exclusive", Request{Holder: kub("k1"), Mode: sharing.Exclusive, GPUs: []int{0}, Kubelet: true}, []int{0}, ""},
+		{"another replica", Request{Holder: kub("k2"), Mode: sharing.Exclusive, GPUs: []int{0}, Kubelet: true}, []int{0}, ""},
+		{"a replica and a whole GPU", Request{Holder: kub("k3"), Mode: sharing.Exclusive, GPUs: []int{0, 1}, Kubelet: true}, []int{0, 1}, ""},
+		{"the runtime's gift", Request{Holder: kub("r"), Mode: sharing.Shared, GPUs: []int{0}, Runtime: true}, []int{0}, ""},
+		{"a count", Request{Holder: kub("c"), Mode: sharing.Shared, Count: 2, Source: "test"}, nil,
 			"nri-gpu: test: shared request for 2 GPUs cannot be met: 1 of the node's 3 GPUs are free or shared; held: GPU 1: default/k3/main (exclusive); shared as the device plugin's replicas: GPU 0: " + as},
-		{"a count that fits", Request{Holder: kub("c"), Mode: Exclusive, Count: 1, Source: "test"}, []int{2}, ""},
-		{"named", Request{Holder: kub("n"), Mode: Shared, GPUs: []int{0}, Source: "test"}, nil,
+		{"a count that fits", Request{Holder: kub("c"), Mode: sharing.Exclusive, Count: 1, Source: "test"}, []int{2}, ""},
+		{"named", Request{Holder: kub("n"), Mode: sharing.Shared, GPUs: []int{0}, Source: "test"}, nil,
 			"nri-gpu: test: GPU 0 is shared as " + as + " (devicePlugin.sharing): it is handed out only as the device plugin's replicas, never whole or exclusively"},
-		{"named exclusively", Request{Holder: kub("x"), Mode: Exclusive, GPUs: []int{0}, Source: "test"}, nil,
+		{"named exclusively", Request{Holder: kub("x"), Mode: sharing.Exclusive, GPUs: []int{0}, Source: "test"}, nil,
 			"nri-gpu: test: GPU 0 is shared as " + as + " (devicePlugin.sharing): it is handed out only as the device plugin's replicas, never whole or exclusively"},
 	} {
 		got, err := tbl.Allocate(s.req)
@@ -511,10 +512,10 @@ func TestReplicated(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v, %q", s.name, got, err, s.want, s.err)
 		}
 	}
-	if err := tbl.Check(Request{Holder: kub("m"), Mode: Shared, GPUs: []int{0}, Source: "test"}); err != nil {
+	if err := tbl.Check(Request{Holder: kub("m"), Mode: sharing.Shared, GPUs: []int{0}, Source: "test"}); err != nil {
 		t.Errorf("a management container's view of the replicated GPU: %v", err)
 	}
-	if _, _, err := tbl.Join(Request{Holder: PodHolder("p", "default", "p"), Member: "m", Mode: Shared, GPUs: []int{0}, Source: "test"}); err == nil {
+	if _, _, err := tbl.Join(Request{Holder: PodHolder("p", "default", "p"), Member: "m", Mode: sharing.Shared, GPUs: []int{0}, Source: "test"}); err == nil {
 		t.Error("a pod-level request named the replicated GPU")
 	}
 	shared := func(name string, kubelet bool) HolderState {
@@ -541,11 +542,11 @@ func TestReplicated(t *testing.T) {
 // no container's: releasing containers and pods leaves it.
 func TestSyncClaims(t *testing.T) {
 	tbl := New([]int{0, 1, 2, 3})
-	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: Exclusive, GPUs: []int{3}, Source: "s"}); err != nil {
+	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: sharing.Exclusive, GPUs: []int{3}, Source: "s"}); err != nil {
 		t.Fatal(err)
 	}
-	a := Holding{Holder: ClaimHolder("uid-a", "ml", "train"), Mode: Exclusive, GPUs: []int{2, 0, 0}, Runtime: true}
-	b := Holding{Holder: ClaimHolder("uid-b", "ml", "probe"), Mode: Exclusive, GPUs: []int{1}, Runtime: true}
+	a := Holding{Holder: ClaimHolder("uid-a", "ml", "train"), Mode: sharing.Exclusive, GPUs: []int{2, 0, 0}, Runtime: true}
+	b := Holding{Holder: ClaimHolder("uid-b", "ml", "probe"), Mode: sharing.Exclusive, GPUs: []int{1}, Runtime: true}
 	if err := tbl.SyncClaims([]Holding{a}, "claim:uid-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -561,22 +562,22 @@ func TestSyncClaims(t *testing.T) {
 	}
 	// A count of a node-local request does not get them; naming one is
 	// refused, naming the claim.
-	if _, err := tbl.Allocate(Request{Holder: holder("y"), Mode: Shared, Count: 1, Source: "s"}); err == nil {
+	if _, err := tbl.Allocate(Request{Holder: holder("y"), Mode: sharing.Shared, Count: 1, Source: "s"}); err == nil {
 		t.Error("a count got a claim's GPU")
 	}
 	mine := Holder{ID: "ctr-y", PodID: "pod-y", Namespace: "ml", Pod: "y", Container: "main"}
-	if _, err := tbl.Allocate(Request{Holder: mine, Mode: Shared, GPUs: []int{0}, Source: "s"}); err == nil ||
+	if _, err := tbl.Allocate(Request{Holder: mine, Mode: sharing.Shared, GPUs: []int{0}, Source: "s"}); err == nil ||
 		!strings.Contains(err.Error(), "GPU 0 is held exclusively by claim ml/train") {
 		t.Errorf("named GPU of a claim: %v", err)
 	}
 	// Of another namespace, the claim is not named.
-	if _, err := tbl.Allocate(Request{Holder: holder("y"), Mode: Shared, GPUs: []int{0}, Source: "s"}); err == nil ||
+	if _, err := tbl.Allocate(Request{Holder: holder("y"), Mode: sharing.Shared, GPUs: []int{0}, Source: "s"}); err == nil ||
 		err.Error() != "nri-gpu: s: GPU 0 is held exclusively by a pod in another namespace (exclusive)" {
 		t.Errorf("named GPU of another namespace's claim: %v", err)
 	}
 	// A claim on the node-local exclusive holder's GPU is refused; the
 	// table stays as it was.
-	c := Holding{Holder: ClaimHolder("uid-c", "ml", "late"), Mode: Shared, GPUs: []int{3}, Runtime: true}
+	c := Holding{Holder: ClaimHolder("uid-c", "ml", "late"), Mode: sharing.Shared, GPUs: []int{3}, Runtime: true}
 	err := tbl.SyncClaims([]Holding{a, b, c}, "claim:uid-c")
 	var ae *Error
 	if !errors.As(err, &ae) || ae.Error() != "nri-gpu: claim ml/late: GPU 3 is held exclusively by a pod in another namespace (exclusive)" ||

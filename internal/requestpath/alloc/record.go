@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // Annotation is the container annotation in which the plugin records what
@@ -90,7 +92,7 @@ func plainJSON(s string) bool {
 // records had one, too). A record of a newer version, written by a newer
 // nri-gpu, is an error: its fields may mean something this one does not
 // know, so it is not read.
-func DecodeRecord(s string) (Record, Mode, error) {
+func DecodeRecord(s string) (Record, sharing.Mode, error) {
 	var r Record
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return Record{}, 0, fmt.Errorf("annotation %s: %q: %v", Annotation, s, err)
@@ -99,7 +101,7 @@ func DecodeRecord(s string) (Record, Mode, error) {
 		return Record{}, 0, fmt.Errorf("annotation %s: record version %d, which this nri-gpu cannot read (it reads versions up to %d; a newer nri-gpu wrote it?)",
 			Annotation, r.Version, RecordVersion)
 	}
-	m, err := ParseMode(r.Mode)
+	m, err := sharing.ParseMode(r.Mode)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("annotation %s: %v", Annotation, err)
 	}

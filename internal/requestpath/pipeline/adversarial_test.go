@@ -12,8 +12,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // messageSize is the runtime's bound on one NRI message, and so on
@@ -185,7 +185,7 @@ func BenchmarkAdversarial(b *testing.B) {
 	for _, pc := range adversarialPolicies {
 		for _, tc := range adversarialCases() {
 			b.Run(pc.name+"/"+tc.name, func(b *testing.B) {
-				p := Path{Source: prep, Table: tableFor(s), Sharing: alloc.Shared, Policy: pc.pol}
+				p := Path{Source: prep, Table: tableFor(s), Sharing: sharing.Shared, Policy: pc.pol}
 				b.ReportAllocs()
 				for b.Loop() {
 					_, res, _ := handleAdversarial(&p, tc.pod, tc.ctr)
@@ -212,7 +212,7 @@ func TestAdversarialBounded(t *testing.T) {
 	for _, pc := range adversarialPolicies {
 		for _, tc := range adversarialCases() {
 			t.Run(pc.name+"/"+tc.name, func(t *testing.T) {
-				p := Path{Source: prep, Table: tableFor(s), Sharing: alloc.Shared, Policy: pc.pol}
+				p := Path{Source: prep, Table: tableFor(s), Sharing: sharing.Shared, Policy: pc.pol}
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
 				start := time.Now()
@@ -242,7 +242,7 @@ func TestAdversarialBounded(t *testing.T) {
 // so, and books nothing.
 func TestHandleContextDone(t *testing.T) {
 	s := benchSnapshot()
-	p := Path{Source: adjust.Prepare(s, layout), Table: tableFor(s), Sharing: alloc.Shared}
+	p := Path{Source: adjust.Prepare(s, layout), Table: tableFor(s), Sharing: sharing.Shared}
 	pod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "ml"}
 	ctr := &api.Container{Id: "c", PodSandboxId: "p", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))

@@ -7,8 +7,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // TestRuntimeBinariesAtUsrBin: with a binary directory in the layout (the
@@ -24,12 +24,12 @@ func TestRuntimeBinariesAtUsrBin(t *testing.T) {
 	toolkit := adjust.Prepare(benchSnapshot(), layout) // binaries at /usr/bin
 	env := []string{"NVIDIA_VISIBLE_DEVICES=0"}
 	mlPod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "ml"}
-	full, _, err := handleWithPolicy(toolkit, tableFor(toolkit.Snapshot()), alloc.Shared, policy.Policy{}, mlPod, &api.Container{Name: "c", Env: env})
+	full, _, err := handleWithPolicy(toolkit, tableFor(toolkit.Snapshot()), sharing.Shared, policy.Policy{}, mlPod, &api.Container{Name: "c", Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctr := &api.Container{Name: "c", Env: env, Linux: &api.LinuxContainer{Devices: full.Linux.Devices}, Mounts: full.Mounts}
-	adj, res, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, mlPod, ctr)
+	adj, res, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), sharing.Shared, policy.Policy{}, mlPod, ctr)
 	if adj != nil || err != nil || !strings.Contains(res.Selection.Note, "and every driver file: nothing injected") {
 		t.Errorf("%v, %v, %q", adj, err, res.Selection.Note)
 	}
@@ -41,7 +41,7 @@ func TestRuntimeBinariesAtUsrBin(t *testing.T) {
 		}
 	}
 	ctr.Mounts = noBin
-	adj, _, err = handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, mlPod, ctr)
+	adj, _, err = handleWithPolicy(prep, tableFor(prep.Snapshot()), sharing.Shared, policy.Policy{}, mlPod, ctr)
 	if err != nil || len(adj.GetMounts()) == 0 || !strings.HasSuffix(envOf(adj)["PATH"], ":"+l.BinaryDir) {
 		t.Fatalf("binaries missing: %v, %v", adj, err)
 	}

@@ -181,9 +181,9 @@ func (p *Path) keepClaimed(c *call, gv given, held []claimed) []inventory.GPU {
 // share of a GPU's memory (claims.Share.Partial), whatever the node's
 // mode, since the scheduler puts other claims' shares on that GPU; else
 // the node's.
-func claimMode(node alloc.Mode, share bool) alloc.Mode {
+func claimMode(node sharing.Mode, share bool) sharing.Mode {
 	if share {
-		return alloc.Shared
+		return sharing.Shared
 	}
 	return node
 }
@@ -197,7 +197,7 @@ func claimMode(node alloc.Mode, share bool) alloc.Mode {
 // reported. The plugin books them when a claim is prepared and at every
 // Synchronize (alloc.Table.SyncClaims), so that node-local requests see a
 // claim's devices as held before its first container exists.
-func ClaimHoldings(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared) ([]alloc.Holding, []string) {
+func ClaimHoldings(src adjust.Source, mode sharing.Mode, prep *claims.Prepared) ([]alloc.Holding, []string) {
 	devs := src.Devices()
 	var hs []alloc.Holding
 	var warnings []string
@@ -215,7 +215,7 @@ func ClaimHoldings(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared)
 		if !ok {
 			i = len(hs)
 			at[d.Claim.UID] = i
-			hs = append(hs, alloc.Holding{Holder: alloc.ClaimHolder(d.Claim.UID, d.Claim.Namespace, d.Claim.Name), Mode: sharing, Runtime: true})
+			hs = append(hs, alloc.Holding{Holder: alloc.ClaimHolder(d.Claim.UID, d.Claim.Namespace, d.Claim.Name), Mode: mode, Runtime: true})
 		}
 		hs[i].Mode = claimMode(hs[i].Mode, d.Share.Partial())
 		if !slices.Contains(hs[i].GPUs, g.Index) {

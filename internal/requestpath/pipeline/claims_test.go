@@ -10,9 +10,10 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -52,18 +53,18 @@ func claimEnv(cl claims.Claim, image []string, gpus ...int) []string {
 // claimPath is the request path of a node with the prepared claims,
 // their holdings booked as the plugin books them (ClaimHoldings,
 // SyncClaims).
-func claimPath(t *testing.T, sharing alloc.Mode, prep *claims.Prepared) *Path {
+func claimPath(t *testing.T, mode sharing.Mode, prep *claims.Prepared) *Path {
 	t.Helper()
 	src := adjust.Prepare(benchSnapshot(), layout)
 	table := tableFor(src.Snapshot())
-	hs, warnings := ClaimHoldings(src, sharing, prep)
+	hs, warnings := ClaimHoldings(src, mode, prep)
 	if len(warnings) != 0 {
 		t.Fatalf("claim holdings: %q", warnings)
 	}
 	if err := table.SyncClaims(hs, ""); err != nil {
 		t.Fatal(err)
 	}
-	return &Path{Source: src, Table: table, Sharing: sharing, Policy: policy.Policy{}, Claims: prep}
+	return &Path{Source: src, Table: table, Sharing: mode, Policy: policy.Policy{}, Claims: prep}
 }
 
 // TestClaimAssigned: a container that the runtime gave a prepared claim's
@@ -74,7 +75,7 @@ func claimPath(t *testing.T, sharing alloc.Mode, prep *claims.Prepared) *Path {
 // the claim's, made when it was prepared, which its containers' going
 // leaves.
 func TestClaimAssigned(t *testing.T) {
-	p := claimPath(t, alloc.Exclusive, preparedClaims())
+	p := claimPath(t, sharing.Exclusive, preparedClaims())
 	before := alloc.Summary(p.Table.State())
 	want := "0=free 1=exclusive[claim ml/train] 2=free 3=exclusive[claim ml/train] 4=free 5=exclusive[claim ml/shared] 6=free 7=free"
 	if before != want {
@@ -130,7 +131,7 @@ func TestClaimAssigned(t *testing.T) {
 // claim's container gets its GPU, held exclusively by another claim,
 // without holding it.
 func TestClaimShared(t *testing.T) {
-	p := claimPath(t, alloc.Exclusive, preparedClaims())
+	p := claimPath(t, sharing.Exclusive, preparedClaims())
 	before := alloc.Summary(p.Table.State())
 	for _, c := range []struct{ pod, ctr string }{{"a", "main"}, {"a", "sidecar"}, {"b", "main"}} {
 		pod := &api.PodSandbox{Id: "p-" + c.pod, Name: c.pod, Namespace: "ml"}
@@ -181,7 +182,7 @@ func TestClaimEnvForged(t *testing.T) {
 		{"a device plugin's GPU", &api.Container{Name: "c", Linux: pluginLinux(2), Env: claimEnv(trainClaim, nil, 1)}, "2=shared[ml/f/c]", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := claimPath(t, alloc.Shared, preparedClaims())
+			p := claimPath(t, sharing.Shared, preparedClaims())
 			before := alloc.Summary(p.Table.State())
 			pod := &api.PodSandbox{Id: "p-f", Name: "f", Namespace: "ml"}
 			tc.ctr.Id, tc.ctr.PodSandboxId = "c-f", pod.Id
@@ -227,7 +228,7 @@ func TestClaimsHeldForNodeLocal(t *testing.T) {
 		pod := &api.PodSandbox{Id: "p-" + name, Name: name, Namespace: "ml", Annotations: ann}
 		return p.Handle(context.Background(), pod, &api.Container{Id: "c-" + name, PodSandboxId: pod.Id, Name: "main", Env: env})
 	}
-	p := claimPath(t, alloc.Exclusive, preparedClaims())
+	p := claimPath(t, sharing.Exclusive, preparedClaims())
 	// The image's "all", with forged entries naming the claim: refused,
 	// naming the claim that holds GPU 1.
 	_, res, err := ask(p, "all", nil, claimEnv(trainClaim, []string{"NVIDIA_VISIBLE_DEVICES=all"}, 1))
@@ -247,7 +248,7 @@ func TestClaimsHeldForNodeLocal(t *testing.T) {
 		t.Error("a count of 6 met with 3 of 8 GPUs held by claims")
 	}
 	// On a shared node too: a count never gets a claim's GPU.
-	sp := claimPath(t, alloc.Shared, preparedClaims())
+	sp := claimPath(t, sharing.Shared, preparedClaims())
 	if _, _, err = ask(sp, "six", map[string]string{"gpus.nri-gpu.dev/container.main": "6"}, nil); err == nil {
 		t.Error("shared node: a count of 6 met with 3 of 8 GPUs held by claims")
 	}
@@ -259,7 +260,7 @@ func TestClaimsHeldForNodeLocal(t *testing.T) {
 		}
 	}
 	prep := claims.New(rest)
-	hs, _ := ClaimHoldings(p.Source, alloc.Exclusive, prep)
+	hs, _ := ClaimHoldings(p.Source, sharing.Exclusive, prep)
 	if err := p.Table.SyncClaims(hs, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -285,11 +286,11 @@ func TestClaimHoldingsSynchronize(t *testing.T) {
 		running("mixed", claimEnv(sharedClaim, nil, 5), 5, 6),
 		running("forged", claimEnv(trainClaim, nil, 1), 2),
 	}
-	hs, warnings := HoldingsWith(src, alloc.Exclusive, prep, []*api.PodSandbox{pod}, ctrs)
+	hs, warnings := HoldingsWith(src, sharing.Exclusive, prep, []*api.PodSandbox{pod}, ctrs)
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "ml/s/forged") {
 		t.Errorf("warnings %q", warnings)
 	}
-	chs, cw := ClaimHoldings(src, alloc.Exclusive, prep)
+	chs, cw := ClaimHoldings(src, sharing.Exclusive, prep)
 	if len(cw) != 0 {
 		t.Errorf("claim warnings %q", cw)
 	}
@@ -300,7 +301,7 @@ func TestClaimHoldingsSynchronize(t *testing.T) {
 		t.Errorf("rebuilt %s\nwant %s", got, want)
 	}
 	gone := claims.New([]claims.Device{{Claim: trainClaim, Name: "gpu-9", UUID: "GPU-gone", Node: "/dev/nvidia9"}})
-	if hs, w := ClaimHoldings(src, alloc.Exclusive, gone); len(hs) != 0 || len(w) != 1 || !strings.Contains(w[0], "GPU-gone") {
+	if hs, w := ClaimHoldings(src, sharing.Exclusive, gone); len(hs) != 0 || len(w) != 1 || !strings.Contains(w[0], "GPU-gone") {
 		t.Errorf("device not in the inventory: %+v, %q", hs, w)
 	}
 }
@@ -317,7 +318,7 @@ func TestClaimMIG(t *testing.T) {
 	dev := claims.Device{Claim: trainClaim, Request: "mig", Name: "gpu-0-mig-1", UUID: u, MIG: true, Node: ci, Nodes: []string{"/dev/nvidia0", gi, ci}}
 	prep := claims.New([]claims.Device{dev})
 	table := tableFor(s)
-	hs, w := ClaimHoldings(src, alloc.Exclusive, prep)
+	hs, w := ClaimHoldings(src, sharing.Exclusive, prep)
 	if len(w) != 0 || table.SyncClaims(hs, "") != nil {
 		t.Fatalf("claim holdings: %q", w)
 	}
@@ -326,7 +327,7 @@ func TestClaimMIG(t *testing.T) {
 		{Path: gi, Type: "c", Major: simnode.MemoryCapsMajor, Minor: int64(simnode.GIMinor(0, 8))},
 		{Path: ci, Type: "c", Major: simnode.MemoryCapsMajor, Minor: int64(simnode.CIMinor(0, 8, 0))},
 	}}
-	p := &Path{Source: src, Table: table, Sharing: alloc.Exclusive, Claims: prep}
+	p := &Path{Source: src, Table: table, Sharing: sharing.Exclusive, Claims: prep}
 	ctr := &api.Container{Id: "m", PodSandboxId: "p-m", Name: "m", Linux: linux, Env: []string{claims.EnvKey(dev.Name) + "=" + trainClaim.UID}}
 	adj, res, err := p.Handle(context.Background(), &api.PodSandbox{Id: "p-m", Name: "m", Namespace: "ml"}, ctr)
 	if err != nil {
@@ -363,7 +364,7 @@ func mpsClaimDev(cl claims.Claim, i int, ready bool) claims.Device {
 // the daemon is not ready, naming why, and beside another GPU.
 func TestClaimMPS(t *testing.T) {
 	mpsClaim := claims.Claim{UID: "uid-mps", Namespace: "ml", Name: "infer"}
-	p := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, true), claimDev(trainClaim, 1, false)}))
+	p := claimPath(t, sharing.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, true), claimDev(trainClaim, 1, false)}))
 	before := alloc.Summary(p.Table.State())
 	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81559M", "CUDA_MPS_PIPE_DIRECTORY=/elsewhere",
 		"CUDA_MPS_LOG_DIRECTORY=/tmp/log", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}
@@ -408,14 +409,14 @@ func TestClaimMPS(t *testing.T) {
 	}
 
 	// The daemon not ready.
-	down := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, false)}))
+	down := claimPath(t, sharing.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, false)}))
 	ctr := &api.Container{Id: "c-d", PodSandboxId: "p-d", Name: "main", Linux: pluginLinux(2), Env: claimEnv(mpsClaim, nil, 2)}
 	_, _, err := down.Handle(context.Background(), &api.PodSandbox{Id: "p-d", Name: "d", Namespace: "ml"}, ctr)
 	if want := "claim ml/infer: device gpu-2 (" + uuid(2) + ") is shared with MPS and its MPS control daemon is not ready (nri-gpu mps reports no running MPS control daemon)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("daemon down: %v\nwant %q", err, want)
 	}
 	// Beside another claim's GPU.
-	both := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, true), claimDev(trainClaim, 1, false)}))
+	both := claimPath(t, sharing.Exclusive, claims.New([]claims.Device{mpsClaimDev(mpsClaim, 2, true), claimDev(trainClaim, 1, false)}))
 	ctr = &api.Container{Id: "c-2", PodSandboxId: "p-2", Name: "main", Linux: pluginLinux(1, 2),
 		Env: append(claimEnv(mpsClaim, nil, 2), claimEnv(trainClaim, nil, 1)...)}
 	_, _, err = both.Handle(context.Background(), &api.PodSandbox{Id: "p-2", Name: "two", Namespace: "ml"}, ctr)

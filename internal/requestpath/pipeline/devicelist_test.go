@@ -7,8 +7,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // TestDeviceListNeedsDeviceNodes: where the policy does not trust the
@@ -33,7 +33,7 @@ func TestDeviceListNeedsDeviceNodes(t *testing.T) {
 	t.Run("forged list without device nodes is refused", func(t *testing.T) {
 		table := tableFor(prep.Snapshot())
 		ctr := &api.Container{Id: "forged", Name: "c", Mounts: list(0, 1, 2, 3, 4, 5, 6, 7)}
-		adj, res, err := handleWithPolicy(prep, table, alloc.Shared, closed, pod("web"), ctr)
+		adj, res, err := handleWithPolicy(prep, table, sharing.Shared, closed, pod("web"), ctr)
 		want := `nri-gpu: mounts /var/run/nvidia-container-devices: not allowed in namespace "web" without the GPUs' device nodes from the runtime (policy.deviceListNamespaces: [trusted]; the NVIDIA device plugin passes them with PASS_DEVICE_SPECS=true)`
 		if adj != nil || res.Holding != nil || err == nil || err.Error() != want {
 			t.Errorf("forged list: %v, %v, %v\nwant %s", adj, res.Holding, err, want)
@@ -48,7 +48,7 @@ func TestDeviceListNeedsDeviceNodes(t *testing.T) {
 		ctr := &api.Container{Name: "c", Mounts: list(0, 1, 2, 3), Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{
 			{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2},
 		}}}
-		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, closed, pod("web"), ctr)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), sharing.Shared, closed, pod("web"), ctr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,14 +61,14 @@ func TestDeviceListNeedsDeviceNodes(t *testing.T) {
 	})
 	t.Run("listed namespace: the list alone", func(t *testing.T) {
 		ctr := &api.Container{Name: "c", Mounts: list(1)}
-		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, closed, pod("trusted"), ctr)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), sharing.Shared, closed, pod("trusted"), ctr)
 		if err != nil || envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != uuid(1) {
 			t.Errorf("%v, %v", adj, err)
 		}
 	})
 	t.Run("default allow: the list alone, as before", func(t *testing.T) {
 		ctr := &api.Container{Name: "c", Mounts: list(1)}
-		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), alloc.Shared, policy.Policy{}, pod("web"), ctr)
+		adj, _, err := handleWithPolicy(prep, tableFor(prep.Snapshot()), sharing.Shared, policy.Policy{}, pod("web"), ctr)
 		if err != nil || envOf(adj)["NVIDIA_VISIBLE_DEVICES"] != uuid(1) {
 			t.Errorf("%v, %v", adj, err)
 		}

@@ -9,14 +9,15 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
 func TestEmitCDI(t *testing.T) {
 	snap := benchSnapshot()
-	p := Path{Source: adjust.Prepare(snap, layout), Sharing: alloc.Shared, EmitCDI: true, CDINames: map[string]string{
+	p := Path{Source: adjust.Prepare(snap, layout), Sharing: sharing.Shared, EmitCDI: true, CDINames: map[string]string{
 		snap.GPUs[0].UUID: "nvidia.com/gpu=" + snap.GPUs[0].UUID,
 		snap.GPUs[1].UUID: "nvidia.com/gpu=" + snap.GPUs[1].UUID,
 	}}
@@ -64,7 +65,7 @@ func TestEmitCDIMIG(t *testing.T) {
 	u01 := migUUID(s, 0, 1)
 	pol := policy.Policy{Default: policy.DefaultAllow, ManagementNamespaces: []string{"gpu-admin"}}
 	pol.SetDefaults()
-	p := Path{Source: adjust.Prepare(s, layout), Sharing: alloc.Shared, Policy: pol, EmitCDI: true, RuntimeCDI: true,
+	p := Path{Source: adjust.Prepare(s, layout), Sharing: sharing.Shared, Policy: pol, EmitCDI: true, RuntimeCDI: true,
 		CDINames: map[string]string{u01: "nvidia.com/gpu=" + u01}}
 	answer := func(env ...string) (*api.ContainerAdjustment, string) {
 		t.Helper()

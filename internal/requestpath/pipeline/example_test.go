@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/pipeline"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
@@ -22,7 +23,7 @@ func ExamplePath_Handle() {
 	p := pipeline.Path{
 		Source:  adjust.Prepare(snap, adjust.Layout{LibraryDir: "/usr/local/nvidia/lib64", Library32Dir: "/usr/local/nvidia/lib"}),
 		Table:   simnode.TableFor(snap),
-		Sharing: alloc.Shared,
+		Sharing: sharing.Shared,
 	}
 	pod := &api.PodSandbox{Id: "p", Name: "train", Namespace: "ml"}
 	ctr := &api.Container{Id: "c", PodSandboxId: "p", Name: "main", Env: []string{"NVIDIA_VISIBLE_DEVICES=1,3"}}

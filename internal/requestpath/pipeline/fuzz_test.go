@@ -7,8 +7,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // FuzzHandle fuzzes the whole request path with hostile annotations, env
@@ -45,7 +45,7 @@ func FuzzHandle(f *testing.F) {
 		pod := &api.PodSandbox{Namespace: ns, Annotations: map[string]string{key: val}}
 		ctr := &api.Container{Name: "c", Env: []string{env}, Mounts: []*api.Mount{{Source: mountSrc, Destination: mountDst}}}
 		for _, pol := range policies {
-			adj, _, err := handleWithPolicy(prep, tableFor(snap), alloc.Shared, pol, pod, ctr)
+			adj, _, err := handleWithPolicy(prep, tableFor(snap), sharing.Shared, pol, pod, ctr)
 			if err != nil {
 				if adj != nil {
 					t.Fatalf("error %v with an adjustment", err)

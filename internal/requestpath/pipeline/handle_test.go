@@ -14,8 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -29,15 +30,15 @@ func benchSnapshot() *inventory.Snapshot { return simnode.MemorySnapshot() }
 func tableFor(s *inventory.Snapshot) *alloc.Table { return simnode.TableFor(s) }
 
 // handleWithPolicy runs the request path of src's node under pol.
-func handleWithPolicy(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pol policy.Policy, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
-	p := Path{Source: src, Table: table, Sharing: sharing, Policy: pol}
+func handleWithPolicy(src adjust.Source, table *alloc.Table, mode sharing.Mode, pol policy.Policy, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	p := Path{Source: src, Table: table, Sharing: mode, Policy: pol}
 	return p.Handle(context.Background(), pod, ctr)
 }
 
 // handle runs the request path with the default policy (every source
 // allowed everywhere).
-func handle(src adjust.Source, table *alloc.Table, sharing alloc.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
-	return handleWithPolicy(src, table, sharing, policy.Policy{}, pod, ctr)
+func handle(src adjust.Source, table *alloc.Table, mode sharing.Mode, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Result, error) {
+	return handleWithPolicy(src, table, mode, policy.Policy{}, pod, ctr)
 }
 
 // TestHandle: a container annotation naming GPUs with every capability
@@ -71,7 +72,7 @@ func TestHandle(t *testing.T) {
 		{"a refused request", bad, &api.Container{Name: "b"}, nil, 0, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			adj, res, err := handle(src, tableFor(s), alloc.Shared, tc.pod, tc.ctr)
+			adj, res, err := handle(src, tableFor(s), sharing.Shared, tc.pod, tc.ctr)
 			if (err != nil) != tc.err {
 				t.Fatalf("error %v, want one: %v", err, tc.err)
 			}
@@ -100,7 +101,7 @@ func BenchmarkHandle(b *testing.B) {
 	table := tableFor(s)
 	b.ReportAllocs()
 	for b.Loop() {
-		adj, _, err := handle(prep, table, alloc.Shared, pod, ctr)
+		adj, _, err := handle(prep, table, sharing.Shared, pod, ctr)
 		if err != nil || len(adj.Mounts) != 40 {
 			b.Fatal(err)
 		}
@@ -117,7 +118,7 @@ func BenchmarkHandleEnv(b *testing.B) {
 	table := tableFor(s)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := handle(prep, table, alloc.Shared, pod, ctr); err != nil {
+		if _, _, err := handle(prep, table, sharing.Shared, pod, ctr); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -166,7 +167,7 @@ func TestRequestPathImportsNoIO(t *testing.T) {
 	visit(module+"/internal/requestpath/pipeline", ".")
 	// The path reaches every stage's package; a test that followed
 	// nothing would pass without checking.
-	for _, want := range []string{"internal/requestpath/request", "internal/requestpath/policy", "internal/requestpath/alloc", "adjust", "internal/requestpath/require", "inventory"} {
+	for _, want := range []string{"internal/requestpath/request", "internal/nodestate/policy", "internal/requestpath/alloc", "adjust", "inventory/require", "inventory"} {
 		if !seen[module+"/"+want] {
 			t.Errorf("the request path does not import %s: the test no longer follows it", want)
 		}

@@ -9,8 +9,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 )
 
 // gpuNode is GPU i's device node as the runtime lists it.
@@ -84,18 +85,18 @@ func TestPrivilegedContainer(t *testing.T) {
 	agent := &api.Container{Id: "agent", PodSandboxId: "p-agent", Name: "agent", State: running, Linux: privilegedLinux()}
 
 	// Without a request: untouched, nothing booked.
-	adj, res, err := handle(prep, table, alloc.Exclusive, pod, agent)
+	adj, res, err := handle(prep, table, sharing.Exclusive, pod, agent)
 	if adj != nil || err != nil || res.Holding != nil || len(table.Holdings()) != 0 {
 		t.Fatalf("request-less privileged container: %v, %v, %v, table %v", adj, err, res.Holding, table.Holdings())
 	}
 	// After a restart it is not a holder: the node's GPUs stay free.
-	hs, warnings := Holdings(prep, alloc.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
+	hs, warnings := Holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
 	if len(hs) != 0 || len(warnings) != 0 {
 		t.Errorf("holdings of a privileged container: %+v, %q", hs, warnings)
 	}
 	table.Rebuild(hs)
 	other := &api.PodSandbox{Id: "p-train", Name: "train", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "8"}}
-	if _, res, err := handle(prep, table, alloc.Exclusive, other, &api.Container{Id: "train", PodSandboxId: "p-train", Name: "main"}); err != nil || len(res.GPUs) != 8 {
+	if _, res, err := handle(prep, table, sharing.Exclusive, other, &api.Container{Id: "train", PodSandboxId: "p-train", Name: "main"}); err != nil || len(res.GPUs) != 8 {
 		t.Fatalf("count request next to a privileged container on an exclusive node: %v, %d GPUs", err, len(res.GPUs))
 	}
 	table.ReleasePod("p-train")
@@ -103,7 +104,7 @@ func TestPrivilegedContainer(t *testing.T) {
 	// With a count request: the count is booked and named, not every
 	// GPU of the host.
 	pod.Annotations = map[string]string{"gpus.nri-gpu.dev/container.agent": "1"}
-	adj, res, err = handle(prep, table, alloc.Exclusive, pod, agent)
+	adj, res, err = handle(prep, table, sharing.Exclusive, pod, agent)
 	if err != nil || res.Holding == nil || !slices.Equal(res.Holding.GPUs, []int{0}) {
 		t.Fatalf("privileged container with a count: %v, %+v", err, res.Holding)
 	}
@@ -112,8 +113,8 @@ func TestPrivilegedContainer(t *testing.T) {
 	}
 	// Its record counts at Synchronize (it has the GPU's node).
 	agent.Annotations = adj.Annotations
-	hs, _ = Holdings(prep, alloc.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
-	if len(hs) != 1 || !slices.Equal(hs[0].GPUs, []int{0}) || hs[0].Mode != alloc.Exclusive {
+	hs, _ = Holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
+	if len(hs) != 1 || !slices.Equal(hs[0].GPUs, []int{0}) || hs[0].Mode != sharing.Exclusive {
 		t.Errorf("holdings of a privileged container with a record: %+v", hs)
 	}
 }
@@ -127,19 +128,19 @@ func TestRuntimeGPUsBooked(t *testing.T) {
 	table := tableFor(prep.Snapshot())
 	kubelet := &api.PodSandbox{Id: "p-k", Name: "k", Namespace: "ml"}
 	k := &api.Container{Id: "k", PodSandboxId: "p-k", Name: "main", Env: []string{"NVIDIA_VISIBLE_DEVICES=" + uuid(2)}, Linux: pluginLinux(2)}
-	adj, res, err := handle(prep, table, alloc.Exclusive, kubelet, k)
-	if err != nil || adj == nil || res.Holding == nil || !slices.Equal(res.Holding.GPUs, []int{2}) || res.Holding.Mode != alloc.Exclusive {
+	adj, res, err := handle(prep, table, sharing.Exclusive, kubelet, k)
+	if err != nil || adj == nil || res.Holding == nil || !slices.Equal(res.Holding.GPUs, []int{2}) || res.Holding.Mode != sharing.Exclusive {
 		t.Fatalf("device plugin's container: %v, %v, %+v", adj, err, res.Holding)
 	}
 	// Request-less, the same.
 	bare := &api.Container{Id: "bare", PodSandboxId: "p-k", Name: "bare", Linux: pluginLinux(5)}
-	if adj, res, err := handle(prep, table, alloc.Exclusive, kubelet, bare); adj != nil || err != nil || res.Holding == nil || !strings.Contains(res.Selection.Note, "GPUs 5: booked (exclusive)") {
+	if adj, res, err := handle(prep, table, sharing.Exclusive, kubelet, bare); adj != nil || err != nil || res.Holding == nil || !strings.Contains(res.Selection.Note, "GPUs 5: booked (exclusive)") {
 		t.Fatalf("request-less device plugin's container: %v, %v, %+v, %q", adj, err, res.Holding, res.Selection.Note)
 	}
 	// A count request does not get them.
 	count := func(n string) ([]int, error) {
 		pod := &api.PodSandbox{Id: "p-c", Name: "c", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/container.main": n}}
-		_, res, err := handle(prep, table, alloc.Exclusive, pod, &api.Container{Id: "c", PodSandboxId: "p-c", Name: "main"})
+		_, res, err := handle(prep, table, sharing.Exclusive, pod, &api.Container{Id: "c", PodSandboxId: "p-c", Name: "main"})
 		if res.Holding == nil {
 			return nil, err
 		}
@@ -153,14 +154,14 @@ func TestRuntimeGPUsBooked(t *testing.T) {
 	}
 	// The table's booking is what Synchronize rebuilds.
 	k.State, bare.State = api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_RUNNING
-	hs, _ := Holdings(prep, alloc.Exclusive, []*api.PodSandbox{kubelet}, []*api.Container{k, bare})
-	if len(hs) != 2 || !slices.Equal(hs[0].GPUs, []int{2}) || !slices.Equal(hs[1].GPUs, []int{5}) || hs[0].Mode != alloc.Exclusive {
+	hs, _ := Holdings(prep, sharing.Exclusive, []*api.PodSandbox{kubelet}, []*api.Container{k, bare})
+	if len(hs) != 2 || !slices.Equal(hs[0].GPUs, []int{2}) || !slices.Equal(hs[1].GPUs, []int{5}) || hs[0].Mode != sharing.Exclusive {
 		t.Errorf("rebuilt: %+v", hs)
 	}
 	// GPU 0 is held exclusively by nri-gpu's count: a container the
 	// runtime gave it is refused, naming the holder.
 	late := &api.Container{Id: "late", PodSandboxId: "p-k", Name: "late", Linux: pluginLinux(0)}
-	_, _, err = handleWithPolicy(prep, table, alloc.Shared, policy.Policy{}, kubelet, late)
+	_, _, err = handleWithPolicy(prep, table, sharing.Shared, policy.Policy{}, kubelet, late)
 	if want := "nri-gpu: " + runtimeSource + ": GPU 0 is held exclusively by ml/c/main (exclusive)"; err == nil || err.Error() != want {
 		t.Errorf("conflict: %v, want %s", err, want)
 	}
@@ -181,7 +182,7 @@ func TestPodLevelCount(t *testing.T) {
 	run := func(name string) []string {
 		t.Helper()
 		c := &api.Container{Id: "c-" + name, PodSandboxId: "p1", Name: name}
-		adj, res, err := handle(prep, table, alloc.Exclusive, pod, c)
+		adj, res, err := handle(prep, table, sharing.Exclusive, pod, c)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -208,15 +209,15 @@ func TestPodLevelCount(t *testing.T) {
 	}
 	// A refused container of the pod leaves the pod's holding.
 	bad := &api.Container{Id: "c-bad", PodSandboxId: "p1", Name: "bad", Env: []string{"NVIDIA_REQUIRE_ARCH=arch>=99.0"}}
-	if _, _, err := handle(prep, table, alloc.Exclusive, pod, bad); err == nil {
+	if _, _, err := handle(prep, table, sharing.Exclusive, pod, bad); err == nil {
 		t.Error("unmet requirement served")
 	}
 	if got := alloc.Summary(table.State()); got != want {
 		t.Errorf("after a refused container: %s\nwant %s", got, want)
 	}
 	// Rebuilt from the records of main and sidecar (init is stopped).
-	hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, []*api.Container{ctrs["init"], ctrs["main"], ctrs["sidecar"]})
-	if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || !slices.Equal(hs[0].GPUs, []int{0, 1}) || hs[0].Mode != alloc.Exclusive {
+	hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{ctrs["init"], ctrs["main"], ctrs["sidecar"]})
+	if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || !slices.Equal(hs[0].GPUs, []int{0, 1}) || hs[0].Mode != sharing.Exclusive {
 		t.Errorf("rebuilt: %+v, %q", hs, warnings)
 	}
 	table.Rebuild(hs)
@@ -250,11 +251,11 @@ func TestPodLevelExclusiveSidecar(t *testing.T) {
 			var ctrs []*api.Container
 			for _, name := range []string{"init", "main", "sidecar"} {
 				c := &api.Container{Id: "c-" + name, PodSandboxId: "p1", Name: name}
-				adj, res, err := handle(prep, table, alloc.Shared, pod, c)
+				adj, res, err := handle(prep, table, sharing.Shared, pod, c)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				if res.Holding == nil || res.Holding.Holder != alloc.PodHolder("p1", "ml", "train") || res.Holding.Mode != alloc.Exclusive {
+				if res.Holding == nil || res.Holding.Holder != alloc.PodHolder("p1", "ml", "train") || res.Holding.Mode != sharing.Exclusive {
 					t.Errorf("%s: holding %+v, want the pod's, exclusive", name, res.Holding)
 				}
 				if got := envOf(adj)["NVIDIA_VISIBLE_DEVICES"]; got == "" || len(strings.Split(got, ",")) != 2 {
@@ -280,12 +281,12 @@ func TestPodLevelExclusiveSidecar(t *testing.T) {
 			}
 			// Another pod asking for the same GPUs is refused.
 			other := &api.PodSandbox{Id: "p2", Name: "other", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": `"device=` + tc.want + `"`}}
-			if _, _, err := handle(prep, table, alloc.Shared, other, &api.Container{Id: "c-other", PodSandboxId: "p2", Name: "c"}); err == nil {
+			if _, _, err := handle(prep, table, sharing.Shared, other, &api.Container{Id: "c-other", PodSandboxId: "p2", Name: "c"}); err == nil {
 				t.Error("another pod got GPUs the pod holds exclusively")
 			}
 			// Synchronize rebuilds one holding for the pod.
-			hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, ctrs)
-			if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || hs[0].Mode != alloc.Exclusive || len(hs[0].Members) != 2 {
+			hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, ctrs)
+			if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || hs[0].Mode != sharing.Exclusive || len(hs[0].Members) != 2 {
 				t.Errorf("rebuilt: %+v, %q", hs, warnings)
 			}
 			table.Rebuild(hs)

@@ -9,6 +9,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -58,8 +59,8 @@ func HolderOf(pod *api.PodSandbox, ctr *api.Container) alloc.Holder {
 // container then holds what its device nodes show, as one made without
 // nri-gpu. Warnings tell what could not be read. Holdings is HoldingsWith
 // on a node without prepared claims.
-func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
-	return HoldingsWith(src, sharing, nil, pods, ctrs)
+func Holdings(src adjust.Source, mode sharing.Mode, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
+	return HoldingsWith(src, mode, nil, pods, ctrs)
 }
 
 // HoldingsWith is Holdings on a node with the prepared Dynamic Resource
@@ -67,7 +68,7 @@ func Holdings(src adjust.Source, sharing alloc.Mode, pods []*api.PodSandbox, ctr
 // (their environment entries backed by their device nodes, heldClaims)
 // holds none of them, the claims do (ClaimHoldings); it holds only the
 // GPUs the runtime gave it besides.
-func HoldingsWith(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
+func HoldingsWith(src adjust.Source, mode sharing.Mode, prep *claims.Prepared, pods []*api.PodSandbox, ctrs []*api.Container) ([]alloc.Holding, []string) {
 	devs := src.Devices()
 	byPod := make(map[string]*api.PodSandbox, len(pods))
 	for _, p := range pods {
@@ -81,7 +82,7 @@ func HoldingsWith(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared, 
 		if c.GetState() == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
-		h := alloc.Holding{Holder: HolderOf(byPod[c.GetPodSandboxId()], c), Mode: sharing}
+		h := alloc.Holding{Holder: HolderOf(byPod[c.GetPodSandboxId()], c), Mode: mode}
 		podLevel := false
 		if v, ok := c.GetAnnotations()[alloc.Annotation]; ok {
 			h.GPUs, h.Mode, podLevel, warnings = recorded(devs, c, h, v, warnings)
@@ -111,7 +112,7 @@ func HoldingsWith(src adjust.Source, sharing alloc.Mode, prep *claims.Prepared, 
 // read (malformed, or of a version this nri-gpu does not know: written by
 // a newer one) or that names a GPU without its node holds nothing; the
 // warning says why. Other fields come back as in h.
-func recorded(devs []inventory.GPU, c *api.Container, h alloc.Holding, v string, warnings []string) ([]int, alloc.Mode, bool, []string) {
+func recorded(devs []inventory.GPU, c *api.Container, h alloc.Holding, v string, warnings []string) ([]int, sharing.Mode, bool, []string) {
 	rec, mode, err := alloc.DecodeRecord(v)
 	if err != nil {
 		return nil, h.Mode, false, append(warnings, h.Holder.String()+": "+err.Error())
@@ -149,8 +150,8 @@ func joinPodHolding(pod *alloc.Holding, h alloc.Holding, id string) {
 	slices.Sort(pod.GPUs)
 	pod.GPUs = slices.Compact(pod.GPUs)
 	pod.Members = append(pod.Members, id)
-	if h.Mode == alloc.Exclusive {
-		pod.Mode = alloc.Exclusive
+	if h.Mode == sharing.Exclusive {
+		pod.Mode = sharing.Exclusive
 	}
 }
 

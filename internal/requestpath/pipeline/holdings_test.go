@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
@@ -68,15 +69,15 @@ func TestHoldings(t *testing.T) {
 			{Path: "/dev/nvidia3", Type: "c", Major: 1, Minor: 3},
 		}}},
 	}
-	hs, warnings := Holdings(adjust.Prepare(s, layout), alloc.Exclusive, pods, ctrs)
+	hs, warnings := Holdings(adjust.Prepare(s, layout), sharing.Exclusive, pods, ctrs)
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	want := []alloc.Holding{
-		{Holder: alloc.Holder{ID: "a", PodID: "p1", Namespace: "ns", Pod: "one", Container: "a"}, Mode: alloc.Exclusive, GPUs: []int{0, 1}},
-		{Holder: alloc.Holder{ID: "b", PodID: "p1", Namespace: "ns", Pod: "one", Container: "b"}, Mode: alloc.Shared, GPUs: []int{2}},
-		{Holder: alloc.Holder{ID: "d", PodID: "p2", Namespace: "ns", Pod: "two", Container: "d"}, Mode: alloc.Exclusive, GPUs: []int{4}, Runtime: true},
-		{Holder: alloc.Holder{ID: "e", PodID: "p2", Namespace: "ns", Pod: "two", Container: "e"}, Mode: alloc.Exclusive, GPUs: []int{5, 6}, Runtime: true},
-		{Holder: alloc.Holder{ID: "f", PodID: "p2", Namespace: "ns", Pod: "two", Container: "f"}, Mode: alloc.Exclusive, GPUs: all, Runtime: true},
-		{Holder: alloc.Holder{ID: "l", PodID: "p2", Namespace: "ns", Pod: "two", Container: "l"}, Mode: alloc.Exclusive, GPUs: []int{7}, Runtime: true},
+		{Holder: alloc.Holder{ID: "a", PodID: "p1", Namespace: "ns", Pod: "one", Container: "a"}, Mode: sharing.Exclusive, GPUs: []int{0, 1}},
+		{Holder: alloc.Holder{ID: "b", PodID: "p1", Namespace: "ns", Pod: "one", Container: "b"}, Mode: sharing.Shared, GPUs: []int{2}},
+		{Holder: alloc.Holder{ID: "d", PodID: "p2", Namespace: "ns", Pod: "two", Container: "d"}, Mode: sharing.Exclusive, GPUs: []int{4}, Runtime: true},
+		{Holder: alloc.Holder{ID: "e", PodID: "p2", Namespace: "ns", Pod: "two", Container: "e"}, Mode: sharing.Exclusive, GPUs: []int{5, 6}, Runtime: true},
+		{Holder: alloc.Holder{ID: "f", PodID: "p2", Namespace: "ns", Pod: "two", Container: "f"}, Mode: sharing.Exclusive, GPUs: all, Runtime: true},
+		{Holder: alloc.Holder{ID: "l", PodID: "p2", Namespace: "ns", Pod: "two", Container: "l"}, Mode: sharing.Exclusive, GPUs: []int{7}, Runtime: true},
 	}
 	if diff := cmp.Diff(want, hs); diff != "" {
 		t.Errorf("holdings (-want +got):\n%s", diff)
@@ -124,21 +125,21 @@ func TestHoldingsRecordVersions(t *testing.T) {
 	}{
 		{"unversioned, the container's",
 			ctr(`{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"]}`, nodes(1, 3)),
-			[]alloc.Holding{{Holder: holder, Mode: alloc.Shared, GPUs: []int{1, 3}}}, nil},
+			[]alloc.Holding{{Holder: holder, Mode: sharing.Shared, GPUs: []int{1, 3}}}, nil},
 		{"unversioned, the pod's",
 			ctr(`{"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7","GPU-00000003-558d-fb20-8eca-25de8b98f5a7"],"pod":true}`, nodes(1, 3)),
-			[]alloc.Holding{{Holder: alloc.PodHolder("p", "ns", "p"), Mode: alloc.Shared, GPUs: []int{1, 3}, Members: []string{"c"}}}, nil},
+			[]alloc.Holding{{Holder: alloc.PodHolder("p", "ns", "p"), Mode: sharing.Shared, GPUs: []int{1, 3}, Members: []string{"c"}}}, nil},
 		{"version 1", ctr(alloc.Record{Mode: "shared", GPUs: []string{uuid(1)}}.Encode(), nodes(1)),
-			[]alloc.Holding{{Holder: holder, Mode: alloc.Shared, GPUs: []int{1}}}, nil},
+			[]alloc.Holding{{Holder: holder, Mode: sharing.Shared, GPUs: []int{1}}}, nil},
 		{"newer version, with the device nodes",
 			ctr(`{"version":2,"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7"],"pod":true}`, nodes(1)),
-			[]alloc.Holding{{Holder: holder, Mode: alloc.Exclusive, GPUs: []int{1}, Runtime: true}}, []string{newer}},
+			[]alloc.Holding{{Holder: holder, Mode: sharing.Exclusive, GPUs: []int{1}, Runtime: true}}, []string{newer}},
 		{"newer version, no device nodes",
 			ctr(`{"version":2,"mode":"shared","gpus":["GPU-00000001-558d-fb20-8eca-25de8b98f5a7"]}`, nil),
 			nil, []string{newer}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hs, warnings := Holdings(src, alloc.Exclusive, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+			hs, warnings := Holdings(src, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
 			if d := cmp.Diff(tc.want, hs); d != "" {
 				t.Errorf("holdings (-want +got):\n%s", d)
 			}

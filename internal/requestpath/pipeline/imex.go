@@ -6,7 +6,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )

@@ -9,8 +9,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -57,7 +57,7 @@ func TestHandleIMEX(t *testing.T) {
 	pod := &api.PodSandbox{Namespace: "nvl72", Annotations: map[string]string{}}
 
 	// With a GPU, from the environment.
-	adj, res, err := handle(src, tableFor(s), alloc.Shared, pod, &api.Container{Name: "a",
+	adj, res, err := handle(src, tableFor(s), sharing.Shared, pod, &api.Container{Name: "a",
 		Env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestHandleIMEX(t *testing.T) {
 
 	// Alone, from the annotation's field: the channel and nothing else.
 	annPod := &api.PodSandbox{Namespace: "nvl72", Annotations: map[string]string{"gpus.nri-gpu.dev/container.a": "imex-channels=channel1"}}
-	adj, _, err = handle(src, tableFor(s), alloc.Shared, annPod, &api.Container{Name: "a"})
+	adj, _, err = handle(src, tableFor(s), sharing.Shared, annPod, &api.Container{Name: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +80,14 @@ func TestHandleIMEX(t *testing.T) {
 
 	// On CRI-O the name may come only from the kubelet's label: the
 	// container annotation still names this container.
-	adj, _, err = handle(src, tableFor(s), alloc.Shared, annPod, &api.Container{Labels: map[string]string{request.ContainerNameLabel: "a"}})
+	adj, _, err = handle(src, tableFor(s), sharing.Shared, annPod, &api.Container{Labels: map[string]string{request.ContainerNameLabel: "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantChannel1(t, imexDevices(adj))
 
 	// From the device plugin's mounts, which win over the environment.
-	adj, _, err = handle(src, tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=all"},
+	adj, _, err = handle(src, tableFor(s), sharing.Shared, pod, &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=all"},
 		Mounts: []*api.Mount{{Source: "/dev/null", Destination: request.DeviceListIMEX + "/1"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestHandleIMEX(t *testing.T) {
 	wantChannel1(t, imexDevices(adj))
 
 	// all: every channel of the node.
-	adj, _, err = handle(src, tableFor(s), alloc.Shared, pod, &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=all"}})
+	adj, _, err = handle(src, tableFor(s), sharing.Shared, pod, &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=all"}})
 	if err != nil || len(imexDevices(adj)) != 3 {
 		t.Errorf("all: %v, %v", imexDevices(adj), err)
 	}
@@ -103,7 +103,7 @@ func TestHandleIMEX(t *testing.T) {
 	// A channel the runtime gives already is not added again.
 	given := &api.Container{Name: "a", Env: []string{"NVIDIA_IMEX_CHANNELS=1"},
 		Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia-caps-imex-channels/channel1", Type: "c", Major: imexMajor, Minor: 1}}}}
-	adj, res, err = handle(src, tableFor(s), alloc.Shared, pod, given)
+	adj, res, err = handle(src, tableFor(s), sharing.Shared, pod, given)
 	if err != nil || len(imexDevices(adj)) != 0 || len(res.IMEX) != 1 {
 		t.Errorf("channel given by the runtime: %v, %v, %v", adj, res.IMEX, err)
 	}
@@ -116,7 +116,7 @@ func TestHandleIMEXRefused(t *testing.T) {
 	s := imexSnapshot()
 	table := tableFor(s)
 	pod := &api.PodSandbox{Namespace: "nvl72"}
-	adj, _, err := handle(adjust.Prepare(s, layout), table, alloc.Exclusive, pod, &api.Container{Name: "a", Id: "c1",
+	adj, _, err := handle(adjust.Prepare(s, layout), table, sharing.Exclusive, pod, &api.Container{Name: "a", Id: "c1",
 		Env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0,7"}})
 	if adj != nil || err == nil || err.Error() != `nri-gpu: env NVIDIA_IMEX_CHANNELS: unknown IMEX channel "7" (node has 0-2)` {
 		t.Fatalf("missing channel: %v, %v", adj, err)
@@ -126,7 +126,7 @@ func TestHandleIMEXRefused(t *testing.T) {
 	}
 	// A node without channels.
 	plain := benchSnapshot()
-	_, _, err = handle(adjust.Prepare(plain, layout), tableFor(plain), alloc.Shared, pod, &api.Container{Name: "a",
+	_, _, err = handle(adjust.Prepare(plain, layout), tableFor(plain), sharing.Shared, pod, &api.Container{Name: "a",
 		Mounts: []*api.Mount{{Source: "/dev/null", Destination: request.DeviceListIMEX + "/0"}}})
 	if err == nil || err.Error() != `nri-gpu: mounts /var/run/nvidia-container-devices/imex: unknown IMEX channel "0" (node has none)` {
 		t.Errorf("node without channels: %v", err)
@@ -158,16 +158,16 @@ func TestHandleIMEXPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, pol := range []policy.Policy{closed, open} {
-				adj, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, pol, tc.pod, tc.ctr)
+				adj, _, err := handleWithPolicy(src, tableFor(s), sharing.Shared, pol, tc.pod, tc.ctr)
 				if adj != nil || err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 					t.Errorf("namespace ml: %v, %v; want %s", adj, err, tc.want)
 				}
 			}
 			pod := &api.PodSandbox{Namespace: "nvl72", Annotations: tc.pod.Annotations}
-			if _, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, closed, pod, tc.ctr); err == nil || !strings.Contains(err.Error(), "policy.imexNamespaces: [] (none: policy.default is deny)") {
+			if _, _, err := handleWithPolicy(src, tableFor(s), sharing.Shared, closed, pod, tc.ctr); err == nil || !strings.Contains(err.Error(), "policy.imexNamespaces: [] (none: policy.default is deny)") {
 				t.Errorf("closed policy, namespace nvl72: %v", err)
 			}
-			adj, _, err := handleWithPolicy(src, tableFor(s), alloc.Shared, open, pod, tc.ctr)
+			adj, _, err := handleWithPolicy(src, tableFor(s), sharing.Shared, open, pod, tc.ctr)
 			if err != nil {
 				t.Fatalf("imexNamespaces [nvl72], namespace nvl72: %v", err)
 			}
@@ -196,7 +196,7 @@ func BenchmarkHandleIMEXBounds(b *testing.B) {
 	for n := range channels {
 		ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: inventory.IMEXChannelPath(n), Type: "c", Major: imexMajor, Minor: int64(n)})
 	}
-	p := Path{Source: adjust.Prepare(&s, layout), Table: tableFor(&s), Sharing: alloc.Shared}
+	p := Path{Source: adjust.Prepare(&s, layout), Table: tableFor(&s), Sharing: sharing.Shared}
 	pod := &api.PodSandbox{Namespace: "nvl72"}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -31,7 +32,7 @@ func TestKubeletAssignment(t *testing.T) {
 	table := tableFor(prep.Snapshot())
 	pod := &api.PodSandbox{Id: "p-k", Name: "k", Namespace: "ml"}
 	k := kubeletContainer("main", uuid(1)+","+uuid(3), []string{"NVIDIA_DRIVER_CAPABILITIES=utility,video"}, 1, 3)
-	adj, res, err := handle(prep, table, alloc.Shared, pod, k)
+	adj, res, err := handle(prep, table, sharing.Shared, pod, k)
 	if err != nil || res.Holding == nil || !res.Holding.Kubelet || !slices.Equal(res.Holding.GPUs, []int{1, 3}) {
 		t.Fatalf("kubelet's container: %v, %+v", err, res.Holding)
 	}
@@ -64,7 +65,7 @@ func TestKubeletAssignment(t *testing.T) {
 	}
 	// Synchronize: the same holding, as the kubelet's.
 	k.State = api.ContainerState_CONTAINER_RUNNING
-	hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, []*api.Container{k})
+	hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{k})
 	if len(warnings) != 0 || len(hs) != 1 || !hs[0].Kubelet || !slices.Equal(hs[0].GPUs, []int{1, 3}) {
 		t.Fatalf("rebuilt: %+v, %q", hs, warnings)
 	}
@@ -101,7 +102,7 @@ func TestKubeletAnnotationForged(t *testing.T) {
 			Annotations: map[string]string{alloc.KubeletAnnotation: uuid(0)}}, nil, "the container is privileged"},
 	} {
 		table := tableFor(prep.Snapshot())
-		adj, res, err := handle(prep, table, alloc.Shared, pod, tc.ctr)
+		adj, res, err := handle(prep, table, sharing.Shared, pod, tc.ctr)
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -123,7 +124,7 @@ func TestKubeletAnnotationForged(t *testing.T) {
 			t.Errorf("%s: booked %v, want %v", tc.name, got, tc.held)
 		}
 		tc.ctr.State = api.ContainerState_CONTAINER_RUNNING
-		hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+		hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
 		if len(warnings) != 1 || !strings.Contains(warnings[0], alloc.KubeletAnnotation+" ignored") {
 			t.Errorf("%s: synchronize warnings %q", tc.name, warnings)
 		}
@@ -144,7 +145,7 @@ func TestKubeletAnnotationForged(t *testing.T) {
 	table := tableFor(prep.Snapshot())
 	counted := &api.PodSandbox{Id: "p-c", Name: "c", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/container.main": "1"}}
 	ctr := &api.Container{Id: "m", PodSandboxId: "p-c", Name: "main", Annotations: map[string]string{alloc.KubeletAnnotation: uuid(7)}}
-	_, res, err := handle(prep, table, alloc.Shared, counted, ctr)
+	_, res, err := handle(prep, table, sharing.Shared, counted, ctr)
 	if err != nil || res.Holding == nil || res.Holding.Kubelet || !slices.Equal(res.Holding.GPUs, []int{0}) || len(res.Warnings) != 1 {
 		t.Errorf("count with a forged annotation: %v, %+v, %q", err, res.Holding, res.Warnings)
 	}
@@ -164,7 +165,7 @@ func TestKubeletResources(t *testing.T) {
 		return &api.Container{Id: "main", PodSandboxId: "p-k", Name: "main", State: api.ContainerState_CONTAINER_RUNNING, Linux: pluginLinux(gpus...), Annotations: ann}
 	}
 	kubelet := func(gpus ...int) *alloc.Holding {
-		return &alloc.Holding{Holder: alloc.Holder{ID: "main", PodID: "p-k", Namespace: "ml", Pod: "k", Container: "main"}, Mode: alloc.Shared, GPUs: gpus, Kubelet: true, Runtime: true}
+		return &alloc.Holding{Holder: alloc.Holder{ID: "main", PodID: "p-k", Namespace: "ml", Pod: "k", Container: "main"}, Mode: sharing.Shared, GPUs: gpus, Kubelet: true, Runtime: true}
 	}
 	runtime := func(gpus ...int) *alloc.Holding {
 		h := kubelet(gpus...)
@@ -193,7 +194,7 @@ func TestKubeletResources(t *testing.T) {
 			if tc.warn != "" {
 				warns = []string{tc.warn}
 			}
-			_, res, err := handle(prep, tableFor(prep.Snapshot()), alloc.Shared, pod, tc.ctr)
+			_, res, err := handle(prep, tableFor(prep.Snapshot()), sharing.Shared, pod, tc.ctr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +204,7 @@ func TestKubeletResources(t *testing.T) {
 			if d := cmp.Diff(warns, res.Warnings); d != "" {
 				t.Errorf("warnings at CreateContainer (-want +got):\n%s", d)
 			}
-			hs, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+			hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
 			if d := cmp.Diff([]alloc.Holding{*tc.want}, hs); d != "" {
 				t.Errorf("holdings at Synchronize (-want +got):\n%s", d)
 			}

@@ -7,7 +7,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // TestCountAvoidsKubeletGPUs: a count request never gets a GPU that the
@@ -19,7 +19,7 @@ import (
 // policy and may share it. (On a shared node a count of 6 got GPUs 1, 3
 // and 5 before the table marked the runtime's bookings.)
 func TestCountAvoidsKubeletGPUs(t *testing.T) {
-	for _, sharing := range []alloc.Mode{alloc.Shared, alloc.Exclusive} {
+	for _, sharing := range []sharing.Mode{sharing.Shared, sharing.Exclusive} {
 		t.Run(sharing.String(), func(t *testing.T) {
 			prep := adjust.Prepare(benchSnapshot(), layout)
 			table := tableFor(prep.Snapshot())

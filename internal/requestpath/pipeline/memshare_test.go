@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
@@ -33,7 +34,7 @@ func shareDev(cl claims.Claim, i int, memMiB uint64) claims.Device {
 func TestClaimSharesBooked(t *testing.T) {
 	whole := claimDev(trainClaim, 4, false)
 	whole.Share = claims.Share{ID: "share-w", MemoryMiB: 81920, GPUMemoryMiB: 81920}
-	p := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{shareDev(shareA, 2, 20480), shareDev(shareB, 2, 40960), whole}))
+	p := claimPath(t, sharing.Exclusive, claims.New([]claims.Device{shareDev(shareA, 2, 20480), shareDev(shareB, 2, 40960), whole}))
 	want := "0=free 1=free 2=shared[claim ml/share-a,claim ml/share-b] 3=free 4=exclusive[claim ml/train] 5=free 6=free 7=free"
 	if got := alloc.Summary(p.Table.State()); got != want {
 		t.Errorf("table %s\nwant %s", got, want)
@@ -45,7 +46,7 @@ func TestClaimSharesBooked(t *testing.T) {
 // claim's limits (the pod spec's higher ones replaced), and both are
 // served beside each other on an exclusive node.
 func TestClaimSharesMPS(t *testing.T) {
-	p := claimPath(t, alloc.Exclusive, claims.New([]claims.Device{shareDev(shareA, 2, 20480), shareDev(shareB, 2, 40960)}))
+	p := claimPath(t, sharing.Exclusive, claims.New([]claims.Device{shareDev(shareA, 2, 20480), shareDev(shareB, 2, 40960)}))
 	raise := []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=81920M"}
 	for _, tc := range []struct {
 		cl   claims.Claim

@@ -9,8 +9,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -73,7 +74,7 @@ func TestMIGRequestForms(t *testing.T) {
 			control, u01},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, &api.PodSandbox{Name: "p", Namespace: "ns", Annotations: tc.pod}, tc.ctr)
+			adj, _, err := handle(adjust.Prepare(s, layout), tableFor(s), sharing.Shared, &api.PodSandbox{Name: "p", Namespace: "ns", Annotations: tc.pod}, tc.ctr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +103,7 @@ func TestMIGParentNotWhole(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.c": tc.annotation}}
-			_, _, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pod, &api.Container{Name: "c"})
+			_, _, err := handle(adjust.Prepare(s, layout), tableFor(s), sharing.Shared, pod, &api.Container{Name: "c"})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -113,7 +114,7 @@ func TestMIGParentNotWhole(t *testing.T) {
 	}
 	// A count of whole GPUs skips the MIG-enabled ones.
 	pod := &api.PodSandbox{Annotations: map[string]string{"gpus.nri-gpu.dev/container.c": "count=6"}}
-	_, res, err := handle(adjust.Prepare(s, layout), tableFor(s), alloc.Exclusive, pod, &api.Container{Name: "c"})
+	_, res, err := handle(adjust.Prepare(s, layout), tableFor(s), sharing.Exclusive, pod, &api.Container{Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestMIGBooking(t *testing.T) {
 	src, table := adjust.Prepare(s, layout), tableFor(s)
 	book := func(ctr, devs string) error {
 		pod := &api.PodSandbox{Id: "pod-" + ctr, Name: ctr, Namespace: "ns", Annotations: map[string]string{"gpus.nri-gpu.dev/container.c": `"device=` + devs + `"`}}
-		_, _, err := handle(src, table, alloc.Exclusive, pod, &api.Container{Id: ctr, Name: "c"})
+		_, _, err := handle(src, table, sharing.Exclusive, pod, &api.Container{Id: ctr, Name: "c"})
 		return err
 	}
 	if err := book("a", "0:0"); err != nil {
@@ -167,7 +168,7 @@ func TestMIGManagement(t *testing.T) {
 	pol.SetDefaults()
 	run := func(ns string, env ...string) (*api.ContainerAdjustment, error) {
 		pod := &api.PodSandbox{Name: "p", Namespace: ns, Annotations: map[string]string{"gpus.nri-gpu.dev/container.c": "device=0:0"}}
-		adj, _, err := handleWithPolicy(adjust.Prepare(s, layout), tableFor(s), alloc.Shared, pol, pod, &api.Container{Name: "c", Env: env})
+		adj, _, err := handleWithPolicy(adjust.Prepare(s, layout), tableFor(s), sharing.Shared, pol, pod, &api.Container{Name: "c", Env: env})
 		return adj, err
 	}
 	adj, err := run("gpu-admin", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all")
@@ -224,7 +225,7 @@ func TestMIGHoldings(t *testing.T) {
 		{Id: "c", PodSandboxId: "p", Name: "c", State: running,
 			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{parent, dev(m02.GINode), dev(m02.CINode)}}},
 	}
-	hs, warnings := Holdings(src, alloc.Shared, pods, ctrs)
+	hs, warnings := Holdings(src, sharing.Shared, pods, ctrs)
 	got := map[string][]int{}
 	for _, h := range hs {
 		got[h.Holder.ID] = h.GPUs

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )

@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 )
 
@@ -46,7 +46,7 @@ func TestUnnamedContainer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &api.PodSandbox{Name: "p", Namespace: "default", Uid: "u", Annotations: tc.ann}
 			tc.ctr.Id = "c1"
-			adj, res, err := handle(src, tableFor(s), alloc.Shared, pod, tc.ctr)
+			adj, res, err := handle(src, tableFor(s), sharing.Shared, pod, tc.ctr)
 			if tc.refused != "" {
 				var re *request.Error
 				if !errors.As(err, &re) || re.Source.Key != tc.refused || adj != nil {

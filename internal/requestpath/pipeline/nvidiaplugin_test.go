@@ -9,8 +9,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 )
 
 // NVIDIA's k8s-device-plugin as partner: containers shaped exactly as
@@ -150,7 +151,7 @@ func TestNVIDIADevicePluginStrategies(t *testing.T) {
 				table := tableFor(prep.Snapshot())
 				ctr := nvidiaPluginContainer("c", tc.strategy, tc.passSpecs, 1, 3)
 				pod := &api.PodSandbox{Id: "p-c", Name: "train", Namespace: "tenant-a"}
-				adj, _, err := handleWithPolicy(prep, table, alloc.Shared, pc.pol, pod, ctr)
+				adj, _, err := handleWithPolicy(prep, table, sharing.Shared, pc.pol, pod, ctr)
 				if pc.want == refused {
 					if err == nil || !strings.Contains(err.Error(), "PASS_DEVICE_SPECS=true") {
 						t.Errorf("err %v, want a refusal that names PASS_DEVICE_SPECS=true", err)
@@ -182,7 +183,7 @@ func TestNVIDIADevicePluginStrategies(t *testing.T) {
 					// container's device nodes (and CDI devices).
 					ctr.State = api.ContainerState_CONTAINER_RUNNING
 					ctr.Annotations = mergeAnn(ctr.Annotations, adj.GetAnnotations())
-					rebuilt, warnings := Holdings(prep, alloc.Shared, []*api.PodSandbox{pod}, []*api.Container{ctr})
+					rebuilt, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{ctr})
 					if len(warnings) != 0 || len(rebuilt) != 1 || !slices.Equal(rebuilt[0].GPUs, []int{1, 3}) || !rebuilt[0].Runtime {
 						t.Errorf("rebuilt %+v, %q; want GPUs 1 and 3 as the runtime's", rebuilt, warnings)
 					}
@@ -243,7 +244,7 @@ func TestDevicePluginCDIDevicesHold(t *testing.T) {
 	pod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "ml"}
 	ctr := &api.Container{Id: "c", PodSandboxId: "p", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"},
 		CDIDevices: []*api.CDIDevice{{Name: DevicePluginCDIKind + "=" + uuid(2)}, {Name: DevicePluginCDIKind + "=5"}}}
-	adj, _, err := handle(prep, table, alloc.Exclusive, pod, ctr)
+	adj, _, err := handle(prep, table, sharing.Exclusive, pod, ctr)
 	if err != nil || len(adj.GetMounts()) != 0 || len(adj.GetLinux().GetDevices()) != 0 {
 		t.Fatalf("%v, %v: want nothing injected", adj, err)
 	}
@@ -251,7 +252,7 @@ func TestDevicePluginCDIDevicesHold(t *testing.T) {
 		t.Errorf("table %s\nwant %s", got, want)
 	}
 	ctr.State = api.ContainerState_CONTAINER_RUNNING
-	hs, warnings := Holdings(prep, alloc.Exclusive, []*api.PodSandbox{pod}, []*api.Container{ctr})
+	hs, warnings := Holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{ctr})
 	if len(warnings) != 0 || len(hs) != 1 || !slices.Equal(hs[0].GPUs, []int{2, 5}) || !hs[0].Runtime {
 		t.Errorf("rebuilt %+v, %q", hs, warnings)
 	}

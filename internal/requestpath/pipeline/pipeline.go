@@ -46,10 +46,10 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -63,7 +63,7 @@ type Path struct {
 	// Table is who holds which GPUs; Handle books in it.
 	Table *alloc.Table
 	// Sharing is the node's mode for requests that do not say exclusive=.
-	Sharing alloc.Mode
+	Sharing sharing.Mode
 	// Policy says which namespaces may use which request source.
 	Policy policy.Policy
 	// EmitCDI (emit: cdi) hands GPUs over as CDI device names where the

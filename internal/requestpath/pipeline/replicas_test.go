@@ -18,7 +18,7 @@ import (
 // the device plugin shares GPU 0 (the first device of nvidia.com/gpu) as
 // 4 replicas of strategy (sharing.TimeSlicing or sharing.MPS), in the
 // node's mode, with the table told so as the plugin tells it.
-func replicaPath(t *testing.T, strategy string, fail bool, mode alloc.Mode) *Path {
+func replicaPath(t *testing.T, strategy string, fail bool, mode sharing.Mode) *Path {
 	t.Helper()
 	prep := adjust.Prepare(benchSnapshot(), layout)
 	plan := sharing.NewPlan(sharing.Spec{ResourceName: "nvidia.com/gpu", MIGStrategy: sharing.MIGStrategyNone, MPSRoot: "/run/nri-gpu/mps",
@@ -64,7 +64,7 @@ func replicaContainer(id, shared string, env []string, gpus ...int) *api.Contain
 // device the node does not replicate, malformed) refuses the container,
 // naming the disagreement, and books nothing.
 func TestKubeletReplicas(t *testing.T) {
-	p := replicaPath(t, sharing.TimeSlicing, false, alloc.Exclusive)
+	p := replicaPath(t, sharing.TimeSlicing, false, sharing.Exclusive)
 	pod := &api.PodSandbox{Id: "p-k", Name: "k", Namespace: "ml"}
 	ts := "time-slicing:" + uuid(0)
 	for _, c := range []*api.Container{
@@ -74,7 +74,7 @@ func TestKubeletReplicas(t *testing.T) {
 		replicaContainer("d", ts+"=2/4", nil, 0),
 	} {
 		adj, res, err := p.Handle(context.Background(), pod, c)
-		if err != nil || res.Holding == nil || res.Holding.Mode != alloc.Shared {
+		if err != nil || res.Holding == nil || res.Holding.Mode != sharing.Shared {
 			t.Fatalf("%s: %v, %+v", c.Id, err, res.Holding)
 		}
 		if got := envOf(adj)["NVIDIA_VISIBLE_DEVICES"]; got != uuid(0) {
@@ -112,7 +112,7 @@ func TestKubeletReplicas(t *testing.T) {
 		}
 	}
 
-	strict := replicaPath(t, sharing.TimeSlicing, true, alloc.Shared)
+	strict := replicaPath(t, sharing.TimeSlicing, true, sharing.Shared)
 	for _, tc := range []struct {
 		name string
 		p    *Path
@@ -141,7 +141,7 @@ func TestKubeletReplicas(t *testing.T) {
 // mpsPath is replicaPath under MPS with GPU 0's daemon ready, holding
 // each client to 25% of the threads and 20389 MiB.
 func mpsPath(t *testing.T) *Path {
-	p := replicaPath(t, sharing.MPS, true, alloc.Shared)
+	p := replicaPath(t, sharing.MPS, true, sharing.Shared)
 	sh := p.Shares.Shares[uuid(0)]
 	m := *sh.MPS
 	m.PinnedMemoryMiB = 20389
@@ -168,7 +168,7 @@ func TestMPSClient(t *testing.T) {
 	ctr := replicaContainer("m", "mps:"+uuid(0)+"=1/4", podEnv, 0)
 	p.EmitCDI, p.RuntimeCDI, p.CDINames = true, true, map[string]string{uuid(0): "nvidia.com/gpu=0"}
 	adj, res, err := p.Handle(context.Background(), pod, ctr)
-	if err != nil || res.MPS == nil || res.Holding.Mode != alloc.Shared {
+	if err != nil || res.MPS == nil || res.Holding.Mode != sharing.Shared {
 		t.Fatalf("%v, %+v", err, res)
 	}
 	if !strings.HasPrefix(res.Emit, "edits (an MPS client") || len(adj.GetCDIDevices()) != 0 {

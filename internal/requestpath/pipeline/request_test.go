@@ -11,8 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
@@ -122,7 +123,7 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 	}}}
 	// A container that the runtime gave every node and file of the
 	// answer already: the answer to the same request without them.
-	full, _, err := handle(prep, tableFor(prep.Snapshot()), alloc.Shared, pod("p-x", "ml"), &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}})
+	full, _, err := handle(prep, tableFor(prep.Snapshot()), sharing.Shared, pod("p-x", "ml"), &api.Container{Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 		{name: "env in a listed namespace", pol: byNS, pod: pod("p-b", "legacy"), ctr: &api.Container{Id: "b", Name: "c", Env: cudaEnv},
 			want: &answer{Devices: slices.Concat(nodes(0, 1, 2, 3, 4, 5, 6, 7), control), Mounts: drivers(defaultCaps, 0, 1, 2, 3, 4, 5, 6, 7),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(0, 1, 2, 3, 4, 5, 6, 7)}, Annotations: record("shared", false, 0, 1, 2, 3, 4, 5, 6, 7)},
-			holdings: []alloc.Holding{{Holder: holder("p-b", "b", "legacy", "c"), Mode: alloc.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
+			holdings: []alloc.Holding{{Holder: holder("p-b", "b", "legacy", "c"), Mode: sharing.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
 		{name: "env in another namespace: void", pol: byNS, pod: pod("p-c", "web"), ctr: &api.Container{Id: "c", Name: "c", Env: cudaEnv},
 			want: &answer{Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
 			note: `env NVIDIA_VISIBLE_DEVICES ignored: not allowed in namespace "web" (policy.visibleDevices: namespaces, policy.envNamespaces: [legacy]); set to void`},
@@ -144,12 +145,12 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 		{name: "annotation in its namespace", pol: secure, pod: pod("p-e", "ml", "gpus.nri-gpu.dev/pod", "1"), ctr: &api.Container{Id: "e", Name: "c"},
 			want: &answer{Devices: slices.Concat(nodes(0), control), Mounts: drivers(defaultCaps, 0),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(0), "LD_LIBRARY_PATH": libPath}, Annotations: record("shared", true, 0)},
-			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-e", "ml", "p"), Mode: alloc.Shared, GPUs: []int{0}}}},
+			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-e", "ml", "p"), Mode: sharing.Shared, GPUs: []int{0}}}},
 		{name: "CDI annotation in its namespace", pol: secure,
 			pod: pod("p-f", "ml", "nvidia.cdi.k8s.io/container.c", "nvidia.com/gpu=1,nvidia.com/gpu=GPU-00000003-558d-fb20-8eca-25de8b98f5a7"), ctr: &api.Container{Id: "f", Name: "c"},
 			want: &answer{Devices: slices.Concat(nodes(1, 3), control), Mounts: drivers(defaultCaps, 1, 3),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(1, 3), "LD_LIBRARY_PATH": libPath}, Annotations: record("shared", false, 1, 3)},
-			holdings: []alloc.Holding{{Holder: holder("p-f", "f", "ml", "c"), Mode: alloc.Shared, GPUs: []int{1, 3}}}},
+			holdings: []alloc.Holding{{Holder: holder("p-f", "f", "ml", "c"), Mode: sharing.Shared, GPUs: []int{1, 3}}}},
 		{name: "CDI annotation outside its namespaces fails", pol: secure,
 			pod: pod("p-g", "web", "nvidia.cdi.k8s.io/container.c", "nvidia.com/gpu=1"), ctr: &api.Container{Id: "g", Name: "c"},
 			err: `nri-gpu: annotation nvidia.cdi.k8s.io/container.c: not allowed in namespace "web" (policy.cdiNamespaces: [ml])`},
@@ -162,7 +163,7 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 		{name: "management beside a shared holder", pol: secure, pod: mgmtPod, ctr: &api.Container{Id: "dcgm", Name: "dcgm"},
 			before:   []policyStep{{pol: open, pod: pod("p-infer", "ml", "gpus.nri-gpu.dev/pod", "all"), ctr: &api.Container{Id: "infer", Name: "c"}}},
 			want:     &answer{Devices: everything, Mounts: drivers(defaultCaps, 0, 1, 2, 3, 4, 5, 6, 7), Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "LD_LIBRARY_PATH": libPath}},
-			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-infer", "ml", "p"), Mode: alloc.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
+			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-infer", "ml", "p"), Mode: sharing.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
 		// An exclusive request next to a management container is met (a
 		// pod-level request goes with the pod); the management container
 		// does not then reach the GPU held exclusively.
@@ -174,7 +175,7 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 				{pol: open, pod: pod("p-train", "ml", "gpus.nri-gpu.dev/pod", "exclusive=true,device=3"), ctr: &api.Container{Id: "train", Name: "c"}},
 			},
 			err:      "nri-gpu: annotation nvidia.cdi.k8s.io/pod: GPU 3 is held exclusively by a pod in another namespace (exclusive)",
-			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-train", "ml", "p"), Mode: alloc.Exclusive, GPUs: []int{3}}}},
+			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-train", "ml", "p"), Mode: sharing.Exclusive, GPUs: []int{3}}}},
 		{name: "management outside its namespaces fails", pol: secure, pod: pod("p-h", "ml", "nvidia.cdi.k8s.io/pod", "management.nvidia.com/gpu=all"), ctr: &api.Container{Id: "h", Name: "dcgm"},
 			err: `nri-gpu: annotation nvidia.cdi.k8s.io/pod: not allowed in namespace "ml" (policy.managementNamespaces: [gpu-operator])`},
 		{name: "device plugin mounts pass a denying policy", pol: secure, pod: pod("p-i", "web"),
@@ -182,18 +183,18 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 				Mounts: []*api.Mount{{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/GPU-00000002-558d-fb20-8eca-25de8b98f5a7"}}},
 			want: &answer{Devices: slices.Concat(nodes(2), control), Mounts: drivers(defaultCaps, 2),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(2), "LD_LIBRARY_PATH": libPath}, Annotations: record("shared", false, 2)},
-			holdings: []alloc.Holding{{Holder: holder("p-i", "i", "web", "c"), Mode: alloc.Shared, GPUs: []int{2}}}},
+			holdings: []alloc.Holding{{Holder: holder("p-i", "i", "web", "c"), Mode: sharing.Shared, GPUs: []int{2}}}},
 		{name: "runtime CDI devices: nothing", pol: open, pod: pod("p-j", "ml"), ctr: &api.Container{Id: "j", Name: "c", Env: cudaEnv, CDIDevices: []*api.CDIDevice{{Name: "nvidia.com/gpu=0"}}},
 			note:     "CDI devices nvidia.com/gpu=0: nothing injected",
-			holdings: []alloc.Holding{{Holder: holder("p-j", "j", "ml", "c"), Mode: alloc.Shared, GPUs: []int{0}, Runtime: true}}},
+			holdings: []alloc.Holding{{Holder: holder("p-j", "j", "ml", "c"), Mode: sharing.Shared, GPUs: []int{0}, Runtime: true}}},
 		{name: "device nodes from the runtime: only what is missing", pol: open, pod: pod("p-k", "ml"), ctr: runtimeNodes,
 			want: &answer{Devices: []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}, Mounts: drivers(defaultCaps, 0),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(0), "LD_LIBRARY_PATH": libPath}},
 			note:     "/dev/nvidia0, /dev/nvidiactl: injected only the missing control nodes and driver files (2 device nodes, ",
-			holdings: []alloc.Holding{{Holder: holder("p-k", "rt", "ml", "c"), Mode: alloc.Shared, GPUs: []int{0}, Runtime: true}}},
+			holdings: []alloc.Holding{{Holder: holder("p-k", "rt", "ml", "c"), Mode: sharing.Shared, GPUs: []int{0}, Runtime: true}}},
 		{name: "every device node and driver file from the runtime: nothing", pol: open, pod: pod("p-l", "ml"), ctr: fullCtr,
 			note:     "nothing injected",
-			holdings: []alloc.Holding{{Holder: holder("p-l", "rt", "ml", "c"), Mode: alloc.Shared, GPUs: []int{0}, Runtime: true}}},
+			holdings: []alloc.Holding{{Holder: holder("p-l", "rt", "ml", "c"), Mode: sharing.Shared, GPUs: []int{0}, Runtime: true}}},
 		// A device plugin gave GPU 2; the image asks for all through its
 		// environment: the container keeps exactly GPU 2, booked as the
 		// runtime's choice, in the node's mode, without a record
@@ -204,7 +205,7 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 			}}},
 			want:     &answer{Devices: control, Mounts: drivers(defaultCaps, 2), Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(2), "LD_LIBRARY_PATH": libPath}},
 			note:     "env NVIDIA_VISIBLE_DEVICES: the runtime already gives the container /dev/nvidia2: injected only the missing control nodes and driver files (3 device nodes, 18 mounts)",
-			holdings: []alloc.Holding{{Holder: holder("p-m", "ctr-2", "ml", "c"), Mode: alloc.Shared, GPUs: []int{2}, Runtime: true}}},
+			holdings: []alloc.Holding{{Holder: holder("p-m", "ctr-2", "ml", "c"), Mode: sharing.Shared, GPUs: []int{2}, Runtime: true}}},
 		// A count request is booked before its GPUs' arch can be checked;
 		// the unmet requirement releases the booking.
 		{name: "an unmet requirement releases a count's booking", pol: open, pod: pod("p-n", "ml", "gpus.nri-gpu.dev/pod", "2"),
@@ -215,7 +216,7 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 		{name: "requirements disabled", pol: open, pod: pod("p-q", "ml"), ctr: &api.Container{Id: "q", Name: "c", Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=13.5", "NVIDIA_DISABLE_REQUIRE=1"}},
 			want: &answer{Devices: slices.Concat(nodes(0, 1, 2, 3, 4, 5, 6, 7), control), Mounts: drivers(defaultCaps, 0, 1, 2, 3, 4, 5, 6, 7),
 				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": ids(0, 1, 2, 3, 4, 5, 6, 7), "LD_LIBRARY_PATH": libPath}, Annotations: record("shared", false, 0, 1, 2, 3, 4, 5, 6, 7)},
-			holdings: []alloc.Holding{{Holder: holder("p-q", "q", "ml", "c"), Mode: alloc.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
+			holdings: []alloc.Holding{{Holder: holder("p-q", "q", "ml", "c"), Mode: sharing.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
 	}
 }
 
@@ -235,11 +236,11 @@ func TestHandleWithPolicy(t *testing.T) {
 					table.ReleasePod(b.pod.Id)
 					continue
 				}
-				if _, _, err := handleWithPolicy(prep, table, alloc.Shared, b.pol, b.pod, b.ctr); err != nil {
+				if _, _, err := handleWithPolicy(prep, table, sharing.Shared, b.pol, b.pod, b.ctr); err != nil {
 					t.Fatalf("before: %s/%s: %v", b.pod.Id, b.ctr.Id, err)
 				}
 			}
-			adj, res, err := handleWithPolicy(prep, table, alloc.Shared, tc.pol, tc.pod, tc.ctr)
+			adj, res, err := handleWithPolicy(prep, table, sharing.Shared, tc.pol, tc.pod, tc.ctr)
 			if got := fmt.Sprint(err); tc.err != "" && got != tc.err || tc.err == "" && err != nil {
 				t.Errorf("error %s\nwant  %s", got, tc.err)
 			}

@@ -8,11 +8,12 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/require"
 	"github.com/nri-gpu/nri-gpu/inventory"
+	"github.com/nri-gpu/nri-gpu/inventory/require"
 )
 
 // The steps of the kinds' paths (pipeline.go), in the order the paths run
@@ -70,7 +71,7 @@ func (p *Path) bookGiven(c *call, idx []int, kubelet bool) error {
 	h := HolderOf(c.pod, c.ctr)
 	mode := p.Sharing
 	if c.replicated {
-		mode = alloc.Shared // replicas: shared whatever the node's mode
+		mode = sharing.Shared // replicas: shared whatever the node's mode
 	}
 	got, err := p.Table.Allocate(alloc.Request{Holder: h, Mode: mode, GPUs: idx, Source: source, Kubelet: kubelet, Runtime: true})
 	if err != nil {
@@ -252,9 +253,9 @@ func (p *Path) book(c *call, r request.Request, sel request.Selection) ([]invent
 	}
 	mode := p.Sharing
 	if x := r.Exclusive; x != nil {
-		mode = alloc.Shared
+		mode = sharing.Shared
 		if *x {
-			mode = alloc.Exclusive
+			mode = sharing.Exclusive
 		}
 	}
 	req := alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: mode, Count: sel.Count, Source: r.Source.String(), GPUs: indexes(sel.GPUs)}
@@ -296,7 +297,7 @@ func (p *Path) checkManagement(c *call, r request.Request, sel request.Selection
 	if err := c.live(); err != nil {
 		return err
 	}
-	return p.Table.Check(alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: alloc.Shared, Source: r.Source.String(), GPUs: indexes(sel.GPUs)})
+	return p.Table.Check(alloc.Request{Holder: HolderOf(c.pod, c.ctr), Mode: sharing.Shared, Source: r.Source.String(), GPUs: indexes(sel.GPUs)})
 }
 
 // require checks the requirements the image states (NVIDIA_REQUIRE_*)

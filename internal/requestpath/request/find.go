@@ -4,7 +4,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 

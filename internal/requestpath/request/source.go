@@ -1,6 +1,6 @@
 package request
 
-import "github.com/nri-gpu/nri-gpu/internal/requestpath/policy"
+import "github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 
 // Source says where a request came from: the kind of carrier and its key.
 // It is what messages name, what the policy decides on and what metrics
