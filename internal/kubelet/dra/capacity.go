@@ -144,16 +144,16 @@ func sharedMiB(next checkpoint, uuid string) uint64 {
 // its share, without an unprepare) and are dropped with their CDI specs.
 // Shares whose claims still hold them fail n, naming them. The caller
 // holds mu.
-func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n claims.Device, next *checkpoint) error {
+func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n claims.Device, next *checkpoint) ([]string, error) {
 	if n.Share.ID == "" || sharedMiB(*next, n.UUID)+n.Share.MemoryMiB <= n.Share.GPUMemoryMiB {
-		return nil
+		return nil, nil
 	}
 	uids := make([]string, 0, len(next.Claims))
 	for uid := range next.Claims {
 		uids = append(uids, uid)
 	}
 	sort.Strings(uids)
-	var live []string
+	var live, dropped []string
 	for _, uid := range uids {
 		other := next.Claims[uid]
 		at := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool { return bothShares(o, n) && !o.AdminAccess })
@@ -162,7 +162,7 @@ func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n 
 		}
 		gone, why, err := d.claimGone(ctx, uid, other, other.Devices[at])
 		if err != nil {
-			return fmt.Errorf("prepare claim %s/%s: device %s: its shares leave no room for %dMi, and claim %s/%s (%s), which holds one, cannot be looked up: %w",
+			return nil, fmt.Errorf("prepare claim %s/%s: device %s: its shares leave no room for %dMi, and claim %s/%s (%s), which holds one, cannot be looked up: %w",
 				c.Namespace, c.Name, n.Name, n.Share.MemoryMiB, other.Namespace, other.Name, uid, err)
 		}
 		if !gone {
@@ -172,13 +172,11 @@ func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n 
 		d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": n.Name}).
 			Warnf("DRA: releasing a prepared share whose claim %s: its memory goes to claim %s/%s", why, c.Namespace, c.Name)
 		delete(next.Claims, uid)
-		if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
-			return err
-		}
+		dropped = append(dropped, uid)
 	}
 	if used := sharedMiB(*next, n.UUID); used+n.Share.MemoryMiB > n.Share.GPUMemoryMiB {
-		return fmt.Errorf("prepare claim %s/%s: device %s: a share of %dMi does not fit: %dMi of its %dMi are prepared for claims %s, which still hold them",
+		return nil, fmt.Errorf("prepare claim %s/%s: device %s: a share of %dMi does not fit: %dMi of its %dMi are prepared for claims %s, which still hold them",
 			c.Namespace, c.Name, n.Name, n.Share.MemoryMiB, used, n.Share.GPUMemoryMiB, strings.Join(live, ", "))
 	}
-	return nil
+	return dropped, nil
 }

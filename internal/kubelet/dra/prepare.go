@@ -82,7 +82,8 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		return nil, err
 	}
 	next := d.ckpt.clone()
-	if err := d.dropStale(ctx, c, devs, &next); err != nil {
+	dropped, err := d.dropStale(ctx, c, devs, &next)
+	if err != nil {
 		return nil, err
 	}
 	next.Claims[uid] = checkpointClaim{Namespace: c.Namespace, Name: c.Name, Devices: checkpointDevices(devs)}
@@ -105,6 +106,7 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	d.install(next)
+	d.removeSpecs(dropped)
 	if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
 		return nil, err
 	}
@@ -186,10 +188,12 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 
 // dropStale removes from next the prepared claims that hold a device devs
 // need and no longer exist: deleted (NotFound), replaced by a claim of
-// the same name (another UID), or no longer allocated that device. Such a
-// claim never blocks a new pod; its CDI spec goes with it. A claim that
-// still holds the device fails the new one, naming it.
-func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint) error {
+// the same name (another UID), or no longer allocated that device, and
+// returns their UIDs. Such a claim never blocks a new pod; its CDI spec
+// goes once the checkpoint without it is written (removeSpecs). A claim
+// that still holds the device fails the new one, naming it.
+func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint) ([]string, error) {
+	var dropped []string
 	for _, dv := range devs {
 		if dv.AdminAccess {
 			continue
@@ -201,23 +205,35 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 			}
 			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held])
 			if err != nil {
-				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
+				return nil, fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
 			}
 			if !gone {
-				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which still holds it", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid)
+				return nil, fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which still holds it", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid)
 			}
 			d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": dv.Name}).
 				Warnf("DRA: releasing a prepared claim that %s: its device goes to claim %s/%s", why, c.Namespace, c.Name)
 			delete(next.Claims, uid)
-			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
-				return err
-			}
+			dropped = append(dropped, uid)
 		}
-		if err := d.fitShares(ctx, c, dv, next); err != nil {
-			return err
+		gone, err := d.fitShares(ctx, c, dv, next)
+		if err != nil {
+			return nil, err
+		}
+		dropped = append(dropped, gone...)
+	}
+	return dropped, nil
+}
+
+// removeSpecs removes the CDI specs of the claims uids, which the
+// checkpoint on disk no longer lists; a spec that cannot be removed is
+// logged (New removes it at the next start: the checkpoint names no such
+// claim).
+func (d *Driver) removeSpecs(uids []string) {
+	for _, uid := range uids {
+		if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
+			d.log.WithField("uid", uid).WithError(err).Warn("DRA: removing the CDI spec of a released claim")
 		}
 	}
-	return nil
 }
 
 // overlaps reports whether a prepared device and a new one share a GPU:
