@@ -192,7 +192,7 @@ func TestPrepareShares(t *testing.T) {
 	opts.Book = func(p *claims.Prepared, _ string) error { told.Store(p); return nil }
 	e := newEnv(t, cfg, testSnapshot(), &opts)
 	daemon := &sharing.MPSDaemon{PipeDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "pipe"), LogDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "log"),
-		ShmDir: filepath.Join(root, "mps", "shm"), ActiveThreadPercentage: 100}
+		ShmDir: filepath.Join(root, "mps", "shm"), MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 100}}
 	writeReady(t, "GPU-aaaaaaaa", daemon)
 	a := e.shareClaim(t, "a", "uid-a", "share-a", "40Gi", mpsRaw)
 	b := e.shareClaim(t, "b", "uid-b", "share-b", "30Gi", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}}}`)

@@ -29,10 +29,9 @@ import (
 var mpsWait = 15 * time.Second
 
 // claimMPS plans the MPS control daemon of the GPU uuid with lim.
-func (d *Driver) claimMPS(uuid string, lim MPSLimits) *claims.MPS {
+func (d *Driver) claimMPS(uuid string, lim sharing.MPSLimits) *sharing.MPSDaemon {
 	pipe, log, shm := sharing.DaemonDirs(d.opts.MPSRoot, uuid)
-	return &claims.MPS{PipeDir: pipe, LogDir: log, ShmDir: shm, ActiveThreadPercentage: lim.ActiveThreadPercentage,
-		PinnedMemoryMiB: lim.PinnedMemoryMiB, Why: "nri-gpu mps has not reported the MPS control daemon ready"}
+	return &sharing.MPSDaemon{PipeDir: pipe, LogDir: log, ShmDir: shm, MPSLimits: lim, Why: sharing.NotReported}
 }
 
 // checkMPSClaim refuses what nri-gpu's MPS cannot serve: a claim with
@@ -75,9 +74,7 @@ func MPSDaemons(p *claims.Prepared) map[string]*sharing.MPSDaemon {
 	out := map[string]*sharing.MPSDaemon{}
 	for _, dv := range p.Devices() {
 		if m := dv.MPS; m != nil {
-			threads, memory := daemonLimits(dv)
-			out[dv.UUID] = &sharing.MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir,
-				ActiveThreadPercentage: threads, PinnedMemoryMiB: memory}
+			out[dv.UUID] = &sharing.MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, MPSLimits: daemonLimits(dv)}
 		}
 	}
 	return out
@@ -95,7 +92,7 @@ func withStatus(p *claims.Prepared, status map[string]sharing.MPSStatus) (*claim
 		}
 		st, ok := status[devs[i].UUID]
 		if !ok {
-			st.Why = "nri-gpu mps has not reported the MPS control daemon ready"
+			st.Why = sharing.NotReported
 		}
 		if st.Ready {
 			st.Why = ""

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
@@ -103,4 +104,29 @@ func checkpointText(t *testing.T, e *testEnv) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestReviewDefect9GpuConfigStrict: GpuConfig is decoded as NVIDIA's
+// driver decodes it (apimachinery's strict decoding): a field given twice,
+// in any case, and a field name in another case are refused, naming the
+// field; encoding/json took the last duplicate and matched any case, so
+// an admission policy reading the object saw 10 where nri-gpu applied 100.
+func TestReviewDefect9GpuConfigStrict(t *testing.T) {
+	for _, tc := range []struct{ name, raw, want string }{
+		{"duplicate in another case", gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 10, "DefaultActiveThreadPercentage": 100}}}`,
+			`unknown field "sharing.mpsConfig.DefaultActiveThreadPercentage"`},
+		{"duplicate", gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 10, "defaultActiveThreadPercentage": 100}}}`,
+			`duplicate field "sharing.mpsConfig.defaultActiveThreadPercentage"`},
+		{"duplicate strategy", gpuConfigHead + `, "sharing": {"strategy": "MPS", "strategy": "TimeSlicing"}}`, `duplicate field "sharing.strategy"`},
+		{"another case", gpuConfigHead + `, "Sharing": {"strategy": "MPS"}}`, `unknown field "Sharing"`},
+		{"duplicate kind", `{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "kind": "GpuConfig"}`, `duplicate field "kind"`},
+		{"two values", gpuConfigHead + `} {}`, `invalid character '{' after top-level value`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, tc.raw, false)})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "claim spec.devices.config[0].opaque.parameters") {
+				t.Errorf("parse: %v\nwant an error naming %s", err, tc.want)
+			}
+		})
+	}
 }

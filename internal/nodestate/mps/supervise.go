@@ -168,8 +168,7 @@ func (s *Supervisor) bringUp(ctx context.Context, uuid string, d *sharing.MPSDae
 	if err := s.setLimits(ctx, d); err != nil {
 		return 0, "", err
 	}
-	err := writeReady(DaemonDir(d), Ready{Version: ReadyVersion, UUID: uuid, ActiveThreadPercentage: d.ActiveThreadPercentage,
-		PinnedMemoryMiB: d.PinnedMemoryMiB, PID: pid, Started: time.Now().UTC().Truncate(time.Second)})
+	err := writeReady(DaemonDir(d), Ready{Version: ReadyVersion, UUID: uuid, MPSLimits: d.MPSLimits, PID: pid, Started: time.Now().UTC().Truncate(time.Second)})
 	return pid, how, err
 }
 
@@ -553,7 +552,7 @@ func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duratio
 		if w := want(); w != nil {
 			for uuid, r := range cur {
 				nd, ok := w[uuid]
-				if ok && sameDaemon(nd, r.d) {
+				if ok && sharing.SameDaemon(nd, r.d) {
 					continue
 				}
 				r.cancel()
@@ -578,11 +577,4 @@ func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duratio
 		}
 		sleep(ctx, every)
 	}
-}
-
-// sameDaemon reports whether a and b are the same daemon with the same
-// limits.
-func sameDaemon(a, b *sharing.MPSDaemon) bool {
-	return a.PipeDir == b.PipeDir && a.LogDir == b.LogDir && a.ShmDir == b.ShmDir &&
-		a.ActiveThreadPercentage == b.ActiveThreadPercentage && a.PinnedMemoryMiB == b.PinnedMemoryMiB
 }
