@@ -113,6 +113,13 @@ func ReadPrepared(dir string) (*claims.Prepared, error) {
 	return c.prepared(), nil
 }
 
+// CountPrepared returns how many claims the checkpoint in the plugin
+// directory dir has prepared (nri-gpu doctor), or why it cannot be read.
+func CountPrepared(dir string) (int, error) {
+	c, err := readCheckpoint(dir)
+	return len(c.Claims), err
+}
+
 // readCheckpoint reads the checkpoint in dir, of any version up to
 // CheckpointVersion, as CheckpointVersion; none is an empty one. A
 // version it does not know (a newer nri-gpu's), a file it cannot decode

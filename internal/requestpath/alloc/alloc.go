@@ -36,6 +36,8 @@ type Holder struct {
 // claim's (ClaimHolder) as "claim namespace/name".
 func (h Holder) String() string {
 	switch {
+	case h.ID == UnknownClaimsID:
+		return "the DRA driver's prepared claims (its checkpoint cannot be read)"
 	case h.Claim != "":
 		return "claim " + h.Namespace + "/" + h.Claim
 	case h.Pod == "" && h.Container == "":
@@ -67,6 +69,16 @@ const ClaimHolderPrefix = "claim:"
 func ClaimHolder(uid, namespace, name string) Holder {
 	return Holder{ID: ClaimHolderPrefix + uid, Namespace: namespace, Claim: name}
 }
+
+// UnknownClaimsID is the ID of UnknownClaims' holding.
+const UnknownClaimsID = ClaimHolderPrefix + "*"
+
+// UnknownClaims names the holder of the GPUs the DRA driver offers while
+// its checkpoint cannot be read: its prepared claims are unknown, so every
+// one of its GPUs may be a claim's. It is the node's, no tenant's: every
+// message names it. SyncClaims releases it with the first set of claims
+// read.
+func UnknownClaims() Holder { return Holder{ID: UnknownClaimsID, Claim: "*"} }
 
 // Holding is what one container holds.
 type Holding struct {
@@ -445,7 +457,7 @@ func describe(hs []*Holding, ns string, redact bool) string {
 	s := make([]string, 0, len(hs))
 	var others [2]int // by mode
 	for _, h := range hs {
-		if redact && h.Holder.Namespace != ns {
+		if redact && h.Holder.Namespace != ns && h.Holder.ID != UnknownClaimsID {
 			others[h.Mode]++
 			continue
 		}
