@@ -167,6 +167,10 @@ func (d *Driver) tell(p *claims.Prepared) {
 	}
 }
 
+// reconcileSpecs makes the CDI directory agree with the checkpoint: a
+// spec of no prepared claim goes, a prepared claim's missing spec is
+// written again, and the spec of a claim whose devices' names or nodes
+// are other GPUs now (identityMismatch) goes.
 func (d *Driver) reconcileSpecs() error {
 	have, err := ownSpecs(d.opts.CDIDir, d.opts.DriverName)
 	if err != nil {
@@ -180,8 +184,22 @@ func (d *Driver) reconcileSpecs() error {
 			}
 		}
 	}
-	nodes := nodesOf(d.node.State())
+	st := d.node.State()
+	nodes, byName := nodesOf(st), map[string]unit{}
+	for _, u := range units(st) {
+		byName[u.name] = u
+	}
 	for uid, cc := range d.ckpt.Claims {
+		if why, replaced := identityMismatch(cc, byName); replaced {
+			// Its devices' nodes are other GPUs now: a container of the
+			// claim that the kubelet restarts from its cache must not get
+			// them. The record stays until the kubelet asks again.
+			d.log.WithFields(logrus.Fields{"claim": cc.Namespace + "/" + cc.Name, "uid": uid}).Warnf("DRA: removing the CDI spec of a prepared claim whose devices changed: %s", why)
+			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
+				return err
+			}
+			continue
+		}
 		if slices.Contains(have, uid) {
 			continue
 		}

@@ -67,6 +67,18 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 	uid := string(c.UID)
 	nodes := nodesOf(st)
 	if cc, ok := d.ckpt.Claims[uid]; ok {
+		why := d.allocationMismatch(cc, c)
+		if why == "" {
+			why, _ = identityMismatch(cc, byName)
+		}
+		if why != "" {
+			if err := d.dropRecord(c); err != nil {
+				return nil, err
+			}
+			d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "uid": uid}).Warnf("DRA: released a stale preparation: %s", why)
+			return nil, fmt.Errorf("prepare claim %s/%s: its preparation is stale: %s; it was released, and the claim is prepared afresh when the kubelet asks again",
+				c.Namespace, c.Name, why)
+		}
 		devs := cc.devices(uid)
 		// Its spec may be gone (a tmpfs /var/run/cdi after a reboot).
 		if err := d.writeClaimSpec(uid, devs, nodes); err != nil {

@@ -130,3 +130,73 @@ func TestReviewDefect9GpuConfigStrict(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewDefect5ReprepareFollowsAllocation: a claim prepared on gpu-0
+// whose UID is allocated gpu-2 now is not answered gpu-0 again: its
+// record is stale, released (no spec, not in the checkpoint) with an
+// error naming both devices; a second claim then gets gpu-0, and the
+// kubelet's next ask prepares the first on gpu-2.
+func TestReviewDefect5ReprepareFollowsAllocation(t *testing.T) {
+	e, b := envWithTable(t)
+	x := e.claim(t, "x", "uid-x", false, "gpu-0")
+	if r := e.prepare(t, x); r.GetError() != "" {
+		t.Fatal(r.GetError())
+	}
+	x.Status.Allocation.Devices.Results[0].Device = "gpu-2"
+	if _, err := e.client.ResourceV1().ResourceClaims("ml").Update(context.Background(), x, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.prepare(t, x)
+	if !strings.Contains(r.GetError(), "prepare claim ml/x: its preparation is stale: request gpu was prepared with device gpu-0") ||
+		!strings.Contains(r.GetError(), "is allocated device gpu-2") || len(r.GetDevices()) != 0 {
+		t.Fatalf("re-prepare of a claim allocated another device: %v", r)
+	}
+	if strings.Contains(checkpointText(t, e), "uid-x") || e.spec(t, "uid-x") != nil {
+		t.Error("the stale preparation stayed")
+	}
+	y := e.claim(t, "y", "uid-y", false, "gpu-0")
+	if r := e.prepare(t, y); r.GetError() != "" || r.GetDevices()[0].GetDeviceName() != "gpu-0" {
+		t.Errorf("a claim of the device the stale preparation had: %v", r)
+	}
+	if r := e.prepare(t, x); r.GetError() != "" || r.GetDevices()[0].GetDeviceName() != "gpu-2" {
+		t.Errorf("the claim asked again: %v", r)
+	}
+	if got := alloc.Summary(b.table.State()); !strings.HasPrefix(got, "0=exclusive[claim ml/y] ") || !strings.Contains(got, "2=exclusive[claim ml/x]") {
+		t.Errorf("table %s", got)
+	}
+}
+
+// TestReviewDefect6ReplacedGPUIsStale: after a restart where minor 0 is
+// another GPU (a driver reload, a GPU swapped), the claim prepared on the
+// old one loses its CDI spec at start (a container the kubelet restarts
+// must not get the new GPU's node), and its re-prepare fails naming both
+// UUIDs, releasing the record; asked again, it is prepared on the GPU the
+// node has now.
+func TestReviewDefect6ReplacedGPUIsStale(t *testing.T) {
+	e := newEnv(t, draConfig(), testSnapshot(), nil)
+	c := e.claim(t, "train", "uid-1", false, "gpu-0")
+	if r := e.prepare(t, c); r.GetError() != "" {
+		t.Fatal(r.GetError())
+	}
+	e.stop()
+	swapped := testSnapshot()
+	swapped.GPUs[0].UUID = "GPU-zzzzzzzz"
+	e2 := newEnv(t, draConfig(), swapped, &e.dirs)
+	c = e2.claim(t, "train", "uid-1", false, "gpu-0") // the new fake API server's
+	if e2.spec(t, "uid-1") != nil {
+		t.Error("the spec of a claim whose GPU was replaced stayed: /dev/nvidia0 is another GPU now")
+	}
+	r := e2.prepare(t, c)
+	if !strings.Contains(r.GetError(), "device gpu-0 was prepared as GPU-aaaaaaaa at /dev/nvidia0, and is GPU-zzzzzzzz at /dev/nvidia0 now") || len(r.GetDevices()) != 0 {
+		t.Fatalf("re-prepare on a replaced GPU: %v", r)
+	}
+	if e2.spec(t, "uid-1") != nil || e2.d.Prepared().Len() != 0 {
+		t.Error("the stale preparation stayed")
+	}
+	if r := e2.prepare(t, c); r.GetError() != "" {
+		t.Fatal(r.GetError())
+	}
+	if devs := e2.d.Prepared().Devices(); len(devs) != 1 || devs[0].UUID != "GPU-zzzzzzzz" {
+		t.Errorf("prepared afresh: %+v", devs)
+	}
+}
