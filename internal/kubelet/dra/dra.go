@@ -87,9 +87,14 @@ type Driver struct {
 	client   kubernetes.Interface
 	log      *logrus.Entry
 
-	// mu serializes Prepare, Unprepare and publishing; guards ckpt.
-	mu   sync.Mutex
-	ckpt checkpoint
+	// mu serializes Prepare, Unprepare and reading the state to publish;
+	// guards ckpt, mpsStatus, pub and roots. Nothing holds it while
+	// waiting for an MPS daemon or for the API server.
+	mu sync.Mutex
+	// pubMu orders publishing: one set of ResourceSlices at a time, the
+	// last state last.
+	pubMu sync.Mutex
+	ckpt  checkpoint
 	// prepared is ckpt as the request path reads it, swapped whole.
 	prepared atomic.Pointer[claims.Prepared]
 	// mpsStatus is the readiness of the prepared claims' MPS daemons, by
@@ -108,6 +113,9 @@ type Driver struct {
 	// bus id.
 	pub   publisher
 	roots map[string]string
+	// watchReady is how waitMPS is woken (the package's watchReady; the
+	// handshake benchmark sets the polling it replaced).
+	watchReady func(ctx context.Context, dirs ...string) <-chan struct{}
 }
 
 // New makes the plugin's directories, reads its checkpoint, and makes
@@ -134,7 +142,7 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
 	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
-		log: log.WithField("component", "dra"), roots: map[string]string{}}
+		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady}
 	d.install(ckpt)
 	d.tell(d.prepared.Load())
 	if err := d.reconcileSpecs(); err != nil {
@@ -223,6 +231,10 @@ func (d *Driver) Serve(ctx context.Context) error {
 		kubeletplugin.PluginDataDirectoryPath(d.opts.PluginDir),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrationDir),
 		kubeletplugin.HealthService(false),
+		// Prepare and Unprepare serialize on mu themselves, and a
+		// prepare waiting for an MPS daemon holds no lock: the helper's
+		// serialization would hold every other claim for that wait.
+		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin: %w", err)
@@ -252,14 +264,22 @@ func (d *Driver) Serve(ctx context.Context) error {
 	}
 }
 
-// publish publishes the current state's devices.
+// publish publishes the current state's devices. The API call holds
+// pubMu, not mu: a prepare never waits for the API server.
 func (d *Driver) publish(ctx context.Context) {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.pub == nil {
+	pub := d.pub
+	var res resourceslice.DriverResources
+	if pub != nil {
+		res = d.resources(d.node.State())
+	}
+	d.mu.Unlock()
+	if pub == nil {
 		return
 	}
-	if err := d.pub.PublishResources(ctx, d.resources(d.node.State())); err != nil {
+	if err := pub.PublishResources(ctx, res); err != nil {
 		d.log.WithError(err).Error("DRA: publishing ResourceSlices")
 	}
 }

@@ -253,7 +253,7 @@ func strictProblem(raw string) string {
 
 // mpsClaim creates a claim of device allocated with the configuration
 // raw (for every request).
-func (e *testEnv) mpsClaim(t *testing.T, name, uid, raw string, devices ...string) *resourceapi.ResourceClaim {
+func (e *testEnv) mpsClaim(t testing.TB, name, uid, raw string, devices ...string) *resourceapi.ResourceClaim {
 	t.Helper()
 	c := e.claim(t, name, uid, false, devices...)
 	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}

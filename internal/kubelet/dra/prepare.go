@@ -23,20 +23,29 @@ import (
 // claim, the CDI device of each of its devices that this node's pool
 // holds, with the claim's CDI spec written and the claim in the
 // checkpoint. A claim already prepared gets the same answer again (the
-// kubelet asks again after restarts). The library serializes the calls.
+// kubelet asks again after restarts), when its record still matches its
+// allocation and the node. Calls may run side by side (the helper's
+// serialization is off, Serve): each claim is prepared under mu, and
+// waiting for its MPS daemon (waitMPS) holds no lock.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	start := time.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	locked := time.Now()
-	st := d.node.State()
-	byName := map[string]unit{}
-	for _, u := range units(st) {
-		byName[u.name] = u
-	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(cs))
 	for _, c := range cs {
+		start := time.Now()
+		d.mu.Lock()
+		locked := time.Now()
+		st := d.node.State()
+		byName := map[string]unit{}
+		for _, u := range units(st) {
+			byName[u.name] = u
+		}
 		devs, err := d.prepareOne(ctx, c, byName, st)
+		d.mu.Unlock()
+		if err == nil {
+			// Under MPS, the claim stays prepared while its daemon
+			// comes up (nri-gpu mps starts it from the checkpoint); the
+			// kubelet asks again until it is ready.
+			err = d.waitMPS(ctx, c, devs)
+		}
 		if err != nil {
 			d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "uid": c.UID}).WithError(err).Warn("DRA: claim not prepared")
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
@@ -62,7 +71,8 @@ func (d *Driver) result(devs []claims.Device) []kubeletplugin.Device {
 	return out
 }
 
-// prepareOne prepares one claim; the caller holds mu.
+// prepareOne prepares one claim, without waiting for its MPS daemon; the
+// caller holds mu.
 func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, byName map[string]unit, st *node.State) ([]claims.Device, error) {
 	uid := string(c.UID)
 	nodes := nodesOf(st)
@@ -82,9 +92,6 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		devs := cc.devices(uid)
 		// Its spec may be gone (a tmpfs /var/run/cdi after a reboot).
 		if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
-			return nil, err
-		}
-		if err := d.waitMPS(ctx, c, devs); err != nil {
 			return nil, err
 		}
 		return devs, nil
@@ -120,12 +127,6 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 	d.install(next)
 	d.removeSpecs(dropped)
 	if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
-		return nil, err
-	}
-	// Under MPS, the claim stays prepared while its daemon comes up
-	// (nri-gpu mps starts it from the checkpoint); the kubelet asks again
-	// until it is ready.
-	if err := d.waitMPS(ctx, c, devs); err != nil {
 		return nil, err
 	}
 	return devs, nil

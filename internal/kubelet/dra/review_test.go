@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -198,5 +199,115 @@ func TestReviewDefect6ReplacedGPUIsStale(t *testing.T) {
 	}
 	if devs := e2.d.Prepared().Devices(); len(devs) != 1 || devs[0].UUID != "GPU-zzzzzzzz" {
 		t.Errorf("prepared afresh: %+v", devs)
+	}
+}
+
+// mpsEnv is a driver with an MPS root whose Book is the real allocation
+// table.
+func mpsEnv(t *testing.T) (*testEnv, *tableBooker, Options) {
+	t.Helper()
+	root := t.TempDir()
+	b := newTableBooker(stateOf(testSnapshot(), draConfig()))
+	opts := Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"), RegistrationDir: filepath.Join(root, "r"),
+		CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev", MPSRoot: filepath.Join(root, "mps"), Book: b.book}
+	return newEnv(t, draConfig(), testSnapshot(), &opts), b, opts
+}
+
+// TestReviewDefect8MPSWaitHoldsNoLock: a prepare waiting for its claim's
+// MPS daemon holds neither the driver's lock nor the helper's: another
+// claim's Unprepare and Prepare and publishing finish while it waits (they
+// waited for the whole of mpsWait, 15 s by default), and the waiting
+// prepare finishes once the daemon's ready file is written.
+func TestReviewDefect8MPSWaitHoldsNoLock(t *testing.T) {
+	defer func(w time.Duration) { mpsWait = w }(mpsWait)
+	mpsWait = 5 * time.Second
+	e, _, _ := mpsEnv(t)
+	other := e.claim(t, "other", "uid-other", false, "gpu-2")
+	if r := e.prepare(t, other); r.GetError() != "" {
+		t.Fatal(r.GetError())
+	}
+	raw := gpuConfigHead + `, "sharing": {"strategy": "MPS"}}`
+	c := e.mpsClaim(t, "infer", "uid-mps", raw, "gpu-0")
+	waiting := make(chan string, 1)
+	go func() { waiting <- e.prepare(t, c).GetError() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(checkpointText(t, e), "uid-mps") {
+		if time.Now().After(deadline) {
+			t.Fatal("the MPS claim never reached the checkpoint")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The MPS claim waits for its daemon now.
+	e.unprepare(t, other)
+	third := e.claim(t, "third", "uid-3", false, "gpu-2")
+	r := e.prepare(t, third)
+	e.d.publish(context.Background())
+	select {
+	case err := <-waiting:
+		t.Fatalf("the MPS claim's prepare ended (%q) before another claim's unprepare and prepare could: they waited for its daemon", err)
+	default:
+	}
+	if r.GetError() != "" {
+		t.Errorf("another claim's prepare while the MPS claim waits: %v", r.GetError())
+	}
+	d := MPSDaemons(e.d.Prepared())["GPU-aaaaaaaa"]
+	if d == nil {
+		t.Fatal("no daemon planned for the MPS claim")
+	}
+	writeReady(t, "GPU-aaaaaaaa", d)
+	if err := <-waiting; err != "" {
+		t.Errorf("the MPS claim once its daemon is ready: %s", err)
+	}
+}
+
+// TestMPSTimeoutStaysPrepared: a prepare that times out waiting for its
+// MPS daemon leaves the claim prepared (in the checkpoint, its daemon
+// planned for nri-gpu mps, its GPU booked), across a restart of the
+// driver, until the kubelet unprepares it: then the checkpoint, the
+// spec, the booking and the daemon's plan go. An unprepare while the
+// prepare waits ends the wait.
+func TestMPSTimeoutStaysPrepared(t *testing.T) {
+	defer func(w time.Duration) { mpsWait = w }(mpsWait)
+	mpsWait = 200 * time.Millisecond
+	e, b, opts := mpsEnv(t)
+	c := e.mpsClaim(t, "infer", "uid-mps", gpuConfigHead+`, "sharing": {"strategy": "MPS"}}`, "gpu-0")
+	if r := e.prepare(t, c); !strings.Contains(r.GetError(), "its MPS control daemon is not ready") {
+		t.Fatalf("prepare without a daemon: %v", r)
+	}
+	held := func(what string, want bool) {
+		t.Helper()
+		p, err := ReadPrepared(opts.PluginDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inTable := strings.HasPrefix(alloc.Summary(b.table.State()), "0=exclusive[claim ml/infer]")
+		if (p.Len() == 1) != want || (len(MPSDaemons(p)) == 1) != want || inTable != want {
+			t.Errorf("%s: %d prepared devices, daemons %v, table %s; want held %v", what, p.Len(), MPSDaemons(p), alloc.Summary(b.table.State()), want)
+		}
+	}
+	held("after the timeout", true)
+	e.stop()
+	e2 := newEnv(t, draConfig(), testSnapshot(), &opts)
+	c = e2.mpsClaim(t, "infer", "uid-mps", gpuConfigHead+`, "sharing": {"strategy": "MPS"}}`, "gpu-0")
+	held("after a restart", true)
+	e2.unprepare(t, c)
+	held("after the unprepare", false)
+	if e2.spec(t, "uid-mps") != nil {
+		t.Error("the unprepared claim's spec stayed")
+	}
+	// Unprepared while its prepare waits: the wait ends at once.
+	mpsWait = time.Hour
+	waiting := make(chan string, 1)
+	go func() { waiting <- e2.prepare(t, c).GetError() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(checkpointText(t, e2), "uid-mps") {
+		if time.Now().After(deadline) {
+			t.Fatal("the MPS claim never reached the checkpoint")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e2.unprepare(t, c)
+	if err := <-waiting; !strings.Contains(err, "unprepared while waiting for its MPS control daemon") {
+		t.Errorf("a prepare whose claim was unprepared while it waited: %q", err)
 	}
 }

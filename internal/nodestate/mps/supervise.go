@@ -527,15 +527,16 @@ func (s *Supervisor) retire(ctx context.Context, root, uuid string) bool {
 }
 
 // Follow supervises the daemons that want returns (by GPU UUID), asked
-// again every interval, until ctx ends: a daemon it names is brought up
-// and supervised as Run does; one it no longer names (its DRA claims
-// were unprepared) stops being supervised and is retired (Retire: quit
-// when it serves no client, compute mode Default), as is one whose
-// limits changed, before it is brought up with the new ones (an adopted
-// daemon gets the new limits). want returns nil when it cannot tell (a
-// checkpoint that cannot be read): nothing changes then. Bounded: one
-// call of want and one goroutine per daemon.
-func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duration, want func() map[string]*sharing.MPSDaemon) {
+// at start and again at every wake-up (Watch on the file want reads),
+// until ctx ends: a daemon it names is brought up and supervised as Run
+// does; one it no longer names (its DRA claims were unprepared) stops
+// being supervised and is retired (Retire: quit when it serves no client,
+// compute mode Default), as is one whose limits changed, before it is
+// brought up with the new ones (an adopted daemon gets the new limits).
+// want returns nil when it cannot tell (a checkpoint that cannot be
+// read): nothing changes then. Bounded: one call of want per wake-up and
+// one goroutine per daemon.
+func (s *Supervisor) Follow(ctx context.Context, root string, wake <-chan struct{}, want func() map[string]*sharing.MPSDaemon) {
 	type running struct {
 		d      *sharing.MPSDaemon
 		cancel context.CancelFunc
@@ -575,6 +576,9 @@ func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duratio
 				}()
 			}
 		}
-		sleep(ctx, every)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		}
 	}
 }
