@@ -180,3 +180,53 @@ func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n 
 	}
 	return dropped, nil
 }
+
+// oneNamespace refuses the new share n of claim c beside a share of the
+// same GPU prepared for a claim of another namespace (dropping such
+// shares whose claims are gone, whose UIDs it returns): one MPS control
+// daemon serves every share of a GPU, through one read-write pipe
+// directory holding its control socket, so the clients of one share can
+// reach the daemon the others use (quit it, change its defaults, remove
+// its pipes), and the daemon's own defaults are the whole GPU
+// (sharemps.go). Shares of one namespace trust each other as the
+// containers of one pod do; dra.memoryShares.acrossNamespaces lets
+// namespaces that trust each other share. The message the pod sees does
+// not name the other namespace; the log does. The caller holds mu.
+func (d *Driver) oneNamespace(ctx context.Context, c *resourceapi.ResourceClaim, n claims.Device, next *checkpoint) ([]string, error) {
+	if !n.Share.Partial() {
+		return nil, nil
+	}
+	uids := make([]string, 0, len(next.Claims))
+	for uid := range next.Claims {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	var dropped []string
+	for _, uid := range uids {
+		other := next.Claims[uid]
+		if other.Namespace == c.Namespace {
+			continue
+		}
+		at := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool {
+			return o.UUID == n.UUID && o.ShareID != "" && o.ShareMiB < o.GPUMemoryMiB && !o.AdminAccess
+		})
+		if at < 0 {
+			continue
+		}
+		gone, why, err := d.claimGone(ctx, uid, other, other.Devices[at])
+		if err == nil && gone {
+			d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": n.Name}).
+				Warnf("DRA: releasing a prepared share whose claim %s: the GPU goes to the shares of namespace %s", why, c.Namespace)
+			delete(next.Claims, uid)
+			dropped = append(dropped, uid)
+			continue
+		}
+		d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "device": n.Name, "held by": other.Namespace + "/" + other.Name}).
+			Warn("DRA: a share refused beside another namespace's share (dra.memoryShares.acrossNamespaces is off)")
+		return nil, fmt.Errorf("prepare claim %s/%s: device %s: its memory is shared with a claim of another namespace, and nri-gpu shares a GPU's memory between claims of one namespace only: "+
+			"one MPS control daemon, whose control socket is in the pipe directory every share's containers mount read-write, serves every share of the GPU "+
+			"(dra.memoryShares.acrossNamespaces: true allows it where namespaces trust each other); the claim is prepared once those shares are released, when the kubelet asks again",
+			c.Namespace, c.Name, n.Name)
+	}
+	return dropped, nil
+}

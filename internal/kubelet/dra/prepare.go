@@ -101,7 +101,7 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		return nil, err
 	}
 	next := d.ckpt.clone()
-	dropped, err := d.dropStale(ctx, c, devs, &next)
+	dropped, err := d.dropStale(ctx, c, devs, &next, st.Config.DRA.MemoryShares.AcrossNamespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -202,10 +202,12 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 // dropStale removes from next the prepared claims that hold a device devs
 // need and no longer exist: deleted (NotFound), replaced by a claim of
 // the same name (another UID), or no longer allocated that device, and
-// returns their UIDs. Such a claim never blocks a new pod; its CDI spec
+// returns their UIDs; so are shares that leave no room for a new share
+// (fitShares) or that are of another namespace's claims (oneNamespace,
+// unless acrossNamespaces). Such a claim never blocks a new pod; its CDI spec
 // goes once the checkpoint without it is written (removeSpecs). A claim
 // that still holds the device fails the new one, naming it.
-func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint) ([]string, error) {
+func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint, acrossNamespaces bool) ([]string, error) {
 	var dropped []string
 	for _, dv := range devs {
 		if dv.AdminAccess {
@@ -233,6 +235,13 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 			return nil, err
 		}
 		dropped = append(dropped, gone...)
+		if !acrossNamespaces {
+			gone, err := d.oneNamespace(ctx, c, dv, next)
+			if err != nil {
+				return nil, err
+			}
+			dropped = append(dropped, gone...)
+		}
 	}
 	return dropped, nil
 }
