@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
@@ -155,4 +156,35 @@ func TestCheckpointRollback(t *testing.T) {
 	if got, err := decodeCheckpoint([]byte(v1)); err != nil || len(got.Claims) != 1 {
 		t.Errorf("a v1 file: %v, %d claims", err, len(got.Claims))
 	}
+}
+
+// FuzzDecodeCheckpoint: any file is read without panicking; what is
+// accepted names every device's identity, and reads back the same once
+// written in the current version.
+func FuzzDecodeCheckpoint(f *testing.F) {
+	full, _ := json.Marshal(fullCheckpoint())
+	f.Add(string(full))
+	f.Add(strings.Replace(string(full), CheckpointV2, CheckpointV1, 1))
+	f.Add(`{"version":"dra.nri-gpu.dev/v1","claims":{}}`)
+	f.Add(string(full[:len(full)/2]))
+	f.Fuzz(func(t *testing.T, data string) {
+		c, err := decodeCheckpoint([]byte(data))
+		if err != nil {
+			return
+		}
+		if c.Version != CheckpointVersion || c.check() != nil {
+			t.Fatalf("accepted %q as %+v", data, c)
+		}
+		again, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeCheckpoint(again)
+		if err != nil {
+			t.Fatalf("written back %s: %v", again, err)
+		}
+		if diff := cmp.Diff(c, back, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("round trip (-read +written back):\n%s", diff)
+		}
+	})
 }
