@@ -18,10 +18,13 @@ import (
 // gets an MPS control daemon of its own GPU, which nri-gpu mps starts and
 // supervises (the same Supervisor as the device plugin's MPS GPUs) from
 // this driver's checkpoint: it runs while a prepared claim names it, and
-// is retired when none does. The driver itself starts nothing (nri-gpu
-// run is unprivileged and reads mpsRoot only): it reads the daemons'
-// ready files, refuses to finish preparing the claim until its daemon is
-// ready, and tells the request path whether each is ready.
+// is retired when none does (SuperviseClaims, run by nri-gpu mps). The
+// driver itself starts nothing (nri-gpu run is unprivileged and reads
+// mpsRoot only): it reads the daemons' ready files, refuses to finish
+// preparing the claim until its daemon is ready (waitMPS, holding no
+// lock), and tells the request path whether each is ready. The two sides
+// wake each other through mps.Watch on the file the other writes
+// (docs/sharing.md, the handshake with the DRA driver).
 
 // mpsWait bounds how long PrepareResourceClaims waits for a claim's MPS
 // daemon to be reported ready before it fails the claim (which stays
