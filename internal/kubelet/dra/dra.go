@@ -89,7 +89,8 @@ type Driver struct {
 
 	// mu serializes Prepare, Unprepare and reading the state to publish;
 	// guards ckpt, mpsStatus, pub and roots. Nothing holds it while
-	// waiting for an MPS daemon or for the API server.
+	// waiting for an MPS daemon or publishing to the API server (a
+	// prepare may look up a stale claim under it: dropStale).
 	mu sync.Mutex
 	// pubMu orders publishing: one set of ResourceSlices at a time, the
 	// last state last.
@@ -265,7 +266,7 @@ func (d *Driver) Serve(ctx context.Context) error {
 }
 
 // publish publishes the current state's devices. The API call holds
-// pubMu, not mu: a prepare never waits for the API server.
+// pubMu, not mu: a prepare never waits for publishing.
 func (d *Driver) publish(ctx context.Context) {
 	d.pubMu.Lock()
 	defer d.pubMu.Unlock()
