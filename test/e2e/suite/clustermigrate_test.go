@@ -146,7 +146,8 @@ type migration struct {
 // testMigrate is TestCluster/migrate: a one-node cluster at version set
 // up the NVIDIA toolkit's way, moved to nri-gpu with docs/migrate.md's
 // steps (migrateSteps) while GPU pods run (docs/migrate.md, "What the test
-// runs").
+// runs"). One piece: its stages are the page's, in the page's order, on one
+// cluster, and each checks what the stages before it left running.
 func testMigrate(t *testing.T, version string) {
 	var nvidiaRuntime string
 	c := startTestCluster(t, version, []harness.NodeOptions{{
