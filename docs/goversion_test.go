@@ -39,7 +39,7 @@ func TestGoVersionNamed(t *testing.T) {
 	for _, c := range []struct{ file, pattern string }{
 		{"README.md", `(?m)^\| Go \| (\d+\.\d+) or later`},
 		{"CONTRIBUTING.md", `needs Go (\d+\.\d+) or later`},
-		{"deploy/Dockerfile", `(?m)^FROM golang:(\d+\.\d+)-`},
+		{"deploy/Dockerfile", `(?m)^FROM (?:--platform=\S+ )?golang:(\d+\.\d+)-`},
 	} {
 		data, err := os.ReadFile(filepath.Join("..", c.file))
 		if err != nil {
