@@ -49,6 +49,9 @@ type ClusterOptions struct {
 	Images []*Image
 	// Verbosity is the components' -v (default 2).
 	Verbosity int
+	// FeatureGates is every component's --feature-gates ("" none: the
+	// version's defaults), e.g. "ResourceHealthStatus=true".
+	FeatureGates string
 }
 
 // NodeOptions is one worker node.
@@ -266,7 +269,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--kubelet-client-certificate", p.path("apiserver-kubelet-client", ".crt"),
 		"--kubelet-client-key", p.path("apiserver-kubelet-client", ".key"),
 		"--kubelet-certificate-authority", p.path("ca", ".crt"),
-		"--kubelet-preferred-address-types", "InternalIP,Hostname"); err != nil {
+		"--kubelet-preferred-address-types", "InternalIP,Hostname", c.gates()); err != nil {
 		return err
 	}
 	if err := c.waitAPIServer(ctx, 2*time.Minute); err != nil {
@@ -278,14 +281,18 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--use-service-account-credentials", "--root-ca-file", p.path("ca", ".crt"),
 		"--service-account-private-key-file", p.path("sa", ".key"),
 		"--cluster-signing-cert-file", p.path("ca", ".crt"), "--cluster-signing-key-file", p.path("ca", ".key"),
-		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257"); err != nil {
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257", c.gates()); err != nil {
 		return err
 	}
 	sc := p.path("scheduler", ".kubeconfig")
 	return c.run("kube-scheduler", c.Tools.Scheduler, "-v", v,
 		"--kubeconfig", sc, "--authentication-kubeconfig", sc, "--authorization-kubeconfig", sc,
-		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259")
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259", c.gates())
 }
+
+// gates is the control plane's --feature-gates flag: the options', or
+// none ("--feature-gates=" sets nothing).
+func (c *Cluster) gates() string { return "--feature-gates=" + c.Opts.FeatureGates }
 
 // run starts a control plane process in the cluster's network namespace,
 // its output in <Dir>/<name>.log.
@@ -391,7 +398,7 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 		Binary: c.Tools.Kubelet, Runtime: ep, NS: n.NS, NodeName: n.Name, NodeIP: n.IP,
 		Kubeconfig: p.path("node-"+n.Name, ".kubeconfig"), CAFile: p.path("ca", ".crt"),
 		CertFile: p.path("kubelet-"+n.Name, ".crt"), KeyFile: p.path("kubelet-"+n.Name, ".key"),
-		HealthzPort: 10300 + i, Verbosity: c.Opts.Verbosity,
+		HealthzPort: 10300 + i, Verbosity: c.Opts.Verbosity, FeatureGates: c.Opts.FeatureGates,
 	})
 	return n, err
 }

@@ -64,7 +64,7 @@ func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions)
 		t.Fatal(err)
 	}
 	start := time.Now()
-	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, Nodes: nodes, Images: images})
+	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, Nodes: nodes, Images: images, FeatureGates: os.Getenv(featureGatesEnv)})
 	if err != nil {
 		t.Fatal(err)
 	}
