@@ -125,7 +125,9 @@ func waitHealth(k kc, pod, dev, what string, since time.Time, timeout time.Durat
 // and nri-gpu's log no health stream. The slice's device carries
 // gpu.nvidia.com/xid=79, then gpu-lost, then no taint (DRADeviceTaints:
 // from 1.36), or is left out of the slice until the reset (1.34). The
-// node's NVML state is put back after.
+// node's NVML state is put back after. It is one piece: each step waits
+// on the state the one before left on the same GPU (XID, loss, reset),
+// and its cleanup must reset the GPU in that order.
 func testDRAHealth(k kc, version string) {
 	t := k.t
 	a := k.c.Node("gpu-a")

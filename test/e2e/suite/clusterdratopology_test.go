@@ -29,16 +29,18 @@ func nicBeside(busID string) string {
 	return fmt.Sprintf("%s:%02x:00.0", dom, n+1)
 }
 
-// startNICDriver lays out NICs at buses on node n's simulated sysfs and
-// runs test/e2e/cmd/dra-test-nic in n's namespaces for them, with its
+// startNICDriver lays out nics on node n's simulated sysfs and runs
+// test/e2e/cmd/dra-test-nic in n's namespaces for them, with its
 // DeviceClass, until the test ends; then its ResourceSlices go too.
-func startNICDriver(k kc, n *harness.Node, buses []string) {
+func startNICDriver(k kc, n *harness.Node, nics []simnode.PCIDevice) {
 	t := k.t
 	t.Helper()
-	for _, b := range buses {
-		if err := n.GPU.AddPCIDevice(simnode.PCIDevice{BusID: b}); err != nil {
+	var buses []string
+	for _, d := range nics {
+		if err := n.GPU.AddPCIDevice(d); err != nil {
 			t.Fatal(err)
 		}
+		buses = append(buses, d.BusID)
 	}
 	bin, err := harness.BuildE2ECommand(k.ctx, "dra-test-nic", t.TempDir())
 	if err != nil {
@@ -75,9 +77,9 @@ spec:
 }
 
 // alignedPod is a ResourceClaimTemplate of one nri-gpu GPU and one NIC
-// (nicSelector, if any, choosing it) on the same PCIe root, and a pod of
-// it whose container main prints which NIC it got and sleeps.
-func alignedPod(name, nicSelector string) string {
+// (nicSelector, if any, choosing it) whose attribute attr is the same,
+// and a pod of it whose container main sleeps.
+func alignedPod(name, attr, nicSelector string) string {
 	sel := ""
 	if nicSelector != "" {
 		sel = fmt.Sprintf("\n          selectors:\n          - cel: {expression: %q}", nicSelector)
@@ -96,7 +98,7 @@ spec:
           deviceClassName: %[4]s%[5]s
       constraints:
       - requests: [gpu, nic]
-        matchAttribute: resource.kubernetes.io/pcieRoot
+        matchAttribute: resource.kubernetes.io/%[7]s
 ---
 apiVersion: v1
 kind: Pod
@@ -112,30 +114,37 @@ spec:
     imagePullPolicy: Never
     command: [sleep, "3600"]
     resources: {claims: [{name: both}]}
-`, name, draNS, draDriver, nicDriver, sel, harness.GlibcCUDAImage)
+`, name, draNS, draDriver, nicDriver, sel, harness.GlibcCUDAImage, attr)
 }
 
 // testDRATopology: nri-gpu publishes each DRA GPU of gpu-a with its PCIe
-// root (resource.kubernetes.io/pcieRoot, from the simulated node's sysfs
-// through Kubernetes' deviceattribute helper), one root per GPU. A test
-// DRA driver for NICs (test/e2e/cmd/dra-test-nic) publishes two NICs of
-// gpu-a with theirs: nic-0 beside GPU 1 (a DRA GPU), nic-1 beside GPU 3
-// (the device plugin's, not published through DRA). A claim of a GPU and
-// a NIC with matchAttribute pcieRoot is allocated GPU 1 and nic-0, the
-// only pair on one root; its container sees exactly GPU 1 and is given
-// nic-0 (its CDI entry). A claim asking for nic-1 the same way cannot be
-// met by any DRA GPU: its pod stays Pending by the scheduler.
+// root and NUMA node (resource.kubernetes.io/pcieRoot, from the simulated
+// node's sysfs through Kubernetes' deviceattribute helper, one root per
+// GPU; resource.kubernetes.io/numaNode, GPUs 0 and 1 on node 0, 2 and 3
+// on node 1). A test DRA driver for NICs (test/e2e/cmd/dra-test-nic)
+// publishes two NICs of gpu-a with theirs: nic-0 beside GPU 1 (a DRA GPU,
+// NUMA node 0), nic-1 beside GPU 3 (the device plugin's, not published
+// through DRA; NUMA node 1). A claim of a GPU and a NIC with
+// matchAttribute pcieRoot is allocated GPU 1 and nic-0, the only pair on
+// one root; its container sees exactly GPU 1 and is given nic-0 (its CDI
+// entry). A claim asking for nic-1 the same way cannot be met by any DRA
+// GPU: its pod stays Pending by the scheduler. The same claim with
+// matchAttribute numaNode is allocated nic-1 and GPU 2, the only free DRA
+// GPU on its NUMA node. It is one piece: the claims are set against the
+// attributes it checks first and the NICs it lays out.
 func testDRATopology(k kc) {
 	t := k.t
 	a := k.c.Node("gpu-a")
-	g1, g3 := a.GPU.GPUs[1], a.GPU.GPUs[3]
-	if h := claimTable(k)["gpu-a"][g1.UUID]; len(h) != 0 {
-		t.Fatalf("gpu-a's GPU 1 is held by %v", h)
+	g1, g2, g3 := a.GPU.GPUs[1], a.GPU.GPUs[2], a.GPU.GPUs[3]
+	for _, g := range []simnode.GPU{g1, g2} {
+		if h := claimTable(k)["gpu-a"][g.UUID]; len(h) != 0 {
+			t.Fatalf("gpu-a's GPU %d is held by %v", g.Index, h)
+		}
 	}
 	t.Cleanup(func() {
-		_, _ = k.c.Kubectl(k.ctx, "delete", "pod", "-n", draNS, "aligned", "misaligned", "--ignore-not-found", "--wait=true", "--timeout=2m")
+		_, _ = k.c.Kubectl(k.ctx, "delete", "pod", "-n", draNS, "aligned", "misaligned", "numa", "--ignore-not-found", "--wait=true", "--timeout=2m")
 	})
-	k.wait(time.Minute, "gpu-a's DRA GPUs published with their PCIe roots", func() (bool, string, error) {
+	k.wait(time.Minute, "gpu-a's DRA GPUs published with their PCIe roots and NUMA nodes", func() (bool, string, error) {
 		devs, err := sliceDevices(k, "gpu-a")
 		if err != nil {
 			return false, err.Error(), nil
@@ -147,9 +156,11 @@ func testDRATopology(k kc) {
 				if d.Name != fmt.Sprintf("gpu-%d", g.Minor) {
 					continue
 				}
-				r := d.Attributes["resource.kubernetes.io/pcieRoot"]
-				if r.StringValue == nil || *r.StringValue != simnode.PCIeRootFor(g.BusID) || roots[*r.StringValue] {
-					problems = append(problems, fmt.Sprintf("%s (bus %s): pcieRoot %v, want %s, one per GPU", d.Name, g.BusID, r, simnode.PCIeRootFor(g.BusID)))
+				r, n := d.Attributes["resource.kubernetes.io/pcieRoot"], d.Attributes["resource.kubernetes.io/numaNode"]
+				if r.StringValue == nil || *r.StringValue != simnode.PCIeRootFor(g.BusID) || roots[*r.StringValue] ||
+					n.IntValue == nil || fmt.Sprint(*n.IntValue) != g.NUMANode {
+					problems = append(problems, fmt.Sprintf("%s (bus %s): pcieRoot %v, numaNode %v; want %s, one per GPU, and %s",
+						d.Name, g.BusID, r, n, simnode.PCIeRootFor(g.BusID), g.NUMANode))
 					continue
 				}
 				roots[*r.StringValue] = true
@@ -158,7 +169,7 @@ func testDRATopology(k kc) {
 		return len(problems) == 0 && len(roots) == len(draGPUs(a)), strings.Join(problems, "; "), nil
 	})
 	nic0, nic1 := nicBeside(g1.BusID), nicBeside(g3.BusID)
-	startNICDriver(k, a, []string{nic0, nic1})
+	startNICDriver(k, a, []simnode.PCIDevice{{BusID: nic0, NUMANode: g1.NUMANode}, {BusID: nic1, NUMANode: g3.NUMANode}})
 	k.wait(time.Minute, "the NIC driver's slice: nic-0 on GPU 1's root, nic-1 on GPU 3's", func() (bool, string, error) {
 		var list resourceapi.ResourceSliceList
 		if err := k.c.GetJSON(k.ctx, &list, "resourceslices"); err != nil {
@@ -168,24 +179,44 @@ func testDRATopology(k kc) {
 		for _, s := range list.Items {
 			if s.Spec.Driver == nicDriver {
 				for _, d := range s.Spec.Devices {
-					if r := d.Attributes["resource.kubernetes.io/pcieRoot"]; r.StringValue != nil {
-						got[d.Name] = *r.StringValue
+					if r, n := d.Attributes["resource.kubernetes.io/pcieRoot"], d.Attributes["resource.kubernetes.io/numaNode"]; r.StringValue != nil && n.IntValue != nil {
+						got[d.Name] = fmt.Sprintf("%s/%d", *r.StringValue, *n.IntValue)
 					}
 				}
 			}
 		}
-		want := map[string]string{"nic-0": simnode.PCIeRootFor(g1.BusID), "nic-1": simnode.PCIeRootFor(g3.BusID)}
+		want := map[string]string{"nic-0": simnode.PCIeRootFor(g1.BusID) + "/" + g1.NUMANode, "nic-1": simnode.PCIeRootFor(g3.BusID) + "/" + g3.NUMANode}
 		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("%v, want %v", got, want), nil
 	})
 
-	k.apply(alignedPod("aligned", ""))
-	p, err := k.c.WaitPodRunning(k.ctx, draNS, "aligned", 2*time.Minute)
+	k.apply(alignedPod("aligned", "pcieRoot", ""))
+	checkAligned(k, "aligned", g1, "nic-0", nic0)
+
+	// nic-1 shares its root with no DRA GPU: no allocation.
+	onNIC1 := "device.attributes['resource.kubernetes.io'].pciBusID == '" + nic1 + "'"
+	k.apply(alignedPod("misaligned", "pcieRoot", onNIC1))
+	checkUnschedulable(k, "misaligned", "cannot allocate all claims")
+	k.run("delete", "pod", "-n", draNS, "misaligned", "--wait=true", "--timeout=2m")
+
+	// nic-1 shares its NUMA node with GPU 2.
+	k.apply(alignedPod("numa", "numaNode", onNIC1))
+	checkAligned(k, "numa", g2, "nic-1", nic1)
+}
+
+// checkAligned waits for the pod name of alignedPod and checks that its
+// claim was allocated exactly GPU g and NIC nic (at bus), and that its
+// container sees exactly g and is given nic.
+func checkAligned(k kc, name string, g simnode.GPU, nic, bus string) {
+	t := k.t
+	t.Helper()
+	a := k.c.Node("gpu-a")
+	p, err := k.c.WaitPodRunning(k.ctx, draNS, name, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := podClaims(p)
 	if p.Spec.NodeName != "gpu-a" || len(names) != 1 {
-		t.Fatalf("pod aligned on %s with claims %v, want gpu-a and one claim", p.Spec.NodeName, names)
+		t.Fatalf("pod %s on %s with claims %v, want gpu-a and one claim", name, p.Spec.NodeName, names)
 	}
 	var c resourceapi.ResourceClaim
 	if err := k.c.GetJSON(k.ctx, &c, "resourceclaim", "-n", draNS, names[0]); err != nil {
@@ -196,20 +227,16 @@ func testDRATopology(k kc) {
 		got = append(got, fmt.Sprintf("%s/%s/%s", r.Request, r.Driver, r.Device))
 	}
 	sort.Strings(got)
-	want := []string{fmt.Sprintf("gpu/%s/gpu-%d", draDriver, g1.Minor), "nic/" + nicDriver + "/nic-0"}
+	want := []string{fmt.Sprintf("gpu/%s/gpu-%d", draDriver, g.Minor), "nic/" + nicDriver + "/" + nic}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("claim %s: allocated %v, want %v (the one GPU and NIC on one PCIe root)", c.Name, got, want)
+		t.Errorf("claim %s: allocated %v, want %v", c.Name, got, want)
 	}
 	checkClaimSpec(k, a, string(c.UID))
 	v := viewGPUPod(k, *p)
-	v.assigned = []string{g1.UUID}
+	v.assigned = []string{g.UUID}
 	checkSeesExactly(k, v, 1)
-	out, err := k.c.Exec(k.ctx, draNS, "aligned", "main", "sh", "-c", "env | grep ^DRA_TEST_NIC_")
-	if err != nil || strings.TrimSpace(out) != "DRA_TEST_NIC_0="+nic0 {
-		t.Errorf("pod aligned: its NIC entries %q (%v), want DRA_TEST_NIC_0=%s", out, err, nic0)
+	out, err := k.c.Exec(k.ctx, draNS, name, "main", "sh", "-c", "env | grep ^DRA_TEST_NIC_")
+	if want := fmt.Sprintf("DRA_TEST_NIC_%s=%s", strings.TrimPrefix(nic, "nic-"), bus); err != nil || strings.TrimSpace(out) != want {
+		t.Errorf("pod %s: its NIC entries %q (%v), want %s", name, out, err, want)
 	}
-
-	// nic-1 shares its root with no DRA GPU: no allocation.
-	k.apply(alignedPod("misaligned", "device.attributes['resource.kubernetes.io'].pciBusID == '"+nic1+"'"))
-	checkUnschedulable(k, "misaligned", "cannot allocate all claims")
 }
