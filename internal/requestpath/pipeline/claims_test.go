@@ -292,7 +292,7 @@ func TestClaimHoldingsSynchronize(t *testing.T) {
 		running("mixed", claimEnv(sharedClaim, nil, 5), 5, 6),
 		running("forged", claimEnv(trainClaim, nil, 1), 2),
 	}
-	hs, warnings := HoldingsWith(src, sharing.Exclusive, prep, []*api.PodSandbox{pod}, ctrs)
+	hs, warnings := holdingsWith(src, sharing.Exclusive, prep, []*api.PodSandbox{pod}, ctrs)
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "ml/s/forged") {
 		t.Errorf("warnings %q", warnings)
 	}
