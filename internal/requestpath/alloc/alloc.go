@@ -320,15 +320,19 @@ func (t *Table) claimed(r Request, gpus []int) error {
 		return nil
 	}
 	for _, g := range gpus {
-		hs := slices.DeleteFunc(slices.Clone(t.byGPU[g]), func(h *Holding) bool { return !strings.HasPrefix(h.Holder.ID, ClaimHolderPrefix) })
-		if len(hs) > 0 {
-			return refusal(r, func(d func([]*Holding) string) string {
-				return fmt.Sprintf("%s %s is held by %s: a GPU that a ResourceClaim holds is reached only through that claim", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
-			})
+		if !slices.ContainsFunc(t.byGPU[g], isClaim) {
+			continue
 		}
+		hs := slices.DeleteFunc(slices.Clone(t.byGPU[g]), func(h *Holding) bool { return !isClaim(h) })
+		return refusal(r, func(d func([]*Holding) string) string {
+			return fmt.Sprintf("%s %s is held by %s: a GPU that a ResourceClaim holds is reached only through that claim", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
+		})
 	}
 	return nil
 }
+
+// isClaim reports whether h is a claim's holding (ClaimHolder).
+func isClaim(h *Holding) bool { return strings.HasPrefix(h.Holder.ID, ClaimHolderPrefix) }
 
 // Check returns the error Allocate(r) would return, without booking: nil
 // when the request could be met now. A management container, which sees
