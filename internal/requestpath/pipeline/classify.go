@@ -92,11 +92,14 @@ func (p *Path) classify(pod *api.PodSandbox, ctr *api.Container) given {
 	devs := p.Source.Devices()
 	g := given{privileged: isPrivileged(ctr)}
 	if have := ctr.GetLinux().GetDevices(); !g.privileged && len(have) > 0 {
-		g.nodes = make([]inventory.GPU, 0, min(len(devs), len(have)))
 		for _, d := range devs {
-			if hasGPUNode(ctr, d) {
-				g.nodes = append(g.nodes, d)
+			if !hasGPUNode(ctr, d) {
+				continue
 			}
+			if g.nodes == nil {
+				g.nodes = make([]inventory.GPU, 0, min(len(devs), len(have)))
+			}
+			g.nodes = append(g.nodes, d)
 		}
 	}
 	var forged []string
