@@ -214,7 +214,5 @@ func ClaimHoldings(src adjust.Source, mode sharing.Mode, prep *claims.Prepared) 
 // sharing strategy MPS (claims.Device.MPS): its GPU's daemon, with the
 // claim's limits.
 func claimShare(d claims.Device) sharing.Share {
-	m := d.MPS
-	return sharing.Share{UUID: d.UUID, Resource: "claim " + d.Claim.Namespace + "/" + d.Claim.Name, Strategy: sharing.MPS, Replicas: 1, MPS: &sharing.MPSDaemon{
-		PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB, Ready: m.Ready, Why: m.Why}}
+	return sharing.Share{UUID: d.UUID, Resource: "claim " + d.Claim.Namespace + "/" + d.Claim.Name, Strategy: sharing.MPS, Replicas: 1, MPS: d.MPS}
 }
