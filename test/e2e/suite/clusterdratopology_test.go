@@ -42,10 +42,12 @@ func startNICDriver(k kc, n *harness.Node, nics []simnode.PCIDevice) {
 		}
 		buses = append(buses, d.BusID)
 	}
+	built := time.Now()
 	bin, err := harness.BuildE2ECommand(k.ctx, "dra-test-nic", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("dra-test-nic built in %s", time.Since(built).Round(100*time.Millisecond))
 	log, err := os.Create(filepath.Join(n.NS.Dir, "dra-test-nic.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +171,7 @@ func testDRATopology(k kc) {
 		return len(problems) == 0 && len(roots) == len(draGPUs(a)), strings.Join(problems, "; "), nil
 	})
 	nic0, nic1 := nicBeside(g1.BusID), nicBeside(g3.BusID)
+	step := time.Now()
 	startNICDriver(k, a, []simnode.PCIDevice{{BusID: nic0, NUMANode: g1.NUMANode}, {BusID: nic1, NUMANode: g3.NUMANode}})
 	k.wait(time.Minute, "the NIC driver's slice: nic-0 on GPU 1's root, nic-1 on GPU 3's", func() (bool, string, error) {
 		var list resourceapi.ResourceSliceList
@@ -189,18 +192,25 @@ func testDRATopology(k kc) {
 		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("%v, want %v", got, want), nil
 	})
 
+	t.Logf("the NIC driver's slice published in %s", time.Since(step).Round(100*time.Millisecond))
+	step = time.Now()
 	k.apply(alignedPod("aligned", "pcieRoot", ""))
 	checkAligned(k, "aligned", g1, "nic-0", nic0)
+	t.Logf("pcieRoot: the aligned pod checked in %s", time.Since(step).Round(100*time.Millisecond))
+	step = time.Now()
 
 	// nic-1 shares its root with no DRA GPU: no allocation.
 	onNIC1 := "device.attributes['resource.kubernetes.io'].pciBusID == '" + nic1 + "'"
 	k.apply(alignedPod("misaligned", "pcieRoot", onNIC1))
 	checkUnschedulable(k, "misaligned", "cannot allocate all claims")
 	k.run("delete", "pod", "-n", draNS, "misaligned", "--wait=true", "--timeout=2m")
+	t.Logf("pcieRoot: the misaligned pod Pending, then deleted, in %s", time.Since(step).Round(100*time.Millisecond))
+	step = time.Now()
 
 	// nic-1 shares its NUMA node with GPU 2.
 	k.apply(alignedPod("numa", "numaNode", onNIC1))
 	checkAligned(k, "numa", g2, "nic-1", nic1)
+	t.Logf("numaNode: the pod checked in %s", time.Since(step).Round(100*time.Millisecond))
 }
 
 // checkAligned waits for the pod name of alignedPod and checks that its
