@@ -3,10 +3,7 @@ package image_test
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,66 +12,28 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
-// unpackLayer writes the image's layer into dir, as a runtime's
-// snapshotter would.
-func unpackLayer(t *testing.T, archivePath, dir string) {
+// unpackLayer writes the layer of the image of arch into dir, as a
+// runtime's snapshotter would.
+func unpackLayer(t *testing.T, archivePath, arch, dir string) {
 	t.Helper()
-	f, err := os.Open(archivePath)
-	if err != nil {
-		t.Fatal(err)
+	img, ok := readArchive(t, archivePath).images[arch]
+	if !ok {
+		t.Fatalf("%s has no %s image", archivePath, arch)
 	}
-	defer f.Close()
-	blobs := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if blobs[h.Name], err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var idx v1.IndexManifest
-	var m v1.Manifest
-	if err := json.Unmarshal(blobs["index.json"], &idx); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(blobs["blobs/sha256/"+idx.Manifests[0].Digest.Hex], &m); err != nil {
-		t.Fatal(err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(blobs["blobs/sha256/"+m.Layers[0].Digest.Hex]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lr := tar.NewReader(zr)
-	for {
-		h, err := lr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range img.layer {
 		p := filepath.Join(dir, filepath.FromSlash(h.Name))
-		switch h.Typeflag {
+		var err error
+		switch h.Type {
 		case tar.TypeDir:
 			err = os.MkdirAll(p, os.FileMode(h.Mode))
 		case tar.TypeReg:
-			var data []byte
-			if data, err = io.ReadAll(lr); err == nil {
-				err = os.WriteFile(p, data, os.FileMode(h.Mode))
-			}
+			err = os.WriteFile(p, img.contents["/"+h.Name], os.FileMode(h.Mode))
 		default:
-			t.Fatalf("layer entry %s of type %c", h.Name, h.Typeflag)
+			t.Fatalf("layer entry %s of type %c", h.Name, h.Type)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +53,7 @@ func TestRunsInImageRoot(t *testing.T) {
 	}
 	m := testImage(t)
 	root := t.TempDir()
-	unpackLayer(t, m.tar, root)
+	unpackLayer(t, m.tar, "amd64", root)
 	n, err := simnode.Generate(filepath.Join(root, "host"), simnode.Options{NumGPUs: 2, DeviceNodes: true})
 	if err != nil {
 		t.Fatal(err)
