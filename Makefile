@@ -17,7 +17,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build image test lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build image test arm64-tools lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
@@ -102,6 +102,17 @@ unit:
 	bin/testreport $(GO) test -json -race -count=1 $(PKGS)
 	cd test/integration && ../../bin/testreport $(GO) test -json -race -count=1 ./...
 	cd deploy && $(GO) test -count=1 ./...
+
+# arm64 (Grace nodes) on this amd64 machine. make arm64-tools (root):
+# qemu-user registered with binfmt_misc, libc6:arm64 (multiarch), the
+# aarch64 cross gcc, and libc-bin:arm64's ldconfig in bin/libc-bin-arm64
+# (test/arm64/install-tools.sh). With them make unit also tests arm64
+# simulated nodes (discovery, the arm64 image loading their NVML), which
+# find that ldconfig through NRI_GPU_SIMNODE_LDCONFIG.
+ARM64_LDCONFIG := $(CURDIR)/bin/libc-bin-arm64/sbin/ldconfig
+export NRI_GPU_SIMNODE_LDCONFIG ?= $(wildcard $(ARM64_LDCONFIG))
+arm64-tools:
+	test/arm64/install-tools.sh bin/libc-bin-arm64
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
