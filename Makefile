@@ -17,7 +17,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build image test arm64-tools lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build image test test-arm64 arm64-tools lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
@@ -113,6 +113,15 @@ ARM64_LDCONFIG := $(CURDIR)/bin/libc-bin-arm64/sbin/ldconfig
 export NRI_GPU_SIMNODE_LDCONFIG ?= $(wildcard $(ARM64_LDCONFIG))
 arm64-tools:
 	test/arm64/install-tools.sh bin/libc-bin-arm64
+
+# make test-arm64 (root, amd64): the unit tests of the arm64 build,
+# cross-compiled (GOARCH=arm64, no race detector: it needs cgo) and run
+# under qemu-user, their simulated nodes arm64 too (aarch64 driver
+# libraries, ld.so.cache, NVML loaded through purego). Not part of make
+# test: see docs/benchmarks.md ("arm64") for its time.
+test-arm64: arm64-tools
+	$(GO) build -o bin/testreport ./test/testreport
+	GOARCH=arm64 NRI_GPU_TEST_EMULATED=qemu-user NRI_GPU_SIMNODE_LDCONFIG=$(ARM64_LDCONFIG) bin/testreport $(GO) test -json -count=1 -timeout 30m $(PKGS)
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a
