@@ -68,7 +68,7 @@ func TestRunMPS(t *testing.T) {
 	}
 	// Written whole and renamed into place, as nri-gpu mps does: a probe
 	// must not read it half-written.
-	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, ActiveThreadPercentage: 50, PID: 1})
+	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 50}, PID: 1})
 	if err := os.WriteFile(filepath.Join(dir, mps.ReadyFile+".tmp"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
