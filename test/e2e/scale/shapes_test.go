@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -120,15 +121,36 @@ func TestCaptured(t *testing.T) {
 	}
 }
 
-// discover is Discover, skipped without root.
+// discover is Discover, once per test binary (its directory removed by
+// TestMain), skipped without root.
 func discover(t *testing.T) *Inventory {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the simulated nodes have real device nodes (mknod); CI runs as root")
 	}
-	inv, err := Discover(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	invOnce.Do(func() {
+		invDir, invErr = os.MkdirTemp("", "nri-gpu-scale-")
+		if invErr == nil {
+			sharedInv, invErr = Discover(invDir)
+		}
+	})
+	if invErr != nil {
+		t.Fatal(invErr)
 	}
-	return inv
+	return sharedInv
+}
+
+var (
+	invOnce   sync.Once
+	sharedInv *Inventory
+	invDir    string
+	invErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if invDir != "" {
+		_ = os.RemoveAll(invDir)
+	}
+	os.Exit(code)
 }
