@@ -95,6 +95,9 @@ type Result struct {
 	// PodsPerSec is Pods over the time from the first pod's creation to
 	// the last one bound.
 	PodsPerSec float64 `json:"podsPerSec"`
+	// CreatedPerSec is how fast the bench created them: well above
+	// PodsPerSec, the scheduler had a queue and PodsPerSec is its rate.
+	CreatedPerSec float64 `json:"createdPerSec"`
 	// BoundP50, BoundP99: creation to bound of each pod; RunningP50,
 	// RunningP99: creation to Running (kwok).
 	BoundP50   time.Duration `json:"boundP50"`
@@ -219,11 +222,14 @@ func watchPods(w watch.Interface, t *podTimes) {
 func (r *Result) summarize(t *podTimes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var first, last time.Time
+	var first, last, lastCreated time.Time
 	var bound, running []time.Duration
 	for name, c := range t.created {
 		if first.IsZero() || c.Before(first) {
 			first = c
+		}
+		if c.After(lastCreated) {
+			lastCreated = c
 		}
 		b := t.bound[name]
 		if b.After(last) {
@@ -233,6 +239,7 @@ func (r *Result) summarize(t *podTimes) {
 		running = append(running, t.running[name].Sub(c))
 	}
 	r.PodsPerSec = float64(len(t.created)) / last.Sub(first).Seconds()
+	r.CreatedPerSec = float64(len(t.created)) / lastCreated.Sub(first).Seconds()
 	r.BoundP50, r.BoundP99 = percentile(bound, 0.5), percentile(bound, 0.99)
 	r.RunningP50, r.RunningP99 = percentile(running, 0.5), percentile(running, 0.99)
 }

@@ -141,8 +141,8 @@ func check(r Result, s *Shape, filled *Filled) error {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d nodes, %s, %s, fill %.0f%%, round %d: %d pods, %.1f pods/s, bound p50 %s p99 %s, Running p50 %s p99 %s (load %s)",
-		r.Nodes, r.Shape, r.Feature, r.Fill*100, r.Round, r.Pods, r.PodsPerSec, ms(r.BoundP50), ms(r.BoundP99), ms(r.RunningP50), ms(r.RunningP99), r.Load)
+	return fmt.Sprintf("%d nodes, %s, %s, fill %.0f%%, round %d: %d pods, %.1f pods/s (created at %.0f/s), bound p50 %s p99 %s, Running p50 %s p99 %s (load %s)",
+		r.Nodes, r.Shape, r.Feature, r.Fill*100, r.Round, r.Pods, r.PodsPerSec, r.CreatedPerSec, ms(r.BoundP50), ms(r.BoundP99), ms(r.RunningP50), ms(r.RunningP99), r.Load)
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
