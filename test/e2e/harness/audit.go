@@ -29,6 +29,9 @@ type AuditEvent struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	Received time.Time `json:"requestReceivedTimestamp"`
+	// StageAt is when the event's stage was reached: for a request's
+	// ResponseComplete, Stage minus Received is its latency.
+	StageAt time.Time `json:"stageTimestamp"`
 }
 
 // Resource is the event's resource, with its subresource after a '/'

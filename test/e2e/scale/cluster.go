@@ -86,7 +86,7 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 		c.Nodes = append(c.Nodes, fmt.Sprintf("gpu-%05d", i))
 	}
 	err := parallel(ctx, n-from, func(ctx context.Context, j int) error {
-		_, err := c.Client.CoreV1().Nodes().Create(ctx, simNode(c.Nodes[from+j]), metav1.CreateOptions{})
+		_, err := c.Client.CoreV1().Nodes().Create(ctx, simNode(c.Nodes[from+j], from+j), metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
@@ -112,14 +112,17 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 	return nil
 }
 
-// simNode is a node kwok serves: an 8-GPU machine's CPU, memory and pod
-// capacity.
-func simNode(name string) *corev1.Node {
+// simNode is node i, which kwok serves: an 8-GPU machine's CPU, memory
+// and pod capacity, and a pod network of its own (kwok gives its pods
+// addresses from it; without one, from one /24 for all nodes).
+func simNode(name string, i int) *corev1.Node {
+	cidr := fmt.Sprintf("10.%d.%d.0/24", 64+i/256, i%256)
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"),
 		corev1.ResourcePods: resource.MustParse("110")}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{harness.KwokNodeAnnotation: "fake"},
 			Labels: map[string]string{"kubernetes.io/hostname": name, "type": "kwok", "nvidia.com/gpu.present": "true"}},
+		Spec:   corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
 	}
 }

@@ -144,9 +144,15 @@ func (c *Cluster) deleteClaims(ctx context.Context, ns string) error {
 	})
 }
 
-// namespace creates ns unless it exists.
+// namespace creates ns unless it exists, with its default service
+// account (which pods are admitted with; the controller manager makes it
+// too, a moment later).
 func (c *Cluster) namespace(ctx context.Context, ns string) error {
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	_, err = c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

@@ -113,8 +113,8 @@ type Result struct {
 // a whole device).
 type deviceID struct{ driver, pool, device, share string }
 
-// podTimes are when the bench created each pod, and when its watch saw
-// it bound and Running.
+// podTimes are when each pod was created (its create call answered), and
+// when the bench's watch saw it bound and Running.
 type podTimes struct {
 	mu                      sync.Mutex
 	created, bound, running map[string]time.Time
@@ -174,8 +174,8 @@ func (c *Cluster) Measure(ctx context.Context, s *Shape, f Feature, n int) (Resu
 	go watchPods(w, t)
 	err = parallel(ctx, n, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("p-%d", i)
-		t.set(t.created, name, time.Now())
 		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, podOf(name, claim(i)), metav1.CreateOptions{})
+		t.set(t.created, name, time.Now())
 		return err
 	})
 	if err != nil {

@@ -109,7 +109,7 @@ func TestAgentAPICost(t *testing.T) {
 		if w.units > 0 {
 			fmt.Fprintf(&report, ", %.2f a %s", float64(len(in))/float64(w.units), w.unit)
 		}
-		fmt.Fprintf(&report, "; ResourceSlice writes %d\n%s", writes, byVerb(in))
+		fmt.Fprintf(&report, "; ResourceSlice writes %d; latency of the non-watch requests: %s\n%s", writes, latencies(in), byVerb(in))
 		switch {
 		case strings.HasPrefix(w.name, "health"):
 			if writes == 0 || writes > w.units {
@@ -250,6 +250,26 @@ func byVerb(events []harness.AuditEvent) string {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, counts[k])
 	}
 	return b.String()
+}
+
+// latencies are the mean and the largest time the API server took to
+// answer the non-watch requests of events.
+func latencies(events []harness.AuditEvent) string {
+	var sum, top time.Duration
+	n := 0
+	for _, e := range events {
+		if e.Verb == "watch" {
+			continue
+		}
+		d := e.StageAt.Sub(e.Received)
+		sum += d
+		top = max(top, d)
+		n++
+	}
+	if n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("mean %s, max %s", (sum / time.Duration(n)).Round(10*time.Microsecond), top.Round(10*time.Microsecond))
 }
 
 // checkScoped fails on a list or watch of a cluster-scoped resource
