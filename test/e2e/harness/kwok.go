@@ -9,7 +9,8 @@ import (
 	"strconv"
 )
 
-// KwokVersion is sigs.k8s.io/kwok, the node simulator of the scale bench:
+// KwokVersion is sigs.k8s.io/kwok, the node simulator of the scale bench
+// (keep in sync with test/e2e/install-cluster.sh):
 // it serves Node objects (heartbeats, leases) and runs the pods bound to
 // them (Pending to Running) without a kubelet or runtime.
 const KwokVersion = "v0.8.0"

@@ -84,6 +84,7 @@ func TestAgentAPICost(t *testing.T) {
 
 	start = time.Now()
 	k.doc("restart", nil)
+	k.doc("status", nil)
 	waitAgent(k)
 	time.Sleep(30 * time.Second)
 	mark("restart (rollout), until 30 s after Ready", start, 0, "")
