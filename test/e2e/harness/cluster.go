@@ -346,6 +346,31 @@ func (c *Cluster) auditArgs() ([]string, error) {
 		"--audit-log-mode", "blocking", "--audit-log-maxsize", "0"}, nil
 }
 
+// Signal sends sig to the control plane process name ("kube-scheduler",
+// ...): SIGSTOP and SIGCONT pause and resume it.
+func (c *Cluster) Signal(name string, sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name == name {
+			return p.cmd.Process.Signal(sig)
+		}
+	}
+	return fmt.Errorf("no control plane process %s", name)
+}
+
+// PID is the process id of the control plane process name, 0 if none.
+func (c *Cluster) PID(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name == name {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}
+
 // Start runs another process in the cluster's network namespace (a node
 // simulator), its output in <Dir>/<name>.log; Stop ends it before the
 // control plane.

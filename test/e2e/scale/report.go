@@ -59,7 +59,46 @@ func Table(rs []Result, a, b string) string {
 		fmt.Fprintf(&sb, "| %d | %s | %.0f%% | %s | %s | %s | %s | %s |\n", k.nodes, k.feature, k.fill*100,
 			rate(row[a]), rate(row[b]), ratio(row[a], row[b]), p99(row[a]), p99(row[b]))
 	}
+	sb.WriteString("\nCPU time a pod took (ms), from the scheduler's resume to the last pod bound (median of the rounds [min-max]; ")
+	fmt.Fprintf(&sb, "%s / %s above 1: %s's pods cost the scheduler less):\n\n", b, a, a)
+	fmt.Fprintf(&sb, "| nodes | claim | fill | scheduler %s | scheduler %s | %s / %s | API server %s | API server %s |\n", a, b, b, a, a, b)
+	sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, k := range keys {
+		row := rows[k]
+		if k.feature == Baseline {
+			c := row["none"]
+			fmt.Fprintf(&sb, "| %d | %s | - | %s | | | %s | |\n", k.nodes, k.feature, cpu(c, sched), cpu(c, api))
+			continue
+		}
+		fmt.Fprintf(&sb, "| %d | %s | %.0f%% | %s | %s | %s | %s | %s |\n", k.nodes, k.feature, k.fill*100,
+			cpu(row[a], sched), cpu(row[b], sched), cpuRatio(row[b], row[a]), cpu(row[a], api), cpu(row[b], api))
+	}
 	return sb.String()
+}
+
+func sched(r Result) time.Duration { return r.SchedulerCPU }
+
+func api(r Result) time.Duration { return r.APIServerCPU }
+
+// cpu is the median [min-max] of what of c's rounds, in ms.
+func cpu(c map[int]Result, what func(Result) time.Duration) string {
+	var v []float64
+	for _, r := range c {
+		v = append(v, float64(what(r))/float64(time.Millisecond))
+	}
+	return spread(v, "%.2f")
+}
+
+// cpuRatio is the median [min-max] of the rounds' scheduler CPU ratios
+// x/y.
+func cpuRatio(x, y map[int]Result) string {
+	var v []float64
+	for round, rx := range x {
+		if ry, ok := y[round]; ok && ry.SchedulerCPU > 0 {
+			v = append(v, float64(rx.SchedulerCPU)/float64(ry.SchedulerCPU))
+		}
+	}
+	return spread(v, "%.2f")
 }
 
 // spread is the median of v and its range, "m [lo-hi]" (one value

@@ -29,8 +29,10 @@ type Plan struct {
 func settle(claims int) time.Duration { return 2*time.Second + time.Duration(claims)*time.Millisecond }
 
 // Run measures p on the cluster's nodes for each shape, rounds
-// interleaved, and checks each measurement's allocations against its
-// fill (check).
+// interleaved: in each round, variant by variant, each shape in turn (the
+// shapes take turns going first), so that the two shapes' measurements
+// of a row are minutes apart at most on a machine whose load changes. It
+// checks each measurement's allocations against its fill (check).
 func (c *Cluster) Run(ctx context.Context, p Plan, shapes []*Shape) ([]Result, error) {
 	var out []Result
 	// A warm-up, not counted: the first pods after the cluster started
@@ -50,55 +52,55 @@ func (c *Cluster) Run(ctx context.Context, p Plan, shapes []*Shape) ([]Result, e
 		r.Round = round
 		out = append(out, r)
 		c.Logf("%s", r)
-		for k := range shapes {
-			s := shapes[(k+round)%len(shapes)]
-			rs, err := c.runShape(ctx, p, s, round)
-			out = append(out, rs...)
-			if err != nil {
-				return out, err
+		for _, v := range Variants {
+			var feats []Feature
+			for _, f := range p.Features {
+				if f != Baseline && f.Variant() == v {
+					feats = append(feats, f)
+				}
+			}
+			if len(feats) == 0 {
+				continue
+			}
+			for k := range shapes {
+				s := shapes[(k+round)%len(shapes)]
+				rs, err := c.runVariant(ctx, p, s, v, feats, round)
+				out = append(out, rs...)
+				if err != nil {
+					return out, err
+				}
 			}
 		}
 	}
 	return out, c.Publish(ctx, nil, "")
 }
 
-// runShape measures p's features on shape s, variant by variant.
-func (c *Cluster) runShape(ctx context.Context, p Plan, s *Shape, round int) ([]Result, error) {
+// runVariant measures feats on shape s's variant v at each fill.
+func (c *Cluster) runVariant(ctx context.Context, p Plan, s *Shape, v Variant, feats []Feature, round int) ([]Result, error) {
 	var out []Result
-	for _, v := range Variants {
-		var feats []Feature
-		for _, f := range p.Features {
-			if f != Baseline && f.Variant() == v {
-				feats = append(feats, f)
-			}
-		}
-		if len(feats) == 0 {
-			continue
-		}
-		if err := c.Publish(ctx, s, v); err != nil {
+	if err := c.Publish(ctx, s, v); err != nil {
+		return out, err
+	}
+	for _, fill := range p.Fills {
+		filled, err := c.Fill(ctx, s, v, fill)
+		if err != nil {
 			return out, err
 		}
-		for _, fill := range p.Fills {
-			filled, err := c.Fill(ctx, s, v, fill)
+		time.Sleep(settle(len(filled.devices)))
+		for _, f := range feats {
+			r, err := c.Measure(ctx, s, f, p.Pods)
 			if err != nil {
 				return out, err
 			}
-			time.Sleep(settle(len(filled.devices)))
-			for _, f := range feats {
-				r, err := c.Measure(ctx, s, f, p.Pods)
-				if err != nil {
-					return out, err
-				}
-				r.Fill, r.Round = fill, round
-				if err := check(r, s, filled); err != nil {
-					return out, err
-				}
-				out = append(out, r)
-				c.Logf("%s", r)
-			}
-			if err := c.ClearFill(ctx); err != nil {
+			r.Fill, r.Round = fill, round
+			if err := check(r, s, filled); err != nil {
 				return out, err
 			}
+			out = append(out, r)
+			c.Logf("%s", r)
+		}
+		if err := c.ClearFill(ctx); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -147,8 +149,11 @@ func check(r Result, s *Shape, filled *Filled) error {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d nodes, %s, %s, fill %.0f%%, round %d: %d pods, %.1f pods/s (created at %.0f/s), bound p50 %s p99 %s, Running p50 %s p99 %s (load %s)",
-		r.Nodes, r.Shape, r.Feature, r.Fill*100, r.Round, r.Pods, r.PodsPerSec, r.CreatedPerSec, ms(r.BoundP50), ms(r.BoundP99), ms(r.RunningP50), ms(r.RunningP99), r.Load)
+	return fmt.Sprintf("%d nodes, %s, %s, fill %.0f%%, round %d: %d pods, %.1f pods/s (created at %.0f/s), bound p50 %s p99 %s, Running p50 %s p99 %s; CPU a pod: scheduler %s, API server %s, etcd %s (load %s)",
+		r.Nodes, r.Shape, r.Feature, r.Fill*100, r.Round, r.Pods, r.PodsPerSec, r.CreatedPerSec, ms(r.BoundP50), ms(r.BoundP99), ms(r.RunningP50), ms(r.RunningP99),
+		us(r.SchedulerCPU), us(r.APIServerCPU), us(r.EtcdCPU), r.Load)
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+func us(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }

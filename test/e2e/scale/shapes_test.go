@@ -123,10 +123,22 @@ func TestCaptured(t *testing.T) {
 
 // discover is Discover, once per test binary (its directory removed by
 // TestMain), skipped without root.
-func discover(t *testing.T) *Inventory {
+func discover(t testing.TB) *Inventory {
 	t.Helper()
-	if os.Geteuid() != 0 {
+	inv, err := sharedDiscover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv == nil {
 		t.Skip("needs root: the simulated nodes have real device nodes (mknod); CI runs as root")
+	}
+	return inv
+}
+
+// sharedDiscover is Discover once per test binary; nil without root.
+func sharedDiscover() (*Inventory, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
 	}
 	invOnce.Do(func() {
 		invDir, invErr = os.MkdirTemp("", "nri-gpu-scale-")
@@ -134,10 +146,7 @@ func discover(t *testing.T) *Inventory {
 			sharedInv, invErr = Discover(invDir)
 		}
 	})
-	if invErr != nil {
-		t.Fatal(invErr)
-	}
-	return sharedInv
+	return sharedInv, invErr
 }
 
 var (
