@@ -103,6 +103,7 @@ func TestAgentAPICost(t *testing.T) {
 	}
 	checkScoped(t, events)
 	var report strings.Builder
+	report.WriteString("\nits lists and watches: " + strings.Join(listWatchURIs(events), ", ") + "\n")
 	for _, w := range ws {
 		in := eventsIn(events, w.from, w.to)
 		writes := countVerbs(in, "resourceslices", "create", "update", "patch", "delete", "deletecollection")
@@ -271,6 +272,35 @@ func latencies(events []harness.AuditEvent) string {
 		return "none"
 	}
 	return fmt.Sprintf("mean %s, max %s", (sum / time.Duration(n)).Round(10*time.Microsecond), top.Round(10*time.Microsecond))
+}
+
+// listWatchURIs are the distinct paths and selectors of the lists and
+// watches of events.
+func listWatchURIs(events []harness.AuditEvent) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range events {
+		if e.Verb != "list" && e.Verb != "watch" {
+			continue
+		}
+		path, query, _ := strings.Cut(e.RequestURI, "?")
+		var keep []string
+		for _, kv := range strings.Split(query, "&") {
+			if strings.HasPrefix(kv, "fieldSelector=") || strings.HasPrefix(kv, "labelSelector=") {
+				keep = append(keep, kv)
+			}
+		}
+		u := e.Verb + " " + path
+		if len(keep) > 0 {
+			u += "?" + strings.Join(keep, "&")
+		}
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // checkScoped fails on a list or watch of a cluster-scoped resource
