@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 )
 
 // Feature is a kind of claim pod the bench measures.
@@ -195,7 +197,7 @@ func (c *Cluster) Measure(ctx context.Context, s *Shape, f Feature, n int) (Resu
 	}
 	t := &podTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, running: map[string]time.Time{},
 		want: n, allBound: make(chan struct{})}
-	w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	w, err := c.watchPods(ctx, ns)
 	if err != nil {
 		return r, err
 	}
@@ -237,8 +239,12 @@ func (c *Cluster) Measure(ctx context.Context, s *Shape, f Feature, n int) (Resu
 		r.SchedulerCPU = (cpu1.scheduler - cpu0.scheduler) / time.Duration(n)
 		r.APIServerCPU = (cpu1.apiserver - cpu0.apiserver) / time.Duration(n)
 		r.EtcdCPU = (cpu1.etcd - cpu0.etcd) / time.Duration(n)
-	case <-time.After(10 * time.Minute):
+	case <-time.After(5 * time.Minute):
+		w.Stop()
+		return r, fmt.Errorf("%d pods of %s on %s: %d bound in 5 min\n--- tail of the scheduler's log ---\n%s", n, f, r.Shape, t.count(t.bound), c.LogTail("kube-scheduler", 3000))
 	case <-ctx.Done():
+		w.Stop()
+		return r, ctx.Err()
 	}
 	err = c.waitCount(ctx, fmt.Sprintf("%d pods of %s on %s bound and Running", n, f, r.Shape), n, func(context.Context) (int, error) {
 		return t.count(t.running), nil
@@ -257,6 +263,19 @@ func (c *Cluster) Measure(ctx context.Context, s *Shape, f Feature, n int) (Resu
 		return r, err
 	}
 	return r, nil
+}
+
+// watchPods is a watch of ns's pods that survives the API server ending
+// it (client-go's RetryWatcher, from a list's resource version).
+func (c *Cluster) watchPods(ctx context.Context, ns string) (watch.Interface, error) {
+	l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return watchtools.NewRetryWatcherWithContext(ctx, l.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Client.CoreV1().Pods(ns).Watch(ctx, o)
+		}})
 }
 
 // watchPods records when w first shows each pod bound and Running.
