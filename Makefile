@@ -224,9 +224,11 @@ bench-cluster:
 # (TestScaleSmoke, 20 nodes) in make e2e.
 SCALE_NODES ?= 100 500 1000
 SCALE_ROUNDS ?= 3
+SCALE_FEATURES ?= plain cel share mig
+SCALE_FILLS ?= 0 50 90
 bench-scale:
 	NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-cluster.sh
-	cd test/e2e && NRI_GPU_SCALE="$(SCALE_NODES)" NRI_GPU_SCALE_ROUNDS=$(SCALE_ROUNDS) NRI_GPU_SCALE_OUT=$(CURDIR)/bin/bench-scale $(GO) test -v -count=1 -timeout 0 -run '^TestSchedulerScale$$' ./scale/
+	cd test/e2e && NRI_GPU_SCALE="$(SCALE_NODES)" NRI_GPU_SCALE_ROUNDS=$(SCALE_ROUNDS) NRI_GPU_SCALE_FEATURES="$(SCALE_FEATURES)" NRI_GPU_SCALE_FILLS="$(SCALE_FILLS)" NRI_GPU_SCALE_OUT=$(CURDIR)/bin/bench-scale $(GO) test -v -count=1 -timeout 0 -run '^TestSchedulerScale$$' ./scale/
 
 # One agent at cluster scale (root; docs/benchmarks.md): nri-gpu's
 # requests to the API server (the audit log) at install, AGENT_MINUTES of

@@ -22,6 +22,45 @@ const (
 	scaleOutEnv    = "NRI_GPU_SCALE_OUT"
 )
 
+// scaleFeaturesEnv and scaleFillsEnv narrow a run (a big node count on a
+// loaded machine): the claim kinds by key (plain cel share mig; default
+// all) and the fills in percent (default "0 50 90").
+const (
+	scaleFeaturesEnv = "NRI_GPU_SCALE_FEATURES"
+	scaleFillsEnv    = "NRI_GPU_SCALE_FILLS"
+)
+
+// featureKeys are the keys of scaleFeaturesEnv.
+var featureKeys = map[string]Feature{"plain": Plain, "cel": CEL, "share": Share, "mig": MIGDevice}
+
+// scalePlan reads scaleFeaturesEnv and scaleFillsEnv.
+func scalePlan(t *testing.T) (feats []Feature, fills []float64) {
+	t.Helper()
+	feats = allFeatures
+	if v := strings.Fields(os.Getenv(scaleFeaturesEnv)); len(v) > 0 {
+		feats = nil
+		for _, k := range v {
+			f, ok := featureKeys[k]
+			if !ok {
+				t.Fatalf("%s=%q: %q is not one of plain, cel, share, mig", scaleFeaturesEnv, os.Getenv(scaleFeaturesEnv), k)
+			}
+			feats = append(feats, f)
+		}
+	}
+	fills = []float64{0, 0.5, 0.9}
+	if v := strings.Fields(os.Getenv(scaleFillsEnv)); len(v) > 0 {
+		fills = nil
+		for _, k := range v {
+			p, err := strconv.Atoi(k)
+			if err != nil || p < 0 || p > 90 {
+				t.Fatalf("%s=%q: %q is not a fill in percent, 0 to 90", scaleFillsEnv, os.Getenv(scaleFillsEnv), k)
+			}
+			fills = append(fills, float64(p)/100)
+		}
+	}
+	return feats, fills
+}
+
 func needRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs a control plane in a network namespace of its own, and simulated nodes with real device nodes (CI runs as root)")
@@ -83,6 +122,7 @@ func TestSchedulerScale(t *testing.T) {
 			t.Fatalf("%s=%q: not a number of rounds", scaleRoundsEnv, v)
 		}
 	}
+	feats, fills := scalePlan(t)
 	sh := shapes(t)
 	ctx := context.Background()
 	c := startCluster(t, ctx, counts[0], sh)
@@ -92,7 +132,7 @@ func TestSchedulerScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		start, load := time.Now(), LoadAvg()
-		rs, err := c.Run(ctx, Plan{Fills: []float64{0, 0.5, 0.9}, Features: allFeatures, Rounds: rounds, Pods: podsFor(n)}, sh)
+		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n)}, sh)
 		all = append(all, rs...)
 		writeResults(t, all, sh)
 		if err != nil {

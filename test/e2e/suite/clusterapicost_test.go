@@ -112,6 +112,7 @@ func TestAgentAPICost(t *testing.T) {
 			fmt.Fprintf(&report, ", %.2f a %s", float64(len(in))/float64(w.units), w.unit)
 		}
 		fmt.Fprintf(&report, "; ResourceSlice writes %d; latency of the non-watch requests: %s\n%s", writes, latencies(in), byVerb(in))
+		fmt.Fprintf(&report, "%s\n", atNodes(in, w.to.Sub(w.from), 5000))
 		switch {
 		case strings.HasPrefix(w.name, "health"):
 			if writes == 0 || writes > w.units {
@@ -252,6 +253,43 @@ func byVerb(events []harness.AuditEvent) string {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, counts[k])
 	}
 	return b.String()
+}
+
+// The API server's default limits on requests in flight
+// (--max-requests-inflight, --max-mutating-requests-inflight); watches,
+// long-running, are not counted against them.
+const (
+	defaultReadInflight   = 400
+	defaultMutateInflight = 200
+)
+
+// atNodes extrapolates events, one agent's requests over d, to nodes
+// agents doing the same in the same span: their rate, and by Little's law
+// (rate times mean latency) the requests in flight they hold, read-only
+// and mutating, against the default limits; and the watches they hold
+// open.
+func atNodes(events []harness.AuditEvent, d time.Duration, nodes int) string {
+	var read, mutate, watches int
+	var readLat, mutateLat time.Duration
+	for _, e := range events {
+		lat := e.StageAt.Sub(e.Received)
+		switch e.Verb {
+		case "watch":
+			watches++
+		case "get", "list":
+			read++
+			readLat += lat
+		default:
+			mutate++
+			mutateLat += lat
+		}
+	}
+	// n requests a node over d, lat their summed latency: nodes*n/d a
+	// second, each lat/n long, so nodes*lat/d in flight.
+	inflight := func(lat time.Duration) float64 { return float64(nodes) * lat.Seconds() / d.Seconds() }
+	return fmt.Sprintf("at %d nodes doing the same at once: %.1f requests a second (%.1f mutating), %.2f read-only in flight of %d, %.2f mutating of %d; %d watches opened",
+		nodes, float64(nodes*(read+mutate))/d.Seconds(), float64(nodes*mutate)/d.Seconds(),
+		inflight(readLat), defaultReadInflight, inflight(mutateLat), defaultMutateInflight, nodes*watches)
 }
 
 // latencies are the mean and the largest time the API server took to
