@@ -49,6 +49,9 @@ const (
 
 var rateKinds = []string{kindClaim, kindPlain, kindDP, kindPlain}
 
+// rateLabel is each kind's pod label value (a label value has no "/").
+var rateLabel = map[string]string{kindClaim: "claim", kindPlain: "plain", kindDP: "device-plugin"}
+
 // rateNode is gpu-a with 8 H100s, each in seven 1g.10gb MIG devices (56).
 func rateNode() harness.NodeOptions {
 	return harness.NodeOptions{Name: "gpu-a", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 8, Layout: simnode.LayoutRHEL},
@@ -271,7 +274,7 @@ func ratePodSpec(p *ratePod) *corev1.Pod {
 	zero := int64(0)
 	ctr := corev1.Container{Name: "main", Image: harness.GlibcCUDAImage, ImagePullPolicy: corev1.PullNever,
 		Command: []string{"sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; echo CAPS; ls /dev/nvidia-caps 2>/dev/null; echo END; exec sleep 3600`}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: rateNS, Labels: map[string]string{"kind": strings.Fields(p.kind)[0]}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: rateNS, Labels: map[string]string{"kind": rateLabel[p.kind]}},
 		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &zero, RestartPolicy: corev1.RestartPolicyNever, NodeSelector: map[string]string{"kubernetes.io/hostname": "gpu-a"}}}
 	switch p.kind {
 	case kindClaim:
