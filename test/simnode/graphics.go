@@ -198,12 +198,15 @@ func writeDRM(root string, c *config) error {
 			drm{g.BusID, path.Base(CardPath(i)), i + 1, "card"},
 			drm{g.BusID, path.Base(RenderPath(i)), firstRender + 1 + i, "render"})
 	}
-	pci := filepath.Join(root, "sys", "bus", "pci", "devices")
 	for _, n := range nodes {
-		if err := os.MkdirAll(filepath.Join(pci, n.bus, "drm", n.name), 0o755); err != nil {
+		pci, err := pciDeviceDir(root, n.bus, "")
+		if err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(pci, n.bus, "drm", n.name, "dev"), fmt.Appendf(nil, "%d:%d\n", drmMajor, n.minor), 0o444); err != nil {
+		if err := os.MkdirAll(filepath.Join(pci, "drm", n.name), 0o755); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(pci, "drm", n.name, "dev"), fmt.Appendf(nil, "%d:%d\n", drmMajor, n.minor), 0o444); err != nil {
 			return err
 		}
 		p := filepath.Join(dri, n.name)

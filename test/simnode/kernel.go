@@ -142,16 +142,17 @@ func gpuInfo(g GPU, version string) string {
 	return b.String()
 }
 
-// writeGPUInfo writes the per-GPU information files. With clean, GPU
-// directories left over from an earlier Generate are removed first.
+// writeGPUInfo writes the per-GPU information files and the GPUs' sysfs
+// directories (each under its PCIe root complex, PCIeRootFor; class 3D
+// controller). With clean, GPU directories left over from an earlier
+// Generate are removed first.
 func writeGPUInfo(root string, c *config, clean bool) error {
 	dir := filepath.Join(root, "proc", "driver", "nvidia", "gpus")
-	pci := filepath.Join(root, "sys", "bus", "pci", "devices")
 	if clean {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		if err := os.RemoveAll(pci); err != nil {
+		if err := removePCI(root); err != nil {
 			return err
 		}
 	}
@@ -160,8 +161,15 @@ func writeGPUInfo(root string, c *config, clean bool) error {
 		if err := writeFile(p, []byte(gpuInfo(g, c.version)), 0o644); err != nil {
 			return err
 		}
+		pci, err := pciDeviceDir(root, g.BusID, "")
+		if err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(pci, "class"), []byte("0x030200\n"), 0o444); err != nil {
+			return err
+		}
 		if g.NUMANode != "" {
-			if err := writeFile(filepath.Join(pci, g.BusID, "numa_node"), []byte(g.NUMANode+"\n"), 0o444); err != nil {
+			if err := writeFile(filepath.Join(pci, "numa_node"), []byte(g.NUMANode+"\n"), 0o444); err != nil {
 				return err
 			}
 		}

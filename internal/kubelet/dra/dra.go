@@ -12,6 +12,9 @@
 //     whose spec holds only its device nodes and an environment entry
 //     naming the claim: no hooks, no driver files (the NRI side adds those
 //     at CreateContainer from the live inventory);
+//   - the kubelet's device health stream (WatchHealthStatus) reports the
+//     same health as the slices' taints, which the kubelet puts in the
+//     pods' allocatedResourcesStatus;
 //   - the prepared claims are kept in a versioned checkpoint, and offered
 //     to the request path as an immutable claims.Prepared (Prepared, and
 //     Options.Book, which the NRI side's allocation table books them
@@ -27,6 +30,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
@@ -72,6 +76,9 @@ type Options struct {
 	// changes. At start and after an Unprepare it is told with no claim,
 	// and its error is only logged.
 	Book func(prepared *claims.Prepared, claim string) error
+	// HealthResend is how often the devices' health is sent to the
+	// kubelet unchanged; zero: DefaultHealthResend.
+	HealthResend time.Duration
 }
 
 // publisher publishes ResourceSlices (the helper's PublishResources).
@@ -117,6 +124,8 @@ type Driver struct {
 	// watchReady is how waitMPS is woken (the package's watchReady; the
 	// handshake benchmark sets the polling it replaced).
 	watchReady func(ctx context.Context, dirs ...string) <-chan struct{}
+	// healthResend is Options.HealthResend.
+	healthResend time.Duration
 }
 
 // New makes the plugin's directories, reads its checkpoint, and makes
@@ -143,7 +152,7 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
 	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
-		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady}
+		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady, healthResend: opts.HealthResend}
 	d.install(ckpt)
 	d.tell(d.prepared.Load())
 	if err := d.reconcileSpecs(); err != nil {
@@ -231,7 +240,9 @@ func (d *Driver) Serve(ctx context.Context) error {
 		kubeletplugin.KubeClient(d.client),
 		kubeletplugin.PluginDataDirectoryPath(d.opts.PluginDir),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrationDir),
-		kubeletplugin.HealthService(false),
+		// The kubelet's DRAResourceHealth service, v1 and v1alpha1
+		// (WatchHealthStatus).
+		kubeletplugin.HealthService(true),
 		// Prepare and Unprepare serialize on mu themselves, and a
 		// prepare waiting for an MPS daemon holds no lock: the helper's
 		// serialization would hold every other claim for that wait.
@@ -379,10 +390,4 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 		}
 	}
 	d.log.WithError(err).Errorf("DRA: %s", msg)
-}
-
-// WatchHealthStatus implements kubeletplugin.DRAPlugin; the health
-// service is off (health reaches the scheduler as device taints).
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }

@@ -223,13 +223,7 @@ func newEnv(t testing.TB, cfg config.Config, snap *inventory.Snapshot, keep *Opt
 	if keep != nil {
 		opts = *keep
 	} else {
-		root, err := os.MkdirTemp("", "dra")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.RemoveAll(root) })
-		opts = Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
-			RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev"}
+		opts = envOptions(t)
 	}
 	e := &testEnv{client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}}), dirs: opts}
 	e.n = node.Fixed(stateOf(snap, cfg), quietLog())
@@ -262,6 +256,19 @@ func newEnv(t testing.TB, cfg config.Config, snap *inventory.Snapshot, keep *Opt
 	e.conn = drapb.NewDRAPluginClient(cc)
 	t.Cleanup(e.stop)
 	return e
+}
+
+// envOptions are a test plugin's options, its directories in a new
+// temporary directory.
+func envOptions(t testing.TB) Options {
+	t.Helper()
+	root, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	return Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
+		RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev"}
 }
 
 func (e *testEnv) stop() {

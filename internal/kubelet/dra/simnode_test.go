@@ -119,3 +119,26 @@ func TestSimulatedSlices(t *testing.T) {
 		t.Errorf("devices (-want +got):\n%s", diff)
 	}
 }
+
+// TestSimulatedPCIeRoots: the pcieRoot the driver publishes for each GPU
+// of a simulated node is its root complex in the node's sysfs (through
+// Kubernetes' deviceattribute helper), one per GPU; a bus id sysfs does
+// not have gets none.
+func TestSimulatedPCIeRoots(t *testing.T) {
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{opts: Options{SysRoot: n.Root + "/sys"}, roots: map[string]string{}}
+	seen := map[string]bool{}
+	for _, g := range n.GPUs {
+		r := d.pcieRoot(g.BusID)
+		if r != simnode.PCIeRootFor(g.BusID) || seen[r] {
+			t.Errorf("GPU %s: pcieRoot %q, want %q, one per GPU", g.BusID, r, simnode.PCIeRootFor(g.BusID))
+		}
+		seen[r] = true
+	}
+	if r := d.pcieRoot("0000:99:00.0"); r != "" {
+		t.Errorf("a bus id sysfs lacks: pcieRoot %q", r)
+	}
+}

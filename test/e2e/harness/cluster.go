@@ -49,6 +49,9 @@ type ClusterOptions struct {
 	Images []*Image
 	// Verbosity is the components' -v (default 2).
 	Verbosity int
+	// FeatureGates is every component's --feature-gates ("" none: the
+	// version's defaults), e.g. "ResourceHealthStatus=true".
+	FeatureGates string
 	// ControlPlaneOnly starts no worker node (Nodes must be empty): for
 	// nodes of another kind (Node objects a simulator serves).
 	ControlPlaneOnly bool
@@ -289,7 +292,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--kubelet-client-certificate", p.path("apiserver-kubelet-client", ".crt"),
 		"--kubelet-client-key", p.path("apiserver-kubelet-client", ".key"),
 		"--kubelet-certificate-authority", p.path("ca", ".crt"),
-		"--kubelet-preferred-address-types", "InternalIP,Hostname"}, audit...)...); err != nil {
+		"--kubelet-preferred-address-types", "InternalIP,Hostname", c.gates()}, audit...)...); err != nil {
 		return err
 	}
 	if err := c.waitAPIServer(ctx, 2*time.Minute); err != nil {
@@ -301,7 +304,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--use-service-account-credentials", "--root-ca-file", p.path("ca", ".crt"),
 		"--service-account-private-key-file", p.path("sa", ".key"),
 		"--cluster-signing-cert-file", p.path("ca", ".crt"), "--cluster-signing-key-file", p.path("ca", ".key"),
-		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257"}
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257", c.gates()}
 	if q := c.Opts.ControlPlaneQPS; q > 0 {
 		cmArgs = append(cmArgs, "--kube-api-qps", strconv.Itoa(q), "--kube-api-burst", strconv.Itoa(q))
 	}
@@ -310,7 +313,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}
 	sc := p.path("scheduler", ".kubeconfig")
 	args := []string{"-v", v, "--kubeconfig", sc, "--authentication-kubeconfig", sc, "--authorization-kubeconfig", sc,
-		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259"}
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259", c.gates()}
 	if q := c.Opts.ControlPlaneQPS; q > 0 {
 		// With --config the scheduler ignores --kubeconfig and
 		// --leader-elect: the file says them.
@@ -375,6 +378,10 @@ func (c *Cluster) PID(name string) int {
 // simulator), its output in <Dir>/<name>.log; Stop ends it before the
 // control plane.
 func (c *Cluster) Start(name, bin string, args ...string) error { return c.run(name, bin, args...) }
+
+// gates is the control plane's --feature-gates flag: the options', or
+// none ("--feature-gates=" sets nothing).
+func (c *Cluster) gates() string { return "--feature-gates=" + c.Opts.FeatureGates }
 
 // run starts a control plane process in the cluster's network namespace,
 // its output in <Dir>/<name>.log.
@@ -480,7 +487,7 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*Node, error) {
 		Binary: c.Tools.Kubelet, Runtime: ep, NS: n.NS, NodeName: n.Name, NodeIP: n.IP,
 		Kubeconfig: p.path("node-"+n.Name, ".kubeconfig"), CAFile: p.path("ca", ".crt"),
 		CertFile: p.path("kubelet-"+n.Name, ".crt"), KeyFile: p.path("kubelet-"+n.Name, ".key"),
-		HealthzPort: 10300 + i, Verbosity: c.Opts.Verbosity,
+		HealthzPort: 10300 + i, Verbosity: c.Opts.Verbosity, FeatureGates: c.Opts.FeatureGates,
 	})
 	return n, err
 }

@@ -9,13 +9,18 @@ import (
 
 // GPUNodes are the two worker nodes of the suite's cluster phase and of
 // make demo-cluster: gpu-a on containerd 2.4 with four H100 80GB GPUs
-// (RHEL layout), gpu-b on CRI-O with three A100 40GB GPUs of which the
-// driver excludes the second (Debian layout): two usable. The models and
+// (RHEL layout; GPUs 0 and 1 on NUMA node 0, 2 and 3 on 1), gpu-b on
+// CRI-O with three A100 40GB GPUs of which the driver excludes the
+// second (Debian layout): two usable. The models and
 // their memory (NVML's) differ, so that DRA selectors can tell the nodes
 // apart.
 func GPUNodes() []NodeOptions {
 	return []NodeOptions{
-		{Name: "gpu-a", Runtime: RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL}},
+		// gpu-a's GPUs are simnode's four defaults, on two NUMA nodes.
+		{Name: "gpu-a", Runtime: RuntimeContainerd24, GPUs: &simnode.Options{Layout: simnode.LayoutRHEL, GPUs: []simnode.GPU{
+			{BusID: simnode.DefaultBusID(0), NUMANode: "0"}, {BusID: simnode.DefaultBusID(1), NUMANode: "0"},
+			{BusID: simnode.DefaultBusID(2), NUMANode: "1"}, {BusID: simnode.DefaultBusID(3), NUMANode: "1"},
+		}}},
 		{Name: "gpu-b", Runtime: RuntimeCRIO, GPUs: &simnode.Options{Layout: simnode.LayoutDebian, GPUs: []simnode.GPU{
 			// Bus ids after gpu-a's: GPU UUIDs (derived from them) are unique
 			// in the cluster, as real ones are.

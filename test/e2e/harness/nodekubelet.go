@@ -23,6 +23,8 @@ type nodeKubeletOptions struct {
 	// cluster's network namespace (one per node).
 	HealthzPort int
 	Verbosity   int
+	// FeatureGates is the kubelet's --feature-gates ("" none).
+	FeatureGates string
 }
 
 // startNodeKubelet starts a cluster node's kubelet in the node's
@@ -100,6 +102,9 @@ func startNodeKubelet(o nodeKubeletOptions) (*Kubelet, error) {
 	}
 	k.args = []string{"--config", k.ConfigPath, "--kubeconfig", o.Kubeconfig, "--root-dir", k.RootDir, "--cert-dir", k.CertDir,
 		"--hostname-override", o.NodeName, "--node-ip", o.NodeIP, "-v", strconv.Itoa(o.Verbosity)}
+	if o.FeatureGates != "" {
+		k.args = append(k.args, "--feature-gates", o.FeatureGates)
+	}
 	if err := k.start(); err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions,
 		t.Fatal(err)
 	}
 	start := time.Now()
-	co := harness.ClusterOptions{Version: version, Nodes: nodes, Images: images}
+	co := harness.ClusterOptions{Version: version, Nodes: nodes, Images: images, FeatureGates: os.Getenv(featureGatesEnv)}
 	for _, o := range opts {
 		o(&co)
 	}

@@ -26,7 +26,9 @@ const draUpgradeVersion = "590.44.01"
 
 // testDRAMore runs last in the DRA phase, after every check of testDRA
 // that needs the pods it made: it deletes those that hold the DRA GPUs it
-// needs (gpu-a's after and ext, gpu-b's a100), then checks a MIG claim on
+// needs (gpu-a's after and ext, gpu-b's a100), then checks device health
+// in a claim pod's status (clusterdrahealth_test.go), a GPU and a NIC on
+// one PCIe root (clusterdratopology_test.go), a MIG claim on
 // a GPU of gpu-a put into MIG mode, a driver upgrade of gpu-a between
 // two pods of one claim template, and (Kubernetes 1.36 on) a pod's
 // resources.limits nvidia.com/gpu served through DRA on gpu-b. Each puts
@@ -44,6 +46,8 @@ func testDRAMore(k kc, version string) {
 		k.t.Run(name, func(t *testing.T) { f(kc{t: t, c: k.c, ctx: k.ctx}) })
 		k.t.Logf("DRA %s: %s", name, time.Since(start).Round(time.Second))
 	}
+	sub("health", func(k kc) { testDRAHealth(k, version) })
+	sub("topology", testDRATopology)
 	sub("mig", testDRAMIG)
 	sub("driver upgrade", testDRAUpgrade)
 	sub("nvidia.com/gpu", func(k kc) { testDRANvidiaGPU(k, version) })
