@@ -147,7 +147,7 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 	}
 	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
 		files: readAllMetadata(opts.PluginDir, ckpt),
-		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady}
+		log:   log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady}
 	d.install(d.ckpt, d.files)
 	d.tell(d.prepared.Load())
 	d.reconcileMetadata()
