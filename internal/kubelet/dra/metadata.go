@@ -166,17 +166,19 @@ func claimMetadataDir(pluginDir, uid string) string {
 }
 
 // writeMetadata writes claim uid's files into its directory, each
-// atomically, replacing what the directory had.
+// atomically (a rename over the old one: a container being created
+// meanwhile mounts the whole old file or the whole new one, never none);
+// a file already there with the same content is left as it is.
 func writeMetadata(pluginDir, uid string, files []metadataFile) error {
 	if errs := validation.IsDNS1123Label(uid); len(errs) > 0 {
 		return fmt.Errorf("device metadata: claim uid %q is not valid", uid)
 	}
 	dir := claimMetadataDir(pluginDir, uid)
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("device metadata: %w", err)
-	}
 	for _, f := range files {
 		p := filepath.Join(dir, filepath.FromSlash(f.rel))
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, f.data) {
+			continue
+		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("device metadata: %w", err)
 		}

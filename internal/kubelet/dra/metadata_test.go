@@ -187,6 +187,18 @@ func TestDeviceMetadata(t *testing.T) {
 		t.Fatal(r.GetError())
 	}
 	decodeMetadataFile(t, want["uid-1 gpu-0"].Host, &got)
+	// Prepared again unchanged: the file is left as it is (a container
+	// being created meanwhile mounts it).
+	fi1, err := os.Stat(want["uid-1 gpu-0"].Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.prepare(t, direct); r.GetError() != "" {
+		t.Fatal(r.GetError())
+	}
+	if fi2, err := os.Stat(want["uid-1 gpu-0"].Host); err != nil || !os.SameFile(fi1, fi2) {
+		t.Errorf("a prepare of an unchanged claim replaced its file: %v", err)
+	}
 
 	e.unprepare(t, direct)
 	if _, err := os.Stat(filepath.Join(base, "uid-1")); !os.IsNotExist(err) {
