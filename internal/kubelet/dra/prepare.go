@@ -326,8 +326,8 @@ func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, 
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin: each claim
 // leaves the checkpoint and its CDI spec and device metadata files are
-// removed. A claim that is not
-// prepared is no error (the kubelet may ask twice).
+// removed. A claim that is not prepared is no error (the kubelet may ask
+// twice).
 func (d *Driver) UnprepareResourceClaims(_ context.Context, cs []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
