@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
@@ -110,7 +112,7 @@ func ReadPrepared(dir string) (*claims.Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.prepared(), nil
+	return c.prepared(readAllMetadata(dir, c)), nil
 }
 
 // CountPrepared returns how many claims the checkpoint in the plugin
@@ -196,8 +198,9 @@ func (c checkpoint) write(dir string) error {
 }
 
 // prepared returns the checkpoint's devices as the request path reads
-// them, in a stable order (claim UID, then the claim's order).
-func (c checkpoint) prepared() *claims.Prepared {
+// them, in a stable order (claim UID, then the claim's order), each with
+// its request's device metadata file in files.
+func (c checkpoint) prepared(files claimFiles) *claims.Prepared {
 	uids := make([]string, 0, len(c.Claims))
 	for uid := range c.Claims {
 		uids = append(uids, uid)
@@ -205,7 +208,10 @@ func (c checkpoint) prepared() *claims.Prepared {
 	slices.Sort(uids)
 	var devs []claims.Device
 	for _, uid := range uids {
-		devs = append(devs, c.Claims[uid].devices(uid)...)
+		for _, d := range c.Claims[uid].devices(uid) {
+			d.Metadata = files[uid][resourceclaim.BaseRequestRef(d.Request)]
+			devs = append(devs, d)
+		}
 	}
 	return claims.New(devs)
 }

@@ -103,6 +103,9 @@ type Driver struct {
 	// last state last.
 	pubMu sync.Mutex
 	ckpt  checkpoint
+	// files are the prepared claims' device metadata files; guarded by
+	// mu.
+	files claimFiles
 	// prepared is ckpt as the request path reads it, swapped whole.
 	prepared atomic.Pointer[claims.Prepared]
 	// mpsStatus is the readiness of the prepared claims' MPS daemons, by
@@ -152,9 +155,11 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
 	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
-		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady, healthResend: opts.HealthResend}
-	d.install(ckpt)
+		files: readAllMetadata(opts.PluginDir, ckpt),
+		log:   log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady, healthResend: opts.HealthResend}
+	d.install(d.ckpt, d.files)
 	d.tell(d.prepared.Load())
+	d.reconcileMetadata()
 	if err := d.reconcileSpecs(); err != nil {
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
@@ -165,11 +170,12 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 // reads at CreateContainer. Never nil.
 func (d *Driver) Prepared() *claims.Prepared { return d.prepared.Load() }
 
-// install makes c the checkpoint and its devices what Prepared returns.
+// install makes c the checkpoint, files its claims' metadata files, and
+// its devices what Prepared returns.
 // The caller holds mu (or is New).
-func (d *Driver) install(c checkpoint) {
-	d.ckpt = c
-	p, _ := withStatus(c.prepared(), d.mpsStatus)
+func (d *Driver) install(c checkpoint, files claimFiles) {
+	d.ckpt, d.files = c, files
+	p, _ := withStatus(c.prepared(files), d.mpsStatus)
 	d.prepared.Store(p)
 }
 

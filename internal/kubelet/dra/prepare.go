@@ -2,7 +2,9 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
@@ -89,8 +92,12 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 			return nil, fmt.Errorf("prepare claim %s/%s: its preparation is stale: %s; it was released, and the claim is prepared afresh when the kubelet asks again",
 				c.Namespace, c.Name, why)
 		}
-		devs := cc.devices(uid)
-		// Its spec may be gone (a tmpfs /var/run/cdi after a reboot).
+		// Its spec may be gone (a tmpfs /var/run/cdi after a reboot), its
+		// metadata files too (a crash at the first prepare).
+		if err := d.rewriteMetadata(c, cc, byName, st); err != nil {
+			return nil, err
+		}
+		devs := d.ckpt.Claims[uid].devices(uid)
 		if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
 			return nil, err
 		}
@@ -105,7 +112,16 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 	if err != nil {
 		return nil, err
 	}
+	files, err := claimMetadata(c, d.opts.DriverName, d.nodeName, devs, d.attributes(byName, st))
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	mounts := metadataMounts(d.opts.PluginDir, uid, files)
+	for i := range devs {
+		devs[i].Metadata = mounts[resourceclaim.BaseRequestRef(devs[i].Request)]
+	}
 	next.Claims[uid] = checkpointClaim{Namespace: c.Namespace, Name: c.Name, Devices: checkpointDevices(devs)}
+	nextFiles := d.files.without(dropped...).with(uid, mounts)
 	// The NRI side books the claim's devices first: a GPU that a
 	// node-local request holds exclusively refuses the claim, naming its
 	// holder, before anything is written.
@@ -113,19 +129,28 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		// With the daemons' readiness as last probed: a second claim of a
 		// GPU whose daemon is ready changes no status, so no later probe
 		// tells the request path again.
-		booked, _ := withStatus(next.prepared(), d.mpsStatus)
+		booked, _ := withStatus(next.prepared(nextFiles), d.mpsStatus)
 		if err := d.opts.Book(booked, uid); err != nil {
 			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 	}
-	// The checkpoint first: a spec is never on disk without the record
-	// that removes it (New removes specs the checkpoint does not name).
-	if err := next.write(d.opts.PluginDir); err != nil {
+	// The metadata files before the checkpoint (New removes those of
+	// claims it does not name), the checkpoint before the spec: a spec is
+	// never on disk without the record that removes it (New removes
+	// specs the checkpoint does not name).
+	if err := writeMetadata(d.opts.PluginDir, uid, files); err != nil {
 		d.tell(d.prepared.Load()) // the claim is not prepared: its booking goes
+		_ = removeMetadata(d.opts.PluginDir, uid)
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
-	d.install(next)
+	if err := next.write(d.opts.PluginDir); err != nil {
+		d.tell(d.prepared.Load())
+		_ = removeMetadata(d.opts.PluginDir, uid)
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	d.install(next, nextFiles)
 	d.removeSpecs(dropped)
+	d.removeMetadataOf(dropped)
 	if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
 		return nil, err
 	}
@@ -300,26 +325,29 @@ func (d *Driver) claimGone(ctx context.Context, uid string, cc checkpointClaim, 
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin: each claim
-// leaves the checkpoint and its CDI spec is removed. A claim that is not
-// prepared is no error (the kubelet may ask twice).
+// leaves the checkpoint and its CDI spec and device metadata files are
+// removed. A claim that is not prepared is no error (the kubelet may ask
+// twice).
 func (d *Driver) UnprepareResourceClaims(_ context.Context, cs []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(cs))
 	next := d.ckpt.clone()
+	uids := make([]string, 0, len(cs))
 	for _, c := range cs {
 		delete(next.Claims, string(c.UID))
+		uids = append(uids, string(c.UID))
 		out[c.UID] = nil
 	}
 	if len(next.Claims) != len(d.ckpt.Claims) {
 		if err := next.write(d.opts.PluginDir); err != nil {
 			return nil, fmt.Errorf("unprepare claims: %w", err)
 		}
-		d.install(next)
+		d.install(next, d.files.without(uids...))
 		d.tell(d.prepared.Load())
 	}
 	for _, c := range cs {
-		out[c.UID] = removeSpec(d.opts.CDIDir, d.opts.DriverName, string(c.UID))
+		out[c.UID] = errors.Join(removeSpec(d.opts.CDIDir, d.opts.DriverName, string(c.UID)), removeMetadata(d.opts.PluginDir, string(c.UID)))
 	}
 	return out, nil
 }
@@ -351,4 +379,39 @@ func names(byName map[string]unit) string {
 	}
 	slices.Sort(ns)
 	return strings.Join(ns, ", ")
+}
+
+// attributes returns, by device name, the attributes the ResourceSlice
+// publishes for the device (sliceDevice): what its metadata file says.
+// The caller holds mu (pcieRoot).
+func (d *Driver) attributes(byName map[string]unit, st *node.State) func(string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	return func(name string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+		u, ok := byName[name]
+		if !ok || st == nil {
+			return nil
+		}
+		return sliceDevice(u, st.Snapshot(), d.pcieRoot, nil).Attributes
+	}
+}
+
+// rewriteMetadata writes the metadata files of claim c, prepared as cc,
+// again, and installs them where they were not known (their files were
+// missing at start): the request path then mounts them. The caller holds
+// mu.
+func (d *Driver) rewriteMetadata(c *resourceapi.ResourceClaim, cc checkpointClaim, byName map[string]unit, st *node.State) error {
+	uid := string(c.UID)
+	files, err := claimMetadata(c, d.opts.DriverName, d.nodeName, cc.devices(uid), d.attributes(byName, st))
+	if err != nil {
+		return fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	if err := writeMetadata(d.opts.PluginDir, uid, files); err != nil {
+		return fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	mounts := metadataMounts(d.opts.PluginDir, uid, files)
+	if maps.Equal(mounts, d.files[uid]) {
+		return nil
+	}
+	d.install(d.ckpt, d.files.with(uid, mounts))
+	d.tell(d.prepared.Load())
+	return nil
 }

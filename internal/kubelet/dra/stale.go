@@ -59,7 +59,7 @@ func (d *Driver) allocationMismatch(cc checkpointClaim, c *resourceapi.ResourceC
 }
 
 // dropRecord releases the stale record of claim c: the checkpoint without
-// it is written and booked, then its spec goes. The caller holds mu.
+// it is written and booked, then its spec and metadata files go. The caller holds mu.
 func (d *Driver) dropRecord(c *resourceapi.ResourceClaim) error {
 	uid := string(c.UID)
 	next := d.ckpt.clone()
@@ -67,8 +67,9 @@ func (d *Driver) dropRecord(c *resourceapi.ResourceClaim) error {
 	if err := next.write(d.opts.PluginDir); err != nil {
 		return fmt.Errorf("prepare claim %s/%s: releasing its stale preparation: %w", c.Namespace, c.Name, err)
 	}
-	d.install(next)
+	d.install(next, d.files.without(uid))
 	d.tell(d.prepared.Load())
 	d.removeSpecs([]string{uid})
+	d.removeMetadataOf([]string{uid})
 	return nil
 }

@@ -74,6 +74,19 @@ type Device struct {
 	// client gets (the claim's mpsConfig, or its memory share's), and
 	// whether nri-gpu mps reports the daemon ready.
 	MPS *sharing.MPSDaemon
+	// Metadata is the device metadata file of the device's request
+	// (KEP-5304) that every container of the claim gets, read-only; the
+	// zero value where the driver wrote none.
+	Metadata Metadata
+}
+
+// Metadata is a device metadata file of a claim's request: the file the
+// DRA driver wrote on the host, and the path where the Kubernetes device
+// metadata API (k8s.io/dynamic-resource-allocation/api/metadata) puts it
+// in a container.
+type Metadata struct {
+	Host      string
+	Container string
 }
 
 // Prepared is the set of devices of the node's prepared claims.

@@ -216,3 +216,40 @@ func ClaimHoldings(src adjust.Source, mode sharing.Mode, prep *claims.Prepared) 
 func claimShare(d claims.Device) sharing.Share {
 	return sharing.Share{UUID: d.UUID, Resource: "claim " + d.Claim.Namespace + "/" + d.Claim.Name, Strategy: sharing.MPS, Replicas: 1, MPS: d.MPS}
 }
+
+// metadataMountOptions are the options of a device metadata file's
+// mount: read-only, nothing to execute.
+var metadataMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "rbind", "rprivate"}
+
+// deviceMetadata adds to adj the device metadata files (KEP-5304) of the
+// claims' requests whose devices the container holds
+// (claims.Device.Metadata, written by the DRA driver at Prepare), each
+// once, read-only at its container path; a destination the container
+// has already (a mount of the runtime's) is left as it is. A nil adj
+// (the runtime gave everything else) becomes the mounts alone. Linear in
+// the held devices and the container's mounts.
+func (p *Path) deviceMetadata(c *call, g given, adj *api.ContainerAdjustment) *api.ContainerAdjustment {
+	var ms []*api.Mount
+	seen := map[string]bool{}
+	for _, m := range c.ctr.GetMounts() {
+		seen[m.GetDestination()] = true
+	}
+	for _, h := range g.claims {
+		md := h.dev.Metadata
+		if md.Host == "" || seen[md.Container] {
+			continue
+		}
+		seen[md.Container] = true
+		ms = append(ms, &api.Mount{Source: md.Host, Destination: md.Container, Type: "bind", Options: metadataMountOptions})
+	}
+	if len(ms) == 0 {
+		return adj
+	}
+	if adj == nil {
+		adj = &api.ContainerAdjustment{}
+	}
+	// The answer's mounts may be a shared plan's messages: never append
+	// into their array.
+	adj.Mounts = append(slices.Clip(adj.Mounts), ms...)
+	return adj
+}

@@ -18,7 +18,7 @@
 //
 // <!-- request path kinds: serve's order; each kind's steps -->
 //
-//	claimAssigned    stale, shares, bookGiven, claimRequest, reconcile, selectDevices, answer
+//	claimAssigned    stale, shares, bookGiven, claimRequest, reconcile, selectDevices, answer, deviceMetadata
 //	kubeletAssigned  shares, bookGiven, kubeletRequest, reconcile, selectDevices, answer
 //	runtimeGiven     shares, bookGiven, find, authorizeGiven, parse, reconcile, selectDevices, answer
 //	none             -
@@ -243,7 +243,11 @@ func (p *Path) claimAssigned(c *call, g given) (*api.ContainerAdjustment, Result
 	if res.Selection, err = p.selectDevices(res.Request); err != nil || !res.Selection.Inject {
 		return nil, res, err
 	}
-	return p.answer(c, g, res, alloc.Record{})
+	adj, res, err := p.answer(c, g, res, alloc.Record{})
+	if err != nil {
+		return nil, res, err
+	}
+	return p.deviceMetadata(c, g, adj), res, nil
 }
 
 // kubeletAssigned is the path of a container whose GPUs nri-gpu's device

@@ -124,6 +124,7 @@ func testDRA(k kc, version string) {
 	t.Run("adminAccess", func(t *testing.T) { testAdminAccess(kc{t: t, c: k.c, ctx: k.ctx}, table) })
 
 	checkForgedClaimEnv(k, views["two"])
+	checkDeviceMetadataAll(k, views, dp)
 
 	// A restart of nri-gpu with the claims prepared: their containers
 	// stay, the bookings are the same (the driver's checkpoint, the
@@ -165,6 +166,7 @@ func testDRA(k kc, version string) {
 		waitExec(k, c.pod)
 		v := viewClaimPod(k, c.pod)
 		checkSeesExactly(k, v.gpuPodView, c.gpus)
+		checkDeviceMetadata(k, v)
 		if !slices.Equal(v.assigned, views[c.pod].assigned) {
 			t.Errorf("pod %s after the restarts: %v, was %v", c.pod, v.assigned, views[c.pod].assigned)
 		}
