@@ -264,6 +264,10 @@ func (p *Plugin) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	return path.Handle(ctx, pod, ctr)
 }
 
+// Seed makes the allocation table hold hs (nri-gpu explain starts from
+// the running plugin's table, status.Status.Holdings).
+func (p *Plugin) Seed(hs []alloc.Holding) { p.table.Rebuild(hs) }
+
 // Synchronize handles the runtime's Synchronize request, sent once per
 // connection with the pods and containers that exist: the allocation table
 // is rebuilt from them (see pipeline.Holdings), so that it survives

@@ -7,6 +7,8 @@
 //	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
 //	nri-gpu mps [--config FILE] [--log-level LEVEL] [--log-format text|json]
 //	nri-gpu cleanup [--config FILE] [--dry-run]
+//	nri-gpu explain [--config FILE] [-f POD.yaml] [--namespace NS] [--pod NAME] [--annotation K=V]... [--env K=V]... [--status-socket PATH] [-o table|json]
+//	nri-gpu config validate FILE
 //	nri-gpu version
 package main
 
@@ -46,6 +48,8 @@ Usage:
   nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
   nri-gpu mps [--config FILE] [--log-level LEVEL] [--log-format text|json]
   nri-gpu cleanup [--config FILE] [--dry-run]
+  nri-gpu explain [--config FILE] [-f POD.yaml] [--namespace NS] [--pod NAME] [--annotation K=V]... [--env K=V]... [--status-socket PATH] [-o table|json]
+  nri-gpu config validate FILE
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -85,6 +89,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = mpsCmd(args[1:], stderr)
 	case "cleanup":
 		err = cleanupCmd(args[1:], stdout, stderr)
+	case "explain":
+		err = explainCmd(args[1:], stdout, stderr)
+	case "config":
+		err = configCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
