@@ -3,14 +3,15 @@
 // says why a container was not created, or runs without GPUs.
 //
 // It is client-go's event recorder (tools/record), as the kubelet uses
-// it. Report puts the Event on a queue and returns at once (a channel
-// send); a goroutine hands it to the recorder, whose own goroutine writes
-// to the API server, folding repeats into one Event with a count (the
-// kubelet retries a refused container), rate-limiting per pod (a burst of
-// 25, then one Event every 5 minutes) and retrying a failed write a few
-// times. When the API server is slow or away the recorder's queue fills
-// (1000 Events) and further Events are dropped: the request path never
-// waits for the API server.
+// it. Report takes a token of the node's rate limit (50 Events a second,
+// a burst of 100: the kubelet's defaults for its own), puts the Event on
+// a queue and returns at once; a goroutine hands it to the recorder,
+// whose own goroutine writes to the API server, folding repeats into one
+// Event with a count (the kubelet retries a refused container),
+// rate-limiting per pod (a burst of 25, then one Event every 5 minutes)
+// and retrying a failed write a few times. When the API server is slow or
+// away the recorder's queue fills (1000 Events) and further Events are
+// dropped: the request path never waits for the API server.
 package events
 
 import (
@@ -27,6 +28,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
@@ -85,7 +87,11 @@ type Recorder struct {
 	// queue hands Events from the request path to the goroutine that
 	// gives them to client-go's recorder (whose own queue, when full,
 	// logs each Event it drops: work kept off the request path too).
-	queue    chan Event
+	queue chan Event
+	// limit bounds the Events of the whole node (client-go's recorder
+	// bounds each pod's), so that a flood of refusals costs the node and
+	// the API server little; what it refuses is dropped.
+	limit    flowcontrol.RateLimiter
 	dropped  atomic.Uint64
 	recorder record.EventRecorderLogger
 	stop     context.CancelFunc
@@ -98,12 +104,26 @@ type Recorder struct {
 // gets no CPU.
 const queueLen = 256
 
+// The node's Events a second, and the burst: the kubelet's defaults for
+// its own (eventRecordQPS, eventBurst).
+const (
+	eventQPS   = 50
+	eventBurst = 100
+)
+
+// dropLogInterval is how often the count of dropped Events is logged at
+// most.
+const dropLogInterval = time.Minute
+
 // New returns a Recorder that writes through cfg (kubeapi.Config) as the
 // nri-gpu of node host, until ctx ends or Stop is called; the client
 // libraries' logs go to log.
 func New(ctx context.Context, cfg *rest.Config, host string, log *logrus.Entry) (*Recorder, error) {
 	c := rest.CopyConfig(cfg)
 	c.Timeout = writeTimeout
+	// The client's own limit (5 a second by default) would hold Events
+	// the node's limit let through.
+	c.QPS, c.Burst = eventQPS, eventBurst
 	if c.UserAgent == "" {
 		c.UserAgent = kubeapi.UserAgent
 	}
@@ -128,6 +148,7 @@ func NewWithSink(ctx context.Context, sink record.EventSink, host string, log *l
 	b.StartRecordingToSink(sink)
 	r := &Recorder{
 		queue:    make(chan Event, queueLen),
+		limit:    flowcontrol.NewTokenBucketRateLimiter(eventQPS, eventBurst),
 		recorder: b.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: Component, Host: host}).WithLogger(logger),
 		stop:     stop,
 		done:     make(chan struct{}),
@@ -137,9 +158,14 @@ func NewWithSink(ctx context.Context, sink record.EventSink, host string, log *l
 	return r
 }
 
-// Report queues e for the API server and returns at once; when the queue
-// is full e is dropped (counted, and logged by the writer).
+// Report queues e for the API server and returns at once. Beyond the
+// node's rate (eventQPS), or when the queue is full, e is dropped:
+// counted, and the count logged by the writer.
 func (r *Recorder) Report(e Event) {
+	if !r.limit.TryAccept() {
+		r.dropped.Add(1)
+		return
+	}
 	select {
 	case r.queue <- e:
 	default:
@@ -159,14 +185,17 @@ func (r *Recorder) Stop() {
 func (r *Recorder) run(ctx context.Context, b record.EventBroadcaster) {
 	defer close(r.done)
 	defer b.Shutdown()
+	tick := time.NewTicker(dropLogInterval)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case e := <-r.queue:
 			r.record(e)
+		case <-tick.C:
 			if n := r.dropped.Swap(0); n > 0 {
-				r.log.Warnf("%d Events dropped: more refusals than the writer could queue", n)
+				r.log.Warnf("%d Events dropped in the last %s: more refusals than %d a second (or than the writer could queue); they are in nri-gpu's log", n, dropLogInterval, eventQPS)
 			}
 		}
 	}

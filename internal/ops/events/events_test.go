@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -143,6 +144,45 @@ func TestReportDoesNotWaitForAPIServer(t *testing.T) {
 	case <-done:
 	case <-time.After(time.Minute):
 		t.Fatal("Report blocked with the API server not answering")
+	}
+}
+
+// TestReportRateLimit: a flood of refusals on many pods reaches the API
+// server as the node's burst (eventBurst) and its rate, not as many
+// Events as refusals; the rest are dropped and counted.
+func TestReportRateLimit(t *testing.T) {
+	srv := &apiServer{}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := New(ctx, &rest.Config{Host: ts.URL}, "node", quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	start := time.Now()
+	const n = 2000
+	for i := range n {
+		r.Report(Event{Namespace: "ns", Pod: fmt.Sprintf("p%d", i), UID: "u", Container: "c", Reason: ReasonRefused, Message: "m"})
+	}
+	// At most the burst and what the rate refilled while reporting.
+	most := eventBurst + int(time.Since(start).Seconds()*eventQPS) + 1
+	accepted := n - int(r.dropped.Load())
+	if accepted < eventBurst || accepted > most {
+		t.Errorf("%d of %d Events accepted, want the burst (%d) and at most %d (the rate)", accepted, n, eventBurst, most)
+	}
+	// Each accepted Event (one per pod: no folding) reaches the server.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		created, _, _ := srv.seen()
+		if len(created) == accepted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Events written, %d accepted", len(created), accepted)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
