@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sirupsen/logrus"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/cdispec"
@@ -29,7 +28,12 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "-", "output file, or - for standard output")
 	capsFlag := fs.String("capabilities", inventory.DefaultCapabilities.String(), "driver capabilities whose files the spec mounts (as NVIDIA_DRIVER_CAPABILITIES)")
 	kind := fs.String("kind", cdispec.Kind, "the CDI kind of the spec: "+cdispec.Kind+" (the GPUs) or "+cdispec.IMEXKind+" (the IMEX channels, one device per channel number)")
+	lf := addLogFlags(fs, "warning")
 	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
 		return err
 	}
 	if *kind != cdispec.Kind && *kind != cdispec.IMEXKind {
@@ -50,9 +54,6 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	// the binaries at /usr/bin (layout toolkit), whatever the layout of
 	// nri-gpu's own edits.
 	cfg.Layout, cfg.BinaryDir = config.LayoutToolkit, ""
-	log := logrus.New()
-	log.SetOutput(stderr)
-	log.SetLevel(logrus.WarnLevel)
 	n, err := node.New(cfg, log)
 	if err != nil {
 		return err
