@@ -51,13 +51,6 @@ func apiUsers(t *testing.T, objs objects) string {
 	return strings.Join(users, ", ")
 }
 
-// draOn reports whether the objects' configuration turns the DRA driver on.
-func draOn(t *testing.T, objs objects) bool {
-	t.Helper()
-	c, err := config.Parse([]byte(objs.configMap.Data["config.yaml"]))
-	return err == nil && c.DRA.Enabled
-}
-
 // splitDocs splits a multi-document YAML stream.
 func splitDocs(data []byte) [][]byte {
 	var out [][]byte
