@@ -608,3 +608,34 @@ func TestSyncClaims(t *testing.T) {
 		t.Errorf("no claims: %s\nwant %s", got, want)
 	}
 }
+
+// TestSyncClaimsDropsGoneFirst: a claim that the new set lacks (released
+// as stale by the DRA driver) no longer counts when the claim being
+// prepared is checked; when that claim is refused for another GPU, the
+// table keeps the claim it would have dropped.
+func TestSyncClaimsDropsGoneFirst(t *testing.T) {
+	tbl := New([]int{0, 1, 2})
+	old := Holding{Holder: ClaimHolder("uid-old", "ml", "old"), Mode: sharing.Exclusive, GPUs: []int{0}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{old}, "claim:uid-old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: sharing.Exclusive, GPUs: []int{2}, Source: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	both := Holding{Holder: ClaimHolder("uid-both", "ml", "both"), Mode: sharing.Exclusive, GPUs: []int{0, 2}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{both}, "claim:uid-both"); err == nil || !strings.Contains(err.Error(), "GPU 2 cannot be held exclusively") {
+		t.Errorf("a claim of a node-local holder's GPU: %v", err)
+	}
+	want := "0=exclusive[claim ml/old] 1=free 2=exclusive[default/x/main]"
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("after a refused claim: %s\nwant %s", got, want)
+	}
+	busy := Holding{Holder: ClaimHolder("uid-busy", "ml", "busy"), Mode: sharing.Exclusive, GPUs: []int{0}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{busy}, "claim:uid-busy"); err != nil {
+		t.Fatalf("a claim of a GPU whose claim the set drops: %v", err)
+	}
+	want = "0=exclusive[claim ml/busy] 1=free 2=exclusive[default/x/main]"
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("stale claim replaced: %s\nwant %s", got, want)
+	}
+}

@@ -259,8 +259,7 @@ func (p *Path) claimMPS(c *call, gv given, held []claimed) (*sharing.Share, erro
 		return nil, &request.Error{Source: src, Msg: fmt.Sprintf("device %s (%s) is shared with MPS and its MPS control daemon is not ready (%s): "+
 			"new containers on it are refused until nri-gpu mps reports it ready; running ones keep their pipe", h.dev.Name, h.dev.UUID, m.Why)}
 	}
-	sh := &sharing.Share{UUID: h.dev.UUID, Resource: "claim " + src.Key, Strategy: sharing.MPS, Replicas: 1, MPS: &sharing.MPSDaemon{
-		PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB, Ready: true}}
+	sh := &sharing.Share{UUID: h.dev.UUID, Resource: "claim " + src.Key, Strategy: sharing.MPS, Replicas: 1, MPS: m}
 	c.res.MPS = sh
 	return sh, nil
 }

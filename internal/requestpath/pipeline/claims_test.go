@@ -348,8 +348,8 @@ func TestClaimMIG(t *testing.T) {
 func mpsClaimDev(cl claims.Claim, i int, ready bool) claims.Device {
 	d := claimDev(cl, i, false)
 	d.Sharing = "MPS"
-	d.MPS = &claims.MPS{PipeDir: "/run/nri-gpu/mps/" + uuid(i) + "/pipe", LogDir: "/run/nri-gpu/mps/" + uuid(i) + "/log", ShmDir: "/run/nri-gpu/mps/shm",
-		ActiveThreadPercentage: 30, PinnedMemoryMiB: 8192, Ready: ready}
+	d.MPS = &sharing.MPSDaemon{PipeDir: "/run/nri-gpu/mps/" + uuid(i) + "/pipe", LogDir: "/run/nri-gpu/mps/" + uuid(i) + "/log", ShmDir: "/run/nri-gpu/mps/shm",
+		MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 30, PinnedMemoryMiB: 8192}, Ready: ready}
 	if !ready {
 		d.MPS.Why = "nri-gpu mps reports no running MPS control daemon"
 	}
