@@ -326,16 +326,17 @@ func (p *Plugin) Seed(hs []alloc.Holding) { p.table.Rebuild(hs) }
 
 // Synchronize handles the runtime's Synchronize request, sent once per
 // connection with the pods and containers that exist: the allocation table
-// is rebuilt from them (see pipeline.Holdings), so that it survives
+// is rebuilt from them (see pipeline.Path.Holdings: the request path's own
+// classification, so the table is what CreateContainer booked), so that it survives
 // restarts of the plugin and of the runtime without a state file; the
 // prepared claims' holdings are rebuilt from the DRA driver's checkpoint
 // (SetPrepared's last set, pipeline.ClaimHoldings).
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	st := p.node.State()
 	p.claimMu.Lock()
-	prep := p.claims.Load()
-	hs, warnings := pipeline.HoldingsWith(st.Source, st.Sharing, prep, pods, ctrs)
-	chs, cw := pipeline.ClaimHoldings(st.Source, st.Sharing, prep)
+	path := p.path(st)
+	hs, warnings := path.Holdings(pods, ctrs)
+	chs, cw := pipeline.ClaimHoldings(st.Source, st.Sharing, path.Claims)
 	for _, w := range append(warnings, cw...) {
 		p.log.Warn("synchronize: " + w)
 	}

@@ -241,6 +241,9 @@ func (t *Table) allocate(r Request) ([]int, error) {
 		t.remove(old)
 	}
 	gpus, err := t.pick(r)
+	if err == nil {
+		err = t.claimed(r, gpus)
+	}
 	if err != nil {
 		if old != nil {
 			t.add(old)
@@ -315,6 +318,33 @@ func (t *Table) replicas(r Request) error {
 	}
 	return nil
 }
+
+// claimed refuses a request of a holder that is not a claim for a GPU
+// that a Dynamic Resource Allocation claim holds (ClaimHolder), in any
+// mode: a claim's GPU is reached only through its claim. Memory shares of
+// a GPU (claims booked shared) are the scheduler's accounting of it, and
+// their containers are clients of its MPS daemon, held to their share; a
+// node-local request beside them would be neither. (A count never gets a
+// claim's GPU: it is the runtime's, countable. An adminAccess device is
+// held by no claim.)
+func (t *Table) claimed(r Request, gpus []int) error {
+	if strings.HasPrefix(r.Holder.ID, ClaimHolderPrefix) {
+		return nil
+	}
+	for _, g := range gpus {
+		if !slices.ContainsFunc(t.byGPU[g], isClaim) {
+			continue
+		}
+		hs := slices.DeleteFunc(slices.Clone(t.byGPU[g]), func(h *Holding) bool { return !isClaim(h) })
+		return refusal(r, func(d func([]*Holding) string) string {
+			return fmt.Sprintf("%s %s is held by %s: a GPU that a ResourceClaim holds is reached only through that claim", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
+		})
+	}
+	return nil
+}
+
+// isClaim reports whether h is a claim's holding (ClaimHolder).
+func isClaim(h *Holding) bool { return strings.HasPrefix(h.Holder.ID, ClaimHolderPrefix) }
 
 // Check returns the error Allocate(r) would return, without booking: nil
 // when the request could be met now. A management container, which sees
