@@ -59,9 +59,22 @@ func podEvent(pod *api.PodSandbox, ctr *api.Container, res *pipeline.Result, err
 		}
 	case res.Voided:
 		e.Reason = events.ReasonVoided
-		e.Message = "container " + ctr.GetName() + ": " + res.Selection.Note + ": it runs without GPUs"
+		e.Message = "container " + ctr.GetName() + ": " + res.Selection.Note + ": " + voidedSays(res.Kind)
 	default:
 		return events.Event{}, false
 	}
 	return e, true
+}
+
+// voidedSays is what a voided container is left with, by its kind: a
+// privileged one still has the host's device nodes, one the runtime gave
+// GPUs keeps them; any other has no GPU.
+func voidedSays(kind string) string {
+	switch kind {
+	case "privileged":
+		return "nri-gpu gives it no GPU and no driver files (privileged, it still has the host's device nodes)"
+	case "runtimeGiven":
+		return "nri-gpu adds nothing to the GPUs the runtime gave it"
+	}
+	return "it runs without GPUs"
 }

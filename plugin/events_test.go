@@ -60,28 +60,34 @@ func TestPodEvents(t *testing.T) {
 	pod := func(ns, name string, ann map[string]string) *api.PodSandbox {
 		return &api.PodSandbox{Id: "pod-" + name, Name: name, Namespace: ns, Uid: "uid-" + name, Annotations: ann}
 	}
+	// A privileged container as containerd's CRI hands it over: every
+	// device allowed (the request path's privileged kind).
+	privileged := &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}}}
 	for _, tc := range []struct {
 		name   string
 		pod    *api.PodSandbox
 		env    []string
+		linux  *api.LinuxContainer
 		reason string
 		source string
 		want   []string
 	}{
-		{"closed-policy void", pod("tenant", "cuda", nil), []string{"NVIDIA_VISIBLE_DEVICES=0"}, events.ReasonVoided, "env NVIDIA_VISIBLE_DEVICES",
+		{"closed-policy void", pod("tenant", "cuda", nil), []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, events.ReasonVoided, "env NVIDIA_VISIBLE_DEVICES",
 			[]string{`container main: env NVIDIA_VISIBLE_DEVICES ignored: not allowed in namespace "tenant"`, "policy.visibleDevices: deny", "set to void: it runs without GPUs"}},
-		{"over-request", pod("ml", "big", map[string]string{"gpus.nri-gpu.dev/pod": "9"}), nil, events.ReasonRefused, "annotation gpus.nri-gpu.dev/pod",
+		{"privileged void", pod("tenant", "priv", nil), []string{"NVIDIA_VISIBLE_DEVICES=0"}, privileged, events.ReasonVoided, "env NVIDIA_VISIBLE_DEVICES",
+			[]string{"policy.visibleDevices: deny", "set to void: nri-gpu gives it no GPU and no driver files (privileged, it still has the host's device nodes)"}},
+		{"over-request", pod("ml", "big", map[string]string{"gpus.nri-gpu.dev/pod": "9"}), nil, nil, events.ReasonRefused, "annotation gpus.nri-gpu.dev/pod",
 			[]string{"container main: annotation gpus.nri-gpu.dev/pod: count 9 exceeds the node's 8 GPUs (0-7); not created"}},
-		{"bad annotation", pod("ml", "typo", map[string]string{"gpus.nri-gpu.dev/container.main": "device=bogus"}), nil, events.ReasonRefused, "annotation gpus.nri-gpu.dev/container.main",
+		{"bad annotation", pod("ml", "typo", map[string]string{"gpus.nri-gpu.dev/container.main": "device=bogus"}), nil, nil, events.ReasonRefused, "annotation gpus.nri-gpu.dev/container.main",
 			[]string{`unknown device "bogus"`, "valid:"}},
-		{"annotation in a closed namespace", pod("tenant", "ann", map[string]string{"gpus.nri-gpu.dev/pod": "1"}), nil, events.ReasonRefused, "annotation gpus.nri-gpu.dev/pod",
+		{"annotation in a closed namespace", pod("tenant", "ann", map[string]string{"gpus.nri-gpu.dev/pod": "1"}), nil, nil, events.ReasonRefused, "annotation gpus.nri-gpu.dev/pod",
 			[]string{`not allowed in namespace "tenant"`, "policy.annotationNamespaces"}},
-		{"served", pod("ml", "ok", map[string]string{"gpus.nri-gpu.dev/pod": "1"}), nil, "", "", nil},
-		{"no request", pod("tenant", "plain", nil), nil, "", "", nil},
-		{"not a Kubernetes pod", &api.PodSandbox{Id: "crictl", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "9"}}, nil, "", "", nil},
+		{"served", pod("ml", "ok", map[string]string{"gpus.nri-gpu.dev/pod": "1"}), nil, nil, "", "", nil},
+		{"no request", pod("tenant", "plain", nil), nil, nil, "", "", nil},
+		{"not a Kubernetes pod", &api.PodSandbox{Id: "crictl", Namespace: "ml", Annotations: map[string]string{"gpus.nri-gpu.dev/pod": "9"}}, nil, nil, "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctr := &api.Container{Id: "ctr-" + tc.name, PodSandboxId: tc.pod.Id, Name: "main", Env: tc.env}
+			ctr := &api.Container{Id: "ctr-" + tc.name, PodSandboxId: tc.pod.Id, Name: "main", Env: tc.env, Linux: tc.linux}
 			p.CreateContainer(context.Background(), tc.pod, ctr)
 			got := sink.take()
 			if tc.reason == "" {
