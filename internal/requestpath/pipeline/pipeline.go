@@ -91,10 +91,19 @@ type Path struct {
 	Claims *claims.Prepared
 }
 
-// Result tells what Handle decided, for logging and metrics.
+// Result tells what Handle decided, for logging, metrics, the pod's
+// Events and nri-gpu explain.
 type Result struct {
+	// Kind is the kind of container serve decided (kubeletAssigned,
+	// claimAssigned, runtimeGiven, none, management, privileged,
+	// ownRequest); empty when the path failed before deciding.
+	Kind      string
 	Request   request.Request
 	Selection request.Selection
+	// Voided is set when the policy refused the container's
+	// NVIDIA_VISIBLE_DEVICES and the answer only sets it to void
+	// (authorize); Selection.Note says why.
+	Voided bool
 	// GPUs are the GPUs the container gets: those named, or those the
 	// allocator picked for a count.
 	GPUs []inventory.GPU
@@ -202,7 +211,7 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, Result, error) {
 	f, err := p.find(c)
 	switch {
 	case err != nil || f.Source.Kind == request.NoSource:
-		return nil, Result{Request: request.Request{Source: f.Source}, Warnings: g.warnings}, err
+		return nil, Result{Kind: noneKind(err), Request: request.Request{Source: f.Source}, Warnings: g.warnings}, err
 	case f.Management:
 		return p.management(c, g, f)
 	case g.privileged:
@@ -223,7 +232,7 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, Result, error) {
 // NVIDIA_VISIBLE_DEVICES names them, so that an image's "all" does not
 // widen them. The pod's own carriers are not read.
 func (p *Path) claimAssigned(c *call, g given) (*api.ContainerAdjustment, Result, error) {
-	res := Result{Warnings: g.warnings, GPUs: g.gets()}
+	res := Result{Kind: "claimAssigned", Warnings: g.warnings, GPUs: g.gets()}
 	var err error
 	if err = p.stale(g); err != nil {
 		return nil, res, err
@@ -255,7 +264,7 @@ func (p *Path) claimAssigned(c *call, g given) (*api.ContainerAdjustment, Result
 // against its device nodes). They are its request, booked as the
 // kubelet's; the pod's own carriers are not read.
 func (p *Path) kubeletAssigned(c *call, g given) (*api.ContainerAdjustment, Result, error) {
-	res := Result{Warnings: g.warnings, GPUs: g.gets()}
+	res := Result{Kind: "kubeletAssigned", Warnings: g.warnings, GPUs: g.gets()}
 	var err error
 	if res.MPS, err = p.shares(c, g); err != nil {
 		return nil, res, err
@@ -281,7 +290,7 @@ func (p *Path) kubeletAssigned(c *call, g given) (*api.ContainerAdjustment, Resu
 // as such and kept exactly, never widened; the container's carrier, when
 // it has one, brings their driver files.
 func (p *Path) runtimeGiven(c *call, g given) (*api.ContainerAdjustment, Result, error) {
-	res := Result{Warnings: g.warnings, GPUs: g.gets()}
+	res := Result{Kind: "runtimeGiven", Warnings: g.warnings, GPUs: g.gets()}
 	var err error
 	if res.MPS, err = p.shares(c, g); err != nil {
 		return nil, res, err
@@ -299,7 +308,7 @@ func (p *Path) runtimeGiven(c *call, g given) (*api.ContainerAdjustment, Result,
 	}
 	void, note, err := p.authorizeGiven(c, f, g)
 	if void != nil || err != nil {
-		res.Selection.Note = note
+		res.Selection.Note, res.Voided = note, void != nil
 		return void, res, err
 	}
 	if res.Request, err = p.parse(f); err != nil || res.Request.Kind == request.Nothing {
@@ -319,10 +328,10 @@ func (p *Path) runtimeGiven(c *call, g given) (*api.ContainerAdjustment, Result,
 // mounts): every GPU and every control node, NVIDIA_VISIBLE_DEVICES void.
 // It books nothing, but is refused beside an exclusive holder.
 func (p *Path) management(c *call, g given, f request.Found) (*api.ContainerAdjustment, Result, error) {
-	res := Result{Warnings: g.warnings, Request: request.Request{Source: f.Source}}
+	res := Result{Kind: "management", Warnings: g.warnings, Request: request.Request{Source: f.Source}}
 	void, note, err := p.authorize(c, f)
 	if void != nil || err != nil {
-		res.Selection.Note = note
+		res.Selection.Note, res.Voided = note, void != nil
 		return void, res, err
 	}
 	if res.Request, err = p.parse(f); err != nil {
@@ -359,10 +368,10 @@ func (p *Path) privileged(c *call, g given, f request.Found) (*api.ContainerAdju
 // already, there is nothing to write the record on, and the booking goes
 // back.
 func (p *Path) ownRequest(c *call, g given, f request.Found) (*api.ContainerAdjustment, Result, error) {
-	res := Result{Warnings: g.warnings, Request: request.Request{Source: f.Source}}
+	res := Result{Kind: ownKind(g), Warnings: g.warnings, Request: request.Request{Source: f.Source}}
 	void, note, err := p.authorize(c, f)
 	if void != nil || err != nil {
-		res.Selection.Note = note
+		res.Selection.Note, res.Voided = note, void != nil
 		return void, res, err
 	}
 	if res.Request, err = p.parse(f); err != nil || res.Request.Kind == request.Nothing {
@@ -384,6 +393,25 @@ func (p *Path) ownRequest(c *call, g given, f request.Found) (*api.ContainerAdju
 		res.Holding = nil
 	}
 	return adj, res, err
+}
+
+// noneKind names the kind of a container whose carrier serve looked for:
+// none when it has none, nothing when looking failed (the path did not
+// decide).
+func noneKind(err error) string {
+	if err != nil {
+		return ""
+	}
+	return "none"
+}
+
+// ownKind names the kind of a container served by ownRequest: privileged
+// when it came through privileged.
+func ownKind(g given) string {
+	if g.privileged {
+		return "privileged"
+	}
+	return "ownRequest"
 }
 
 // live returns an error when the runtime's context is done: the runtime
