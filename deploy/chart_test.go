@@ -104,7 +104,7 @@ func TestChartSwitches(t *testing.T) {
 			checkDaemonSet(t, objs)
 			got := want{mps: objs.mpsDaemonSet != nil, service: objs.service != nil, serviceMonitor: objs.serviceMonitor != nil,
 				podMonitor: objs.podMonitor != nil, rule: objs.rule != nil, networkPolicy: objs.networkPolicy != nil, dashboard: objs.dashboard != nil,
-				deviceClasses: len(objs.deviceClasses), rbac: len(objs.clusterRoles)}
+				deviceClasses: len(objs.deviceClasses), rbac: len(roles(objs, draRole))}
 			if got != c.want {
 				t.Errorf("rendered %+v, want %+v", got, c.want)
 			}

@@ -30,8 +30,9 @@ func withDRA(t *testing.T, res string) objects {
 }
 
 // TestDRAClosedByDefault: the shipped manifests and the chart's defaults
-// have the DRA driver off: no DeviceClass, no RBAC, no service account
-// token, no NODE_NAME, none of its host directories mounted.
+// have the DRA driver off: no DeviceClass, none of its RBAC, none of its
+// host directories mounted (the service account token is the pods'
+// Events', TestEventsShipped).
 func TestDRAClosedByDefault(t *testing.T) {
 	plain, _ := loadKubernetes(t)
 	chart, values := renderHelm(t, nil)
@@ -42,13 +43,10 @@ func TestDRAClosedByDefault(t *testing.T) {
 		if parseShipped(t, objs).DRA.Enabled {
 			t.Errorf("%s: dra.enabled", name)
 		}
-		if len(objs.deviceClasses)+len(objs.clusterRoles)+len(objs.bindings) != 0 {
+		if len(objs.deviceClasses) != 0 || len(roles(objs, draRole)) != 0 || len(bindings(objs, draRole)) != 0 {
 			t.Errorf("%s: DRA objects rendered with DRA off", name)
 		}
 		spec := objs.daemonSet.Spec.Template.Spec
-		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || *objs.serviceAccount.AutomountServiceAccountToken {
-			t.Errorf("%s: a service account token is mounted with DRA off", name)
-		}
 		if got := hostPaths(spec); hasAny(got, draDirs) {
 			t.Errorf("%s: DRA directories mounted with DRA off: %v", name, got)
 		}
@@ -69,10 +67,10 @@ func TestDRAShipped(t *testing.T) {
 	if diff := cmp.Diff(overlay.deviceClasses, chart.deviceClasses, withoutHelmMetadata()); diff != "" {
 		t.Errorf("DeviceClasses: overlay vs chart (-overlay +chart):\n%s", diff)
 	}
-	if diff := cmp.Diff(overlay.clusterRoles, chart.clusterRoles, withoutHelmMetadata()); diff != "" {
+	if diff := cmp.Diff(overlay.clusterRoles, roles(chart, draRole), withoutHelmMetadata()); diff != "" {
 		t.Errorf("ClusterRole: overlay vs chart (-overlay +chart):\n%s", diff)
 	}
-	if diff := cmp.Diff(overlay.bindings, chart.bindings, withoutHelmMetadata()); diff != "" {
+	if diff := cmp.Diff(overlay.bindings, bindings(chart, draRole), withoutHelmMetadata()); diff != "" {
 		t.Errorf("ClusterRoleBinding: overlay vs chart (-overlay +chart):\n%s", diff)
 	}
 	if diff := cmp.Diff(overlay.configMap.Data, chart.configMap.Data); diff != "" {
@@ -88,7 +86,7 @@ func TestDRAShipped(t *testing.T) {
 		}
 	}
 	rules := map[string][]string{}
-	for _, r := range chart.clusterRoles[0].Rules {
+	for _, r := range roles(chart, draRole)[0].Rules {
 		for _, res := range r.Resources {
 			rules[r.APIGroups[0]+"/"+res] = r.Verbs
 		}
@@ -98,7 +96,7 @@ func TestDRAShipped(t *testing.T) {
 	if diff := cmp.Diff(wantRules, rules); diff != "" {
 		t.Errorf("RBAC (-want +got):\n%s", diff)
 	}
-	if b := chart.bindings[0]; b.Subjects[0].Name != chart.serviceAccount.Name || b.Subjects[0].Namespace != "nri-gpu" || b.RoleRef.Name != chart.clusterRoles[0].Name {
+	if b := bindings(chart, draRole)[0]; b.Subjects[0].Name != chart.serviceAccount.Name || b.Subjects[0].Namespace != "nri-gpu" || b.RoleRef.Name != draRole {
 		t.Errorf("binding %+v", b)
 	}
 	c := parseShipped(t, chart)

@@ -44,11 +44,22 @@ type objects struct {
 	dashboard      *corev1.ConfigMap
 }
 
-// draOn reports whether the objects' configuration turns the DRA driver on.
-func draOn(t *testing.T, objs objects) bool {
+// apiUsers says what of the objects' configuration uses the API server:
+// the DRA driver, the pods' Events; "" for nothing.
+func apiUsers(t *testing.T, objs objects) string {
 	t.Helper()
 	c, err := config.Parse([]byte(objs.configMap.Data["config.yaml"]))
-	return err == nil && c.DRA.Enabled
+	if err != nil {
+		return ""
+	}
+	var users []string
+	if c.DRA.Enabled {
+		users = append(users, "dra")
+	}
+	if c.Events.On() {
+		users = append(users, "events")
+	}
+	return strings.Join(users, ", ")
 }
 
 // splitDocs splits a multi-document YAML stream.
@@ -351,8 +362,8 @@ func checkDaemonSet(t *testing.T, objs objects) {
 	if spec.ServiceAccountName != objs.serviceAccount.Name {
 		t.Errorf("serviceAccountName %q, account %q", spec.ServiceAccountName, objs.serviceAccount.Name)
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != draOn(t, objs) {
-		t.Errorf("the service account token is mounted: %v; only the DRA driver uses the API (dra.enabled: %v)", spec.AutomountServiceAccountToken, draOn(t, objs))
+	if api := apiUsers(t, objs); spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != (api != "") {
+		t.Errorf("the service account token is mounted: %v; only the DRA driver and the pods' Events use the API (here: %q)", spec.AutomountServiceAccountToken, api)
 	}
 	if spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("priorityClassName %q", spec.PriorityClassName)

@@ -48,6 +48,9 @@ type Plugin struct {
 	pathWarned atomic.Bool
 	// obs is told what the plugin does (metrics); set before Run.
 	obs Observer
+	// events hears of refused and voided requests (the pod's Events);
+	// nil without one; set before Run.
+	events EventSink
 	// claims are the node's prepared DRA claims (SetPrepared), nil
 	// without the DRA driver; claimMu orders their bookings with the
 	// table's rebuild at Synchronize.
@@ -55,9 +58,9 @@ type Plugin struct {
 	claimMu sync.Mutex
 }
 
-// events are the NRI events the plugin subscribes to: creation to inject
+// nriEvents are the NRI events the plugin subscribes to: creation to inject
 // and book GPUs, the others to release them.
-var events = []string{"CreateContainer", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"}
+var nriEvents = []string{"CreateContainer", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"}
 
 // minCDINRIVersion is the first NRI version whose runtimes inject CDI
 // devices named in an adjustment.
@@ -145,7 +148,7 @@ func (p *Plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 		// Once per connection, not per container: every GPU goes as edits.
 		p.log.Warnf("emit: cdi: %s; GPUs are injected as edits (device nodes, mounts, env) instead", why)
 	}
-	return api.MustParseEventMask(events...), nil
+	return api.MustParseEventMask(nriEvents...), nil
 }
 
 // path returns the request path of the current state.
@@ -196,9 +199,9 @@ func (p *Plugin) SetPrepared(prep *claims.Prepared, claim string) error {
 // deadline is the runtime's plugin timeout).
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
-	path := p.path(p.node.State())
-	adj, res, err := path.Handle(ctx, pod, ctr)
+	adj, res, err := p.Handle(ctx, pod, ctr)
 	p.observeRequest(&res, adj, err, time.Since(start))
+	p.report(pod, ctr, &res, err)
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
@@ -250,6 +253,20 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	return adj, nil, nil
 }
+
+// Handle runs the request path for container ctr of pod on the node's
+// current state and the plugin's allocation table, as CreateContainer
+// does, and returns what the path decided besides its answer.
+// CreateContainer adds the log, the metrics and the pod's Events; nri-gpu
+// explain calls Handle on a plugin of its own (a scratch table).
+func (p *Plugin) Handle(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, pipeline.Result, error) {
+	path := p.path(p.node.State())
+	return path.Handle(ctx, pod, ctr)
+}
+
+// Seed makes the allocation table hold hs (nri-gpu explain starts from
+// the running plugin's table, status.Status.Holdings).
+func (p *Plugin) Seed(hs []alloc.Holding) { p.table.Rebuild(hs) }
 
 // Synchronize handles the runtime's Synchronize request, sent once per
 // connection with the pods and containers that exist: the allocation table

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/sirupsen/logrus"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/cdispec"
@@ -28,7 +28,12 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "-", "output file, or - for standard output")
 	capsFlag := fs.String("capabilities", inventory.DefaultCapabilities.String(), "driver capabilities whose files the spec mounts (as NVIDIA_DRIVER_CAPABILITIES)")
 	kind := fs.String("kind", cdispec.Kind, "the CDI kind of the spec: "+cdispec.Kind+" (the GPUs) or "+cdispec.IMEXKind+" (the IMEX channels, one device per channel number)")
+	lf := addLogFlags(fs, "warning")
 	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
 		return err
 	}
 	if *kind != cdispec.Kind && *kind != cdispec.IMEXKind {
@@ -38,6 +43,9 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--capabilities: %v", err)}
 	}
+	if err := checkTarget(*out); err != nil {
+		return err
+	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
@@ -46,9 +54,6 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 	// the binaries at /usr/bin (layout toolkit), whatever the layout of
 	// nri-gpu's own edits.
 	cfg.Layout, cfg.BinaryDir = config.LayoutToolkit, ""
-	log := logrus.New()
-	log.SetOutput(stderr)
-	log.SetLevel(logrus.WarnLevel)
 	n, err := node.New(cfg, log)
 	if err != nil {
 		return err
@@ -69,23 +74,61 @@ func cdiCmd(args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(data)
 		return err
 	}
-	// Write next to the target and rename, so that a runtime watching the
-	// directory never reads half a spec.
-	tmp, err := os.CreateTemp(filepath.Dir(*out), ".nri-gpu-cdi-*")
+	return writeFile(*out, data)
+}
+
+// checkTarget checks, before anything is made, that -o names a file in
+// an existing directory.
+func checkTarget(out string) error {
+	if out == "-" {
+		return nil
+	}
+	dir := filepath.Dir(out)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return usageError{fmt.Errorf("-o %s: directory %s: %v", out, dir, pathProblem(err))}
+	case !fi.IsDir():
+		return usageError{fmt.Errorf("-o %s: %s is not a directory", out, dir)}
+	}
+	return nil
+}
+
+// writeFile writes data to path through a temporary file next to it and
+// a rename, so that a runtime watching the directory never reads half a
+// spec. Errors name path, not the temporary file.
+func writeFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".nri-gpu-cdi-*")
 	if err != nil {
-		return err
+		return fmt.Errorf("writing %s: %v", path, pathProblem(err))
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(0o644)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
 	}
-	return os.Rename(tmp.Name(), *out)
+	if err != nil {
+		return fmt.Errorf("writing %s: %v", path, pathProblem(err))
+	}
+	return nil
+}
+
+// pathProblem is err without the path an *os.PathError or *os.LinkError
+// names (a temporary file's): "no such file or directory".
+func pathProblem(err error) error {
+	var pe *os.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err
+	case errors.As(err, &le):
+		return le.Err
+	}
+	return err
 }

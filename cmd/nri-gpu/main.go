@@ -1,12 +1,14 @@
 // Command nri-gpu is an NRI plugin that injects NVIDIA GPUs into containers.
 //
-//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH] [--metrics-addr [HOST]:PORT] [--watch-interval D]
+//	nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--log-format text|json] [--status-socket PATH] [--metrics-addr [HOST]:PORT] [--watch-interval D]
 //	nri-gpu inventory [--config FILE] [-o table|json]
 //	nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
 //	nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
 //	nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
-//	nri-gpu mps [--config FILE] [--log-level LEVEL]
+//	nri-gpu mps [--config FILE] [--log-level LEVEL] [--log-format text|json]
 //	nri-gpu cleanup [--config FILE] [--dry-run]
+//	nri-gpu explain [--config FILE] [-f POD.yaml] [--namespace NS] [--pod NAME] [--annotation K=V]... [--env K=V]... [--status-socket PATH] [-o table|json]
+//	nri-gpu config validate FILE
 //	nri-gpu version
 package main
 
@@ -19,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
@@ -27,6 +30,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/kubelet/dra"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/ops/metrics"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/plugin"
 )
@@ -37,13 +41,15 @@ var Version = "dev"
 const usage = `nri-gpu: inject NVIDIA GPUs into containers through NRI.
 
 Usage:
-  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--status-socket PATH] [--metrics-addr [HOST]:PORT] [--watch-interval D]
+  nri-gpu run [--config FILE] [--socket PATH] [--name NAME] [--idx NN] [--log-level LEVEL] [--log-format text|json] [--status-socket PATH] [--metrics-addr [HOST]:PORT] [--watch-interval D]
   nri-gpu inventory [--config FILE] [-o table|json]
   nri-gpu cdi generate [--config FILE] [-o FILE|-] [--capabilities CAPS]
   nri-gpu status [--status-socket PATH] [--ready] [-o table|json]
   nri-gpu doctor [--config FILE] [--containerd-config FILE] [--crio-config FILE] [--socket PATH] [--health-url URL]
-  nri-gpu mps [--config FILE] [--log-level LEVEL]
+  nri-gpu mps [--config FILE] [--log-level LEVEL] [--log-format text|json]
   nri-gpu cleanup [--config FILE] [--dry-run]
+  nri-gpu explain [--config FILE] [-f POD.yaml] [--namespace NS] [--pod NAME] [--annotation K=V]... [--env K=V]... [--status-socket PATH] [-o table|json]
+  nri-gpu config validate FILE
   nri-gpu version
 
 Run "nri-gpu <command> -h" for a command's flags.
@@ -83,6 +89,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = mpsCmd(args[1:], stderr)
 	case "cleanup":
 		err = cleanupCmd(args[1:], stdout, stderr)
+	case "explain":
+		err = explainCmd(args[1:], stdout, stderr)
+	case "config":
+		err = configCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "nri-gpu %s\n", Version)
 	case "help", "-h", "--help":
@@ -140,35 +150,69 @@ func loadConfig(path string) (config.Config, error) {
 	return config.Load(path)
 }
 
-// runCmd is nri-gpu run: its flags, the configuration, the node's state
-// and the plugin, then the device plugin and the NRI connection until a
-// signal. It is one piece on purpose: the flags read as the command's
-// reference at its top, and each step below uses what the one before
-// made, once.
-func runCmd(args []string, stderr io.Writer) error {
+// runOptions are nri-gpu run's flags, checked.
+type runOptions struct {
+	cfgPath, socket, name, idx, statusSocket string
+	// metricsAddr is --metrics-addr normalized (metrics.NormalizeAddr),
+	// or empty for none.
+	metricsAddr   string
+	watchInterval time.Duration
+	log           *logrus.Logger
+}
+
+// parseRun parses and checks nri-gpu run's flags, all of them before
+// anything else happens: a bad value is refused before discovery writes
+// anything on the node (the library cache, /dev/char links).
+func parseRun(args []string, stderr io.Writer) (runOptions, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); default: built-in defaults")
 	socket := fs.String("socket", api.DefaultSocketPath, "the runtime's NRI socket")
 	name := fs.String("name", "nri-gpu", "plugin name to register with")
-	idx := fs.String("idx", "10", "plugin index (two digits) to register with")
-	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	idx := fs.String("idx", "10", "plugin index to register with: two digits, 00-99 (the runtime calls plugins in index order)")
+	lf := addLogFlags(fs, "info")
 	statusSocket := fs.String("status-socket", status.DefaultSocket, "unix socket serving nri-gpu status and readiness (empty: none)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on [HOST]:PORT (HOST defaults to 127.0.0.1); off when empty")
 	watchInterval := fs.Duration("watch-interval", node.DefaultWatchInterval, "rediscover the node this often besides on file events; 0: only on file events")
 	if err := parseFlags(fs, args); err != nil {
+		return runOptions{}, err
+	}
+	o := runOptions{cfgPath: *cfgPath, socket: *socket, name: *name, idx: *idx, statusSocket: *statusSocket, watchInterval: *watchInterval}
+	if err := checkIndex(*idx); err != nil {
+		return runOptions{}, err
+	}
+	var err error
+	if o.log, err = lf.logger(stderr); err != nil {
+		return runOptions{}, err
+	}
+	if *metricsAddr != "" {
+		if o.metricsAddr, err = metrics.NormalizeAddr(*metricsAddr); err != nil {
+			return runOptions{}, usageError{fmt.Errorf("--metrics-addr: %v", err)}
+		}
+	}
+	return o, nil
+}
+
+// checkIndex checks --idx as the runtime's NRI does (two digits): a bad
+// index would be refused at every connection attempt.
+func checkIndex(idx string) error {
+	if len(idx) != 2 || idx[0] < '0' || idx[0] > '9' || idx[1] < '0' || idx[1] > '9' {
+		return usageError{fmt.Errorf("--idx: %q is not a plugin index (valid: two digits, 00 to 99)", idx)}
+	}
+	return nil
+}
+
+// runCmd is nri-gpu run: its flags, the configuration, the node's state
+// and the plugin, then the device plugin and the NRI connection until a
+// signal. It is one piece on purpose: each step below uses what the one
+// before made, once, in the order the node needs them.
+func runCmd(args []string, stderr io.Writer) error {
+	o, err := parseRun(args, stderr)
+	if err != nil {
 		return err
 	}
-	lvl, err := logrus.ParseLevel(*level)
-	if err != nil {
-		return usageError{fmt.Errorf("--log-level: %v", err)}
-	}
-	log := logrus.New()
-	log.SetOutput(stderr)
-	log.SetLevel(lvl)
-	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
-
-	cfg, err := loadConfig(*cfgPath)
+	log := o.log
+	cfg, err := loadConfig(o.cfgPath)
 	if err != nil {
 		return err
 	}
@@ -181,10 +225,11 @@ func runCmd(args []string, stderr io.Writer) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	if err := startMetrics(ctx, *metricsAddr, p, log); err != nil {
+	if err := startMetrics(ctx, o.metricsAddr, p, log); err != nil {
 		return err
 	}
-	w, err := startWatcher(ctx, p, *cfgPath, *watchInterval)
+	startEvents(ctx, cfg, p, log)
+	w, err := startWatcher(ctx, p, o.cfgPath, o.watchInterval)
 	if err != nil {
 		return err
 	}
@@ -204,8 +249,8 @@ func runCmd(args []string, stderr io.Writer) error {
 
 	// Without its status socket the plugin still serves the runtime: GPUs
 	// matter more than their report (a readiness probe then fails).
-	if *statusSocket != "" {
-		if err := status.Serve(ctx, *statusSocket, p, log); err != nil {
+	if o.statusSocket != "" {
+		if err := status.Serve(ctx, o.statusSocket, p, log); err != nil {
 			log.WithError(err).Error("not serving status")
 		}
 	}
@@ -218,9 +263,9 @@ func runCmd(args []string, stderr io.Writer) error {
 
 	log.Infof("nri-gpu %s starting", Version)
 	err = p.Run(ctx, plugin.RunOptions{
-		SocketPath:    *socket,
-		Name:          *name,
-		Index:         *idx,
+		SocketPath:    o.socket,
+		Name:          o.name,
+		Index:         o.idx,
 		PreRegistered: os.Getenv(api.PluginSocketEnvVar) != "",
 	})
 	cancel()

@@ -30,18 +30,14 @@ func mpsCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mps", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML), the one nri-gpu run reads")
-	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	lf := addLogFlags(fs, "info")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	lvl, err := logrus.ParseLevel(*level)
+	log, err := lf.logger(stderr)
 	if err != nil {
-		return usageError{fmt.Errorf("--log-level: %v", err)}
+		return err
 	}
-	log := logrus.New()
-	log.SetOutput(stderr)
-	log.SetLevel(lvl)
-	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err

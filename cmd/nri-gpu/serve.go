@@ -3,24 +3,26 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/dra"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/ops/events"
+	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
 	"github.com/nri-gpu/nri-gpu/internal/ops/metrics"
 	"github.com/nri-gpu/nri-gpu/plugin"
 )
 
-// startMetrics serves the metrics and health endpoints on addr until ctx
-// is done; an empty addr serves nothing.
-func startMetrics(ctx context.Context, addr string, p *plugin.Plugin, log *logrus.Logger) error {
-	if addr == "" {
+// startMetrics serves the metrics and health endpoints on laddr (checked
+// by metrics.NormalizeAddr) until ctx is done; an empty laddr serves
+// nothing.
+func startMetrics(ctx context.Context, laddr string, p *plugin.Plugin, log *logrus.Logger) error {
+	if laddr == "" {
 		return nil
-	}
-	laddr, err := metrics.NormalizeAddr(addr)
-	if err != nil {
-		return usageError{fmt.Errorf("--metrics-addr: %v", err)}
 	}
 	m := metrics.New(Version)
 	p.SetObserver(m)
@@ -60,4 +62,36 @@ func startWatcher(ctx context.Context, p *plugin.Plugin, cfgPath string, interva
 	// The readiness of the MPS control daemons nri-gpu mps runs.
 	go p.Node().RunMPS(ctx, 0)
 	return w, nil
+}
+
+// startEvents makes p's refused and voided requests Kubernetes Events on
+// their pods (package events) until ctx is done, when events.enabled says
+// so and an API server client can be made: dra.kubeconfig, else the pod's
+// service account. Without one nri-gpu serves on, and refusals are only
+// logged (a warning when events.enabled was set, else a note).
+func startEvents(ctx context.Context, cfg config.Config, p *plugin.Plugin, log *logrus.Logger) {
+	if !cfg.Events.On() {
+		log.Info("events: off (events.enabled: false): refusals are only logged")
+		return
+	}
+	off := log.Infof
+	if cfg.Events.Explicit() {
+		off = log.Warnf
+	}
+	rc, err := kubeapi.Config(cfg.DRA.Kubeconfig)
+	if err != nil {
+		off("events: off: %v; refusals are only logged", err)
+		return
+	}
+	host := os.Getenv(dra.NodeNameEnv)
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	r, err := events.New(ctx, rc, host, logrus.NewEntry(log))
+	if err != nil {
+		off("events: off: %v; refusals are only logged", err)
+		return
+	}
+	p.SetEventSink(r)
+	log.Infof("events: refused and voided requests are reported on their pods (API server %s)", rc.Host)
 }

@@ -33,13 +33,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	client := &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", *socket)
-		}},
-	}
+	client := statusClient(*socket)
 	path := "/status"
 	if *ready {
 		path = "/ready"
@@ -72,6 +66,34 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bad status from %s: %w", *socket, err)
 	}
 	return writeStatus(stdout, s)
+}
+
+// statusClient is an HTTP client of the plugin's status socket.
+func statusClient(socket string) *http.Client {
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}},
+	}
+}
+
+// getStatus asks the running plugin on socket for its status.
+func getStatus(socket string) (status.Status, error) {
+	resp, err := statusClient(socket).Get("http://nri-gpu/status")
+	if err != nil {
+		return status.Status{}, fmt.Errorf("cannot reach the plugin on %s (is nri-gpu run serving it? see --status-socket): %w", socket, err)
+	}
+	defer resp.Body.Close()
+	var s status.Status
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("status from %s: %s", socket, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&s); err != nil {
+		return s, fmt.Errorf("bad status from %s: %w", socket, err)
+	}
+	return s, nil
 }
 
 // writeStatus prints the allocation table.

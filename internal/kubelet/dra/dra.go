@@ -38,6 +38,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
+	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
@@ -197,7 +198,7 @@ func (d *Driver) reconcileSpecs() error {
 // unregisters (the helper removes its sockets). The ResourceSlices stay:
 // a restarted nri-gpu takes them over.
 func (d *Driver) Serve(ctx context.Context) error {
-	ctx = klog.NewContext(ctx, newLogger(d.log))
+	ctx = klog.NewContext(ctx, kubeapi.Logger(d.log))
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(d.opts.DriverName),
 		kubeletplugin.NodeName(d.nodeName),

@@ -8,10 +8,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
@@ -47,19 +46,11 @@ func Run(ctx context.Context, n *node.Node, log *logrus.Logger, book func(*claim
 	return d.Serve(ctx)
 }
 
-// kubeClient returns a client of the API server: through the kubeconfig
-// file when one is given, else in-cluster (the pod's service account).
+// kubeClient returns a client of the API server (kubeapi.Config).
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := kubeapi.Config(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("API server client (key dra.kubeconfig): %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = "nri-gpu"
 	return newClientset(cfg)
 }

@@ -97,6 +97,10 @@ type Config struct {
 	// DRA is the Dynamic Resource Allocation kubelet plugin (off by
 	// default).
 	DRA DRA `json:"dra,omitempty"`
+	// Events are the Kubernetes Events on pods whose requests were
+	// refused or voided (on by default, where the API server is
+	// reachable).
+	Events Events `json:"events,omitempty"`
 }
 
 // DevicePlugin configures nri-gpu's kubelet device plugin, which

@@ -163,7 +163,7 @@ func TestParseStrictKeys(t *testing.T) {
 	}
 	// The valid keys are the json tags, all of them.
 	_, err := Parse([]byte("bogus: 1\n"))
-	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin, devCharLinks, health, dra)`
+	want := `unknown field "bogus" (valid keys: hostRoot, driverRoot, driverRootMount, libraryDir, library32Dir, libraryMode, libraryCache, libraryCacheMount, layout, binaryDir, firmware, emit, cdiSpecDirs, sharing, cdiImport, policy, devicePlugin, devCharLinks, health, dra, events)`
 	if err == nil || err.Error() != want {
 		t.Errorf("unknown key: %v, want %s", err, want)
 	}

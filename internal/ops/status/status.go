@@ -16,8 +16,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/sirupsen/logrus"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 )
 
 // DefaultSocket is where `nri-gpu run` serves its status and
@@ -178,4 +180,32 @@ func listen(path string) (*listener, error) {
 		return fail(err)
 	}
 	return &listener{UnixListener: l, fi: fi}, nil
+}
+
+// Holdings returns the allocation table s reports as holdings, one per
+// holder with the GPUs it holds: what nri-gpu explain starts its own
+// table from.
+func (s Status) Holdings() ([]alloc.Holding, error) {
+	byID := map[string]*alloc.Holding{}
+	var order []string
+	for _, g := range s.GPUs {
+		for _, h := range g.Holders {
+			mode, err := sharing.ParseMode(h.Mode)
+			if err != nil {
+				return nil, fmt.Errorf("GPU %s, holder %s: %w", g.Name, h.Holder, err)
+			}
+			held := byID[h.ID]
+			if held == nil {
+				held = &alloc.Holding{Holder: h.Holder, Mode: mode, Kubelet: h.Kubelet, Runtime: h.Runtime}
+				byID[h.ID] = held
+				order = append(order, h.ID)
+			}
+			held.GPUs = append(held.GPUs, g.Index)
+		}
+	}
+	out := make([]alloc.Holding, len(order))
+	for i, id := range order {
+		out[i] = *byID[id]
+	}
+	return out, nil
 }

@@ -83,10 +83,19 @@ type Path struct {
 	Claims *claims.Prepared
 }
 
-// Result tells what Handle decided, for logging and metrics.
+// Result tells what Handle decided, for logging, metrics, the pod's
+// Events and nri-gpu explain.
 type Result struct {
+	// Kind is the kind of container serve decided (kubeletAssigned,
+	// claimAssigned, runtimeGiven, none, management, privileged,
+	// ownRequest); empty when the path failed before deciding.
+	Kind      string
 	Request   request.Request
 	Selection request.Selection
+	// Voided is set when the policy refused the container's
+	// NVIDIA_VISIBLE_DEVICES and the answer only sets it to void
+	// (authorize); Selection.Note says why.
+	Voided bool
 	// GPUs are the GPUs the container gets: those named, or those the
 	// allocator picked for a count.
 	GPUs []inventory.GPU
@@ -189,15 +198,21 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
 		return nil, err
 	}
 	if kub := p.kubelet(c, gv); kub != nil {
+		c.res.Kind = "kubeletAssigned"
 		return p.kubeletAssigned(c, gv, kub)
 	}
 	if held := p.claimedDevices(c); len(held) > 0 {
+		c.res.Kind = "claimAssigned"
 		return p.claimAssigned(c, gv, held)
 	}
 	if idx, _ := foreignGPUs(p.Source, c.ctr, gv.every, HolderOf(c.pod, c.ctr), nil); len(idx) > 0 {
+		c.res.Kind = "runtimeGiven"
 		return p.runtimeGiven(c, gv, idx)
 	}
 	f, err := p.find(c)
+	if err == nil {
+		c.res.Kind = ownKind(f, gv)
+	}
 	switch {
 	case err != nil || f.Source.Kind == request.NoSource:
 		return nil, err
@@ -207,6 +222,20 @@ func (p *Path) serve(c *call) (*api.ContainerAdjustment, error) {
 		return p.privileged(c, f)
 	}
 	return p.ownRequest(c, gv, f)
+}
+
+// ownKind names the kind serve gives a container that neither the
+// kubelet, claims nor the runtime gave GPUs, in serve's order.
+func ownKind(f request.Found, gv given) string {
+	switch {
+	case f.Source.Kind == request.NoSource:
+		return "none"
+	case f.Management:
+		return "management"
+	case gv.every:
+		return "privileged"
+	}
+	return "ownRequest"
 }
 
 // kubeletAssigned is the path of a container whose GPUs nri-gpu's device

@@ -152,6 +152,7 @@ func (p *Path) allow(c *call, src policy.Source, from request.Source) (*api.Cont
 	}
 	if src == policy.Env {
 		c.res.Selection.Note = fmt.Sprintf("%s ignored: not allowed in namespace %q (%s); set to void", from, ns, p.Policy.Setting(src))
+		c.res.Voided = true
 		adj := &api.ContainerAdjustment{}
 		adj.AddEnv(adjust.EnvVisibleDevices, "void")
 		return adj, nil

@@ -293,7 +293,9 @@ func TestSelectErrors(t *testing.T) {
 		{"MIG uuid", "device=MIG-3e953d37-558d-fb20-8eca-25de8b98f5a7", nil, `unknown MIG device "MIG-3e953d37-558d-fb20-8eca-25de8b98f5a7" (no MIG device of the node has this UUID, the node has no MIG device; see nri-gpu inventory)`},
 		{"MIG pair", "", []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown MIG device "0:1" (the node has no MIG device; see nri-gpu inventory)`},
 		{"garbage id", "", []string{"NVIDIA_VISIBLE_DEVICES=/var/run/x"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown device "/var/run/x" (valid: an index 0-3, a GPU-<uuid>, a PCI bus id, a MIG-<uuid> or <gpu>:<mig>)`},
-		{"env unknown index", "", []string{"NVIDIA_VISIBLE_DEVICES=0,9"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown GPU "9" (node has 0-3)`},
+		{"env unknown index", "", []string{"NVIDIA_VISIBLE_DEVICES=0,9"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown GPU "9" (node has 0-3); the list may also be all, none or void (lower case)`},
+		{"env ALL", "", []string{"NVIDIA_VISIBLE_DEVICES=ALL"}, `nri-gpu: env NVIDIA_VISIBLE_DEVICES: unknown device "ALL" (valid: an index 0-3, a GPU-<uuid>, a PCI bus id, a MIG-<uuid> or <gpu>:<mig>); the list may also be all, none or void (lower case): did you mean "all"?`},
+		{"annotation ALL", "device=ALL", nil, `nri-gpu: annotation gpus.nri-gpu.dev/container.train: unknown device "ALL" (valid: an index 0-3, a GPU-<uuid>, a PCI bus id, a MIG-<uuid> or <gpu>:<mig>)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ann map[string]string

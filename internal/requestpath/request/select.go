@@ -2,6 +2,7 @@ package request
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -70,7 +71,7 @@ func Select(r Request, src adjust.Source) (Selection, error) {
 		for _, id := range r.IDs {
 			g, err := src.Lookup(id)
 			if err != nil {
-				return Selection{}, errorf(r.Source, "%v", err)
+				return Selection{}, errorf(r.Source, "%v%s", err, listForms(r.Source, id))
 			}
 			if !containsGPU(gpus, g.Index) {
 				gpus = append(gpus, g)
@@ -79,6 +80,24 @@ func Select(r Request, src adjust.Source) (Selection, error) {
 		sel.GPUs = gpus
 	}
 	return sel, nil
+}
+
+// listForms adds, to the error of an unknown ID in a device list read as
+// the NVIDIA toolkit reads NVIDIA_VISIBLE_DEVICES (the variable, the
+// device plugin's mounts), the list's special values, which are not IDs;
+// and the one id differs from only in case, which the toolkit does not
+// take either.
+func listForms(src Source, id string) string {
+	if src.Kind != Env && src.Kind != DeviceList {
+		return ""
+	}
+	const forms = "; the list may also be all, none or void (lower case)"
+	for _, v := range []string{"all", "none", "void"} {
+		if strings.EqualFold(id, v) {
+			return forms + ": did you mean " + strconv.Quote(v) + "?"
+		}
+	}
+	return forms
 }
 
 // wholeGPUs returns the GPUs of devs that are not MIG devices (which

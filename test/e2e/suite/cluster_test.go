@@ -557,6 +557,7 @@ func testKustomize(k kc) {
 	testGPUWorkloads(k, "ml")
 	checkTableIsCheckpoints(k)
 	testClosedPolicy(k)
+	k.t.Run("events", func(t *testing.T) { testEvents(kc{t: t, c: k.c, ctx: k.ctx}) })
 	k.run("delete", "namespace", "ml", "--wait=true", "--timeout=2m")
 	k.t.Run("sharing", func(t *testing.T) { testSharing(kc{t: t, c: k.c, ctx: k.ctx}) })
 	k.doc("delete", nil)

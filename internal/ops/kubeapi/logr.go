@@ -1,4 +1,4 @@
-package dra
+package kubeapi
 
 import (
 	"fmt"
@@ -7,17 +7,19 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// logSink sends the helper library's logs (logr, through klog's context)
-// to nri-gpu's logger: its errors as errors, its verbosity-0 messages as
-// information, and the verbose ones (each gRPC call and answer) at debug
-// level only.
+// logSink sends a Kubernetes library's logs (logr, through klog's
+// context) to nri-gpu's logger: its errors as errors, its verbosity-0
+// messages as information, and the verbose ones (each gRPC call and
+// answer of the DRA helper library, say) at debug level only.
 type logSink struct {
 	log  *logrus.Entry
 	name string
 	kv   []any
 }
 
-func newLogger(log *logrus.Entry) logr.Logger { return logr.New(&logSink{log: log}) }
+// Logger returns a logr.Logger that writes to log, for the Kubernetes
+// libraries (klog.NewContext).
+func Logger(log *logrus.Entry) logr.Logger { return logr.New(&logSink{log: log}) }
 
 func (s *logSink) Init(logr.RuntimeInfo) {}
 
