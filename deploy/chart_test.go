@@ -131,13 +131,15 @@ func renderValues(t *testing.T, v map[string]any) objects {
 }
 
 // TestChartFlags: logLevel, logFormat and extraArgs reach nri-gpu run's
-// arguments (and the MPS daemons' log flags), podAnnotations and
+// arguments (and the MPS daemons' log flags), extraEnv its environment,
+// podAnnotations and
 // imagePullSecrets both pods, affinity and nodeSelector nri-gpu's pod.
 func TestChartFlags(t *testing.T) {
 	nfd := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
 		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
 			"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": []any{"true"}}}}}}}}
 	objs := renderValues(t, values(t, set("logLevel", "debug", "logFormat", "json", "extraArgs", []any{"--watch-interval=30s"},
+		"extraEnv", []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}},
 		"podAnnotations", map[string]any{"example.com/team": "gpu"}, "imagePullSecrets", []any{map[string]any{"name": "registry"}},
 		"affinity", nfd, "nodeSelector", map[string]any{"pool": "gpu"}, "mps.enabled", true)))
 	ds, mps := objs.daemonSet.Spec.Template, objs.mpsDaemonSet.Spec.Template
@@ -149,6 +151,9 @@ func TestChartFlags(t *testing.T) {
 	}
 	if args[len(args)-1] != "--watch-interval=30s" {
 		t.Errorf("extraArgs: args %q, want --watch-interval=30s last", args)
+	}
+	if env := ds.Spec.Containers[0].Env; env[len(env)-1] != (corev1.EnvVar{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}) {
+		t.Errorf("extraEnv: env %+v, want HTTPS_PROXY last", env)
 	}
 	for name, pod := range map[string]corev1.PodTemplateSpec{"nri-gpu": ds, "mps": mps} {
 		if pod.Annotations["example.com/team"] != "gpu" {
