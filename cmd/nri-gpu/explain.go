@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -53,7 +54,9 @@ type explainCtr struct {
 
 // Explained is nri-gpu explain's answer for one pod (its JSON form).
 type Explained struct {
-	Pod        string               `json:"pod"`
+	Pod string `json:"pod"`
+	// Notes say what of the node explain cannot know.
+	Notes      []string             `json:"notes,omitempty"`
 	Containers []ExplainedContainer `json:"containers"`
 }
 
@@ -159,6 +162,9 @@ func explainCmd(args []string, stdout, stderr io.Writer) error {
 func explain(ctx context.Context, p *plugin.Plugin, ep explainPod) Explained {
 	out := Explained{Pod: ep.pod.GetNamespace() + "/" + ep.pod.GetName()}
 	st := p.Node().State()
+	if st.Config.Emit == config.EmitCDI {
+		out.Notes = append(out.Notes, "emit: cdi: explain connects to no runtime, and answers as for one that does not resolve CDI devices (edits); a runtime that does gets CDI device names for the same GPUs")
+	}
 	for _, c := range ep.ctrs {
 		adj, res, err := p.Handle(ctx, ep.pod, c.ctr)
 		ec := ExplainedContainer{Name: c.ctr.GetName(), Init: c.init, Kind: res.Kind, Unsimulated: c.notes, Warnings: res.Warnings,
@@ -312,6 +318,9 @@ func readInput(file string) ([]byte, error) {
 func writeExplained(w io.Writer, out Explained) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod %s\n", out.Pod)
+	for _, n := range out.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
 	for _, c := range out.Containers {
 		init := ""
 		if c.Init {
