@@ -91,17 +91,29 @@ lint: $(GOLANGCI_LINT)
 	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; \
 		(cd $$m && $(GO) vet ./... && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
+# The Helm CLI of the chart's tests (deploy: helm lint --strict and helm
+# template of every switch) and of the cluster phase: the e2e tool cache's,
+# built from the Go module proxy on first use as test/e2e/install-cluster.sh
+# builds it (deploy's TestHelmVersionPinned keeps the versions equal).
+HELM_VERSION := v4.3.1
+E2E_CACHE    ?= $(or $(NRI_GPU_E2E_CACHE),$(HOME)/.cache/nri-gpu-e2e)
+HELM         := $(E2E_CACHE)/helm-$(HELM_VERSION)/helm
+$(HELM):
+	mkdir -p $(dir $@) && d=$$(mktemp -d $(dir $@).gobin-XXXXXX) && cd /tmp && \
+	GOWORK=off GOBIN=$$d $(GO) install -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION) && \
+	mv $$d/helm $@ && rmdir $$d
+
 # Unit tests, then the protocol tests (their own module), under the race
 # detector; then the deploy module's tests: the manifests, and the release
 # image (deploy/image: make image, its files, reproducibility, Dockerfile,
 # versions; as root, run in its own root). bin/testreport prints go test's
 # usual lines (and failing tests' output), then which tests were skipped
 # and why: without root, the ones that need mknod or mounts.
-unit:
+unit: $(HELM)
 	$(GO) build -o bin/testreport ./test/testreport
 	bin/testreport $(GO) test -json -race -count=1 $(PKGS)
 	cd test/integration && ../../bin/testreport $(GO) test -json -race -count=1 ./...
-	cd deploy && $(GO) test -count=1 ./...
+	cd deploy && NRI_GPU_HELM=$(HELM) $(GO) test -count=1 ./...
 
 # arm64 (Grace nodes) on this amd64 machine. make arm64-tools (root):
 # qemu-user registered with binfmt_misc, libc6:arm64 (multiarch), the

@@ -3,14 +3,13 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 )
 
 // draDirs are the host directories the DRA driver writes, mounted at the
@@ -65,13 +64,13 @@ func TestDRAShipped(t *testing.T) {
 	chart := withDRA(t, "devicePlugin")
 	checkDaemonSet(t, chart)
 	overlay := loadOverlay(t)
-	if diff := cmp.Diff(overlay.deviceClasses, chart.deviceClasses); diff != "" {
+	if diff := cmp.Diff(overlay.deviceClasses, chart.deviceClasses, withoutHelmMetadata()); diff != "" {
 		t.Errorf("DeviceClasses: overlay vs chart (-overlay +chart):\n%s", diff)
 	}
-	if diff := cmp.Diff(overlay.clusterRoles, roles(chart, draRole)); diff != "" {
+	if diff := cmp.Diff(overlay.clusterRoles, roles(chart, draRole), withoutHelmMetadata()); diff != "" {
 		t.Errorf("ClusterRole: overlay vs chart (-overlay +chart):\n%s", diff)
 	}
-	if diff := cmp.Diff(overlay.bindings, bindings(chart, draRole)); diff != "" {
+	if diff := cmp.Diff(overlay.bindings, bindings(chart, draRole), withoutHelmMetadata()); diff != "" {
 		t.Errorf("ClusterRoleBinding: overlay vs chart (-overlay +chart):\n%s", diff)
 	}
 	if diff := cmp.Diff(overlay.configMap.Data, chart.configMap.Data); diff != "" {
@@ -147,25 +146,46 @@ func TestDRAShipped(t *testing.T) {
 	}
 }
 
-// TestDRABesideDevicePlugin: the chart with both allocators on and no
-// devices lists renders a configuration nri-gpu refuses, naming the keys;
-// with disjoint lists it is accepted.
+// TestDRABesideDevicePlugin: config.dra.enabled alone (helm install
+// --set config.dra.enabled=true) renders what deploy/kubernetes-dra does:
+// the device plugin off (a GPU is offered by one allocator) and a
+// configuration nri-gpu accepts, not one it refuses on every node; with
+// disjoint devices lists both run; with one list only, helm template
+// fails and says why.
 func TestDRABesideDevicePlugin(t *testing.T) {
-	both, _ := renderHelm(t, func(v map[string]any) {
+	alone, _ := renderHelm(t, func(v map[string]any) {
 		v["config"].(map[string]any)["dra"].(map[string]any)["enabled"] = true
 	})
-	_, err := config.Parse([]byte(both.configMap.Data["config.yaml"]))
-	if err == nil || !strings.Contains(err.Error(), "keys dra.enabled and devicePlugin.enabled are both true") {
-		t.Errorf("both on without lists: %v", err)
+	checkDaemonSet(t, alone)
+	c := parseShipped(t, alone)
+	if !c.DRA.Enabled || c.DevicePlugin.Enabled {
+		t.Errorf("--set config.dra.enabled=true: dra %v, devicePlugin %v; want the DRA driver alone", c.DRA.Enabled, c.DevicePlugin.Enabled)
 	}
+	if diff := cmp.Diff(loadOverlay(t).configMap.Data, alone.configMap.Data); diff != "" {
+		t.Errorf("--set config.dra.enabled=true: configuration differs from deploy/kubernetes-dra's (-overlay +chart):\n%s", diff)
+	}
+	if got := hostPaths(alone.daemonSet.Spec.Template.Spec); slices.Contains(got, kubeletDevicePlugins) {
+		t.Errorf("device plugin off, and the kubelet's %s still mounted", kubeletDevicePlugins)
+	}
+
 	split, _ := renderHelm(t, func(v map[string]any) {
 		c := v["config"].(map[string]any)
 		c["dra"].(map[string]any)["enabled"] = true
 		c["dra"].(map[string]any)["devices"] = []any{"0", "1"}
 		c["devicePlugin"].(map[string]any)["devices"] = []any{"2", "3"}
 	})
-	if _, err := config.Parse([]byte(split.configMap.Data["config.yaml"])); err != nil {
-		t.Errorf("disjoint lists: %v", err)
+	checkDaemonSet(t, split)
+	if c := parseShipped(t, split); !c.DRA.Enabled || !c.DevicePlugin.Enabled {
+		t.Errorf("disjoint lists: dra %v, devicePlugin %v; want both", c.DRA.Enabled, c.DevicePlugin.Enabled)
+	}
+
+	for _, key := range []string{"dra", "devicePlugin"} {
+		values := map[string]any{"config": map[string]any{"dra": map[string]any{"enabled": true}, "devicePlugin": map[string]any{}}}
+		values["config"].(map[string]any)[key].(map[string]any)["devices"] = []any{"0"}
+		_, err := helmTemplate(t, []map[string]any{values})
+		if err == nil || !strings.Contains(err.Error(), "give both config.devicePlugin.devices and config.dra.devices") {
+			t.Errorf("dra.enabled with %s.devices alone: helm template %v, want it to fail naming both lists", key, err)
+		}
 	}
 }
 

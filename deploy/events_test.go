@@ -71,10 +71,10 @@ func TestEventsShipped(t *testing.T) {
 			t.Errorf("%s: no NODE_NAME from spec.nodeName", name)
 		}
 	}
-	if diff := cmp.Diff(roles(plain, eventsRole), roles(chart, eventsRole)); diff != "" {
+	if diff := cmp.Diff(roles(plain, eventsRole), roles(chart, eventsRole), withoutHelmMetadata()); diff != "" {
 		t.Errorf("ClusterRole: deploy/kubernetes vs chart:\n%s", diff)
 	}
-	if diff := cmp.Diff(bindings(plain, eventsRole), bindings(chart, eventsRole)); diff != "" {
+	if diff := cmp.Diff(bindings(plain, eventsRole), bindings(chart, eventsRole), withoutHelmMetadata()); diff != "" {
 		t.Errorf("ClusterRoleBinding: deploy/kubernetes vs chart:\n%s", diff)
 	}
 

@@ -8,11 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"text/template"
 
 	"github.com/google/go-cmp/cmp"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,6 +32,16 @@ type objects struct {
 	deviceClasses []*resourcev1.DeviceClass
 	clusterRoles  []*rbacv1.ClusterRole
 	bindings      []*rbacv1.ClusterRoleBinding
+	// The chart's others, each under its switch: the MPS daemons'
+	// DaemonSet, the metrics Service, prometheus-operator's objects, the
+	// NetworkPolicy and the Grafana dashboard's ConfigMap.
+	mpsDaemonSet   *appsv1.DaemonSet
+	service        *corev1.Service
+	serviceMonitor *monitoringv1.ServiceMonitor
+	podMonitor     *monitoringv1.PodMonitor
+	rule           *monitoringv1.PrometheusRule
+	networkPolicy  *networkingv1.NetworkPolicy
+	dashboard      *corev1.ConfigMap
 }
 
 // apiUsers says what of the objects' configuration uses the API server:
@@ -79,6 +90,9 @@ func decode(t *testing.T, name string, doc []byte, objs *objects) {
 	var meta struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
 	}
 	if err := yaml.Unmarshal(doc, &meta); err != nil {
 		t.Fatalf("%s: %v", name, err)
@@ -92,11 +106,25 @@ func decode(t *testing.T, name string, doc []byte, objs *objects) {
 		objs.serviceAccount = &corev1.ServiceAccount{}
 		into = objs.serviceAccount
 	case "v1 ConfigMap":
-		objs.configMap = &corev1.ConfigMap{}
-		into = objs.configMap
+		into = &objs.configMap
+		if strings.HasSuffix(meta.Metadata.Name, "-dashboard") {
+			into = &objs.dashboard
+		}
 	case "apps/v1 DaemonSet":
-		objs.daemonSet = &appsv1.DaemonSet{}
-		into = objs.daemonSet
+		into = &objs.daemonSet
+		if strings.HasSuffix(meta.Metadata.Name, "-mps") {
+			into = &objs.mpsDaemonSet
+		}
+	case "v1 Service":
+		into = &objs.service
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		into = &objs.serviceMonitor
+	case "monitoring.coreos.com/v1 PodMonitor":
+		into = &objs.podMonitor
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		into = &objs.rule
+	case "networking.k8s.io/v1 NetworkPolicy":
+		into = &objs.networkPolicy
 	case "resource.k8s.io/v1 DeviceClass":
 		objs.deviceClasses = append(objs.deviceClasses, &resourcev1.DeviceClass{})
 		into = objs.deviceClasses[len(objs.deviceClasses)-1]
@@ -168,83 +196,66 @@ func sorted(s []string) []string {
 	return s
 }
 
-// helmValues are the chart's values, decoded strictly.
+// helmValues are the parts of the chart's values the tests read
+// (values.schema.json holds them all: TestValuesSchema).
 type helmValues struct {
 	Image struct {
 		Repository string `json:"repository"`
 		Tag        string `json:"tag"`
-		PullPolicy string `json:"pullPolicy"`
 	} `json:"image"`
-	Config               map[string]any              `json:"config"`
-	HostRootHostPath     string                      `json:"hostRootHostPath"`
-	DriverRootHostPath   string                      `json:"driverRootHostPath"`
-	LibraryCacheHostPath string                      `json:"libraryCacheHostPath"`
-	KubeletDevicePlugin  string                      `json:"kubeletDevicePluginHostPath"`
-	MPSRoot              string                      `json:"mpsRootHostPath"`
-	MetricsPort          int                         `json:"metricsPort"`
-	NodeSelector         map[string]string           `json:"nodeSelector"`
-	Tolerations          []corev1.Toleration         `json:"tolerations"`
-	PriorityClassName    string                      `json:"priorityClassName"`
-	Resources            corev1.ResourceRequirements `json:"resources"`
-	GoMemLimit           string                      `json:"goMemLimit"`
-	NVIDIAGPUResource    string                      `json:"nvidiaGPUResource"`
+	KubeletDevicePlugin string `json:"kubeletDevicePluginHostPath"`
+	NVIDIAGPUResource   string `json:"nvidiaGPUResource"`
 }
 
-// renderHelm renders the chart's templates with its default values, with
-// the few template functions the chart uses implemented as Helm does.
-func renderHelm(t *testing.T, override func(values map[string]any)) (objects, helmValues) {
+// chartValues reads the chart's values.yaml.
+func chartValues(t *testing.T) map[string]any {
 	t.Helper()
-	dir := "helm/nri-gpu"
-	data, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var typed helmValues
-	if err := yaml.UnmarshalStrict(data, &typed); err != nil {
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatalf("values.yaml: %v", err)
 	}
-	var values map[string]any
-	yaml.Unmarshal(data, &values)
+	return values
+}
+
+// renderHelm renders the chart with helm template (release nri-gpu in
+// namespace nri-gpu) and its default values changed by override, and
+// decodes the objects strictly.
+func renderHelm(t *testing.T, override func(values map[string]any)) (objects, helmValues) {
+	t.Helper()
+	values := chartValues(t)
+	var typed helmValues
+	data, _ := yaml.Marshal(values)
+	if err := yaml.Unmarshal(data, &typed); err != nil {
+		t.Fatal(err)
+	}
+	var files []map[string]any
 	if override != nil {
 		override(values)
+		files = append(files, values)
 	}
-	funcs := template.FuncMap{
-		"toYaml": func(v any) string {
-			b, err := yaml.Marshal(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return strings.TrimSuffix(string(b), "\n")
-		},
-		"nindent": func(n int, s string) string {
-			pad := strings.Repeat(" ", n)
-			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
-		},
-		"quote":      func(s string) string { return fmt.Sprintf("%q", s) },
-		"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
+	out, err := helmTemplate(t, files)
+	if err != nil {
+		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "templates", "*.yaml"))
-	if len(files) == 0 {
-		t.Fatal("no templates")
-	}
+	return decodeRendered(t, out), typed
+}
+
+// decodeRendered decodes helm template's output strictly.
+func decodeRendered(t *testing.T, out string) objects {
+	t.Helper()
 	var objs objects
-	for _, f := range files {
-		tmpl, err := template.New(filepath.Base(f)).Funcs(funcs).Option("missingkey=error").ParseFiles(f)
-		if err != nil {
-			t.Fatal(err)
+	for _, doc := range splitDocs([]byte(out)) {
+		source := "helm template"
+		if line, _, ok := strings.Cut(strings.TrimLeft(string(doc), "-\n"), "\n"); ok && strings.HasPrefix(line, "# Source: ") {
+			source = strings.TrimPrefix(line, "# Source: ")
 		}
-		var out bytes.Buffer
-		if err := tmpl.Execute(&out, map[string]any{
-			"Values":  values,
-			"Release": map[string]any{"Namespace": "nri-gpu", "Name": "nri-gpu"},
-		}); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, doc := range splitDocs(out.Bytes()) {
-			decode(t, f, doc, &objs)
-		}
+		decode(t, source, doc, &objs)
 	}
-	return objs, typed
+	return objs
 }
 
 // TestKubernetesManifests checks the invariants of deploy/kubernetes.
@@ -284,7 +295,7 @@ func TestHelmChart(t *testing.T) {
 		"ConfigMap":      {plain.configMap, helm.configMap},
 		"DaemonSet":      {plain.daemonSet, helm.daemonSet},
 	} {
-		if d := cmp.Diff(pair[0], pair[1]); d != "" {
+		if d := cmp.Diff(pair[0], pair[1], withoutHelmMetadata()); d != "" {
 			t.Errorf("%s: chart differs from deploy/kubernetes (-plain +chart):\n%s", name, d)
 		}
 	}
@@ -308,6 +319,26 @@ func TestHelmChart(t *testing.T) {
 	if chart.APIVersion != "v2" || chart.Name != "nri-gpu" || chart.AppVersion != values.Image.Tag {
 		t.Errorf("Chart.yaml %+v: appVersion must be the image tag %q", chart, values.Image.Tag)
 	}
+}
+
+// helmOnly are the labels only Helm's objects carry: the chart's
+// version, Helm as their manager, the app's version.
+var helmOnly = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"}
+
+// withoutHelmMetadata compares objects without the helmOnly labels.
+func withoutHelmMetadata() cmp.Option {
+	return cmp.Transformer("withoutHelmOnly", func(m map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range m {
+			if !slices.Contains(helmOnly, k) {
+				out[k] = v
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	})
 }
 
 // hostPathsJustified are the host paths the pod may mount, each for the
@@ -337,8 +368,8 @@ func checkDaemonSet(t *testing.T, objs objects) {
 	if spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("priorityClassName %q", spec.PriorityClassName)
 	}
-	if len(spec.NodeSelector) == 0 || len(spec.Tolerations) == 0 {
-		t.Error("no node selector or no tolerations")
+	if (spec.Affinity == nil || spec.Affinity.NodeAffinity == nil) && len(spec.NodeSelector) == 0 || len(spec.Tolerations) == 0 {
+		t.Error("no node affinity or selector, or no tolerations")
 	}
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		t.Error("host network, PID or IPC namespace: not needed")

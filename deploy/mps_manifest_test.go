@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"os"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,8 +27,8 @@ func TestMPSDaemonSet(t *testing.T) {
 	for _, doc := range splitDocs(data) {
 		decode(t, "mps/daemonset.yaml", doc, &objs)
 	}
-	ds := objs.daemonSet
-	if ds == nil || objs.configMap != nil {
+	ds := objs.mpsDaemonSet
+	if ds == nil || objs.daemonSet != nil || objs.configMap != nil {
 		t.Fatalf("want one DaemonSet: %+v", objs)
 	}
 	spec := ds.Spec.Template.Spec
@@ -40,7 +41,8 @@ func TestMPSDaemonSet(t *testing.T) {
 		c.Image != main.daemonSet.Spec.Template.Spec.Containers[0].Image || ds.Spec.UpdateStrategy.Type != "OnDelete" {
 		t.Errorf("namespace %s, service account %s, image %s, updates %s", ds.Namespace, spec.ServiceAccountName, c.Image, ds.Spec.UpdateStrategy.Type)
 	}
-	if len(c.Args) != 2 || c.Args[0] != "mps" || c.Args[1] != "--config=/etc/nri-gpu/config.yaml" {
+	if len(c.Args) != 4 || c.Args[0] != "mps" || c.Args[1] != "--config=/etc/nri-gpu/config.yaml" ||
+		!slices.Equal(c.Args[2:], main.daemonSet.Spec.Template.Spec.Containers[0].Args[3:5]) {
 		t.Errorf("args %q", c.Args)
 	}
 	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {

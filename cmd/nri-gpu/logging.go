@@ -45,6 +45,13 @@ func (f logFlags) logger(w io.Writer) (*logrus.Logger, error) {
 	default:
 		return nil, usageError{fmt.Errorf("--log-format: %q is not a format (valid: %s)", *f.format, strings.Join(logFormats, ", "))}
 	}
+	// The NRI stub logs through logrus's standard logger ("Created
+	// plugin ..."): the same format, level and output, so that a JSON log
+	// has no text line.
+	std := logrus.StandardLogger()
+	std.SetOutput(w)
+	std.SetLevel(lvl)
+	std.SetFormatter(log.Formatter)
 	return log, nil
 }
 

@@ -30,6 +30,7 @@ type Metrics struct {
 	allocs      *allocCollector
 	xids        *prometheus.CounterVec
 	unhealthy   *prometheus.GaugeVec
+	notReady    atomic.Pointer[func() error]
 }
 
 // New returns the metrics, registered with the Go runtime's and the
@@ -92,8 +93,17 @@ func New(version string) *Metrics {
 		Help: "The nri-gpu version (value 1).",
 	}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nri_gpu_ready",
+		Help: "1 when the plugin is ready (connected to the runtime, synchronized, an inventory loaded: what /readyz answers), else 0.",
+	}, func() float64 {
+		if f := m.notReady.Load(); f != nil && (*f)() == nil {
+			return 1
+		}
+		return 0
+	})
 	m.reg.MustRegister(m.requests, m.latency, m.gpus, m.perGPU, m.refreshes, m.connections,
-		m.driver, m.invGPUs, m.invFiles, m.allocs, m.xids, m.unhealthy, build,
+		m.driver, m.invGPUs, m.invFiles, m.allocs, m.xids, m.unhealthy, build, ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -102,6 +102,7 @@ func TestScrape(t *testing.T) {
 		`nri_gpu_gpu_allocations{index="0",uuid="GPU-a"} 2`,
 		`nri_gpu_gpu_allocations{index="1",uuid="GPU-b"} 0`,
 		`nri_gpu_build_info{version="v1.2.3"} 1`,
+		`nri_gpu_ready 0`,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,
 	} {
@@ -125,6 +126,9 @@ func TestScrape(t *testing.T) {
 	notReady = nil
 	if code, body := get(t, srv.URL+"/readyz"); code != 200 || body != "ready\n" {
 		t.Errorf("/readyz when ready: %d %q", code, body)
+	}
+	if _, body := get(t, srv.URL+"/metrics"); !strings.Contains(body, "\nnri_gpu_ready 1\n") {
+		t.Errorf("ready, and /metrics says:\n%s", grep(body, "nri_gpu_ready"))
 	}
 }
 

@@ -40,8 +40,10 @@ func NormalizeAddr(addr string) (string, error) {
 
 // Handler serves /metrics (Prometheus text format), /healthz (200 while
 // the process serves HTTP) and /readyz (200 when notReady returns nil,
-// else 503 with its reason).
+// else 503 with its reason); nri_gpu_ready follows the same notReady, so
+// that an alert sees what the readiness probe sees.
 func Handler(m *Metrics, notReady func() error) http.Handler {
+	m.notReady.Store(&notReady)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -578,8 +578,10 @@ func testKustomize(k kc) {
 // chartDir is the chart in this checkout.
 func chartDir() string { return filepath.Join(repoRoot(), "deploy", "helm", "nri-gpu") }
 
-// testHelm installs nri-gpu with the Helm CLI, restarts and upgrades it
-// with GPU pods running, drains and uncordons a node, and uninstalls it.
+// testHelm installs nri-gpu with the Helm CLI (with monitoring objects:
+// checkMonitoring), restarts and upgrades it with GPU pods running,
+// drains and uncordons a node, and uninstalls it; then installs it as
+// the DRA driver with --set config.dra.enabled=true (testHelmDRA).
 func testHelm(k kc) {
 	t := k.t
 	k.doc("lint", nil)
@@ -587,8 +589,10 @@ func testHelm(k kc) {
 	if img := releaseImage(k, ""); !strings.Contains(rendered, "image: "+img.Name) || !strings.Contains(rendered, "path: /run/nvidia/driver/proc") {
 		t.Errorf("helm template: no image %s or /run/nvidia/driver/proc in\n%s", img.Name, rendered)
 	}
+	installMonitoringCRDs(k) // helm-values.yaml's ServiceMonitor and PrometheusRule
 	k.doc("install", nil)
 	checkInstalled(k, "")
+	checkMonitoring(k)
 	// The update strategy docs/install.md describes: one node at a time.
 	var ds appsv1.DaemonSet
 	if err := k.c.GetJSON(k.ctx, &ds, "daemonset", "-n", "nri-gpu", "nri-gpu"); err != nil {
@@ -624,6 +628,7 @@ func testHelm(k kc) {
 	})
 	t.Run("drain and uncordon", func(t *testing.T) { testDrain(kc{t: t, c: k.c, ctx: k.ctx}) })
 	t.Run("helm uninstall", func(t *testing.T) { testUninstall(kc{t: t, c: k.c, ctx: k.ctx}) })
+	t.Run("helm install --set config.dra.enabled=true", func(t *testing.T) { testHelmDRA(kc{t: t, c: k.c, ctx: k.ctx}) })
 }
 
 // containerIDs are the GPU pods' container IDs and restart counts.
