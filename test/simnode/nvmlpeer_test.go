@@ -282,3 +282,30 @@ func TestCIProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestA100HalfBalanced checks the quickstart's A100 layout against the
+// A100 40GB's placements: each instance on one of its profile's
+// placements, no two on the same memory slice.
+func TestA100HalfBalanced(t *testing.T) {
+	t.Parallel()
+	used := map[int]string{}
+	for _, m := range A100HalfBalanced() {
+		p, ok := ProfileOf(a100Profiles, m)
+		if !ok || m.MemoryMiB != p.MemoryMiB || m.GISlices != p.Slices {
+			t.Fatalf("%+v: not an A100 40GB profile's", m)
+		}
+		start := MIGPlacementStart(m.GI)
+		if !slices.Contains(p.Placements, start) {
+			t.Errorf("%s on GPU instance %d starts at slice %d, not one of %v", p.Name, m.GI, start, p.Placements)
+		}
+		for s := start; s < start+p.MemorySlices; s++ {
+			if other, ok := used[s]; ok {
+				t.Errorf("%s and %s both on memory slice %d", p.Name, other, s)
+			}
+			used[s] = p.Name
+		}
+	}
+	if len(used) != 8 {
+		t.Errorf("the layout takes %d of the 8 memory slices", len(used))
+	}
+}
