@@ -96,3 +96,10 @@ func InstallNVIDIADRA(ctx context.Context, cacheDir string) (string, error) {
 	Logf("built NVIDIA's gpu-kubelet-plugin %s in %s", NVIDIADRAVersion, time.Since(start).Round(100*time.Millisecond))
 	return bin, nil
 }
+
+// NVIDIADRASource returns the directory of NVIDIA's DRA driver's module
+// source (NVIDIADRAVersion) in the module cache, downloading it first:
+// its example claims (demo/specs) and API types are read from there.
+func NVIDIADRASource(ctx context.Context) (string, error) {
+	return downloadModule(ctx, NVIDIADRAModule+"@"+NVIDIADRAVersion)
+}

@@ -39,8 +39,8 @@ type FabricPartitionId uint32 //nolint:revive // NVIDIA's spelling, which the dr
 
 // FabricPartitionGpuInfo is one GPU of a partition.
 type FabricPartitionGpuInfo struct {
-	PhysicalId          uint32 //nolint:revive // NVIDIA's spelling.
-	Uuid                [80]int8
+	PhysicalId          uint32   //nolint:revive // NVIDIA's spelling.
+	Uuid                [80]int8 //nolint:revive // NVIDIA's spelling.
 	PciBusId            [32]int8 //nolint:revive // NVIDIA's spelling.
 	NumNvLinksAvailable uint32
 	MaxNumNvLinks       uint32
