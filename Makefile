@@ -150,7 +150,8 @@ FUZZ_TARGETS := \
 	internal/requestpath/request:FuzzParseAnnotation internal/requestpath/request:FuzzParseCDI internal/requestpath/request:FuzzParseEnv internal/requestpath/request:FuzzParseEnvList internal/requestpath/request:FuzzParseIMEX inventory/require:FuzzRequirement inventory/require:FuzzCheckEnv \
 	inventory/discover:FuzzParseLDCache inventory/discover:FuzzParseELF inventory/discover:FuzzParseGPUInformation \
 	inventory/discover:FuzzParseProcDevices inventory/discover:FuzzParseDriverVersion inventory/discover:FuzzParseMIGMinors internal/nodestate/config:FuzzParse \
-	internal/requestpath/pipeline:FuzzHandle internal/requestpath/alloc:FuzzParseKubeletShares
+	internal/requestpath/pipeline:FuzzHandle internal/requestpath/alloc:FuzzParseKubeletShares \
+	internal/kubelet/dra:FuzzParseGpuConfig internal/kubelet/dra:FuzzDecodeCheckpoint
 
 # A run that fails with a bare "context deadline exceeded" and writes no
 # failing input is Go's fuzz-coordinator race at the end of -fuzztime

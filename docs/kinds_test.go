@@ -18,8 +18,13 @@ import (
 // comment of the request path list the kinds of container that serve
 // tells apart, in its order, and each kind's steps: one line a kind, its
 // function, two or more spaces, the Path methods it calls in order,
-// separated by ", " ("-" for none).
+// separated by ", " ("-" for none); then one line for the answer every
+// kind shares (answerStep) and its steps.
 const kindsMarker = "<!-- request path kinds: serve's order; each kind's steps -->"
+
+// answerStep is the step that ends the kinds' paths: the answer they
+// share, listed after the kinds with the Path methods it calls.
+const answerStep = "answer"
 
 // pipelineDir is the request path's package, from this directory.
 var pipelineDir = filepath.Join("..", "internal", "requestpath", "pipeline")
@@ -35,7 +40,8 @@ type kind struct {
 // code: the kinds are the Path methods that serve returns the answer of,
 // in its order ("none" where it returns no answer for a container without
 // a request), and a kind's steps are the Path methods its function calls,
-// in order. Every step has a bullet in design.md's list of steps.
+// in order; the last line is the shared answer's, with the Path methods
+// it calls. Every step has a bullet in design.md's list of steps.
 func TestRequestPathKinds(t *testing.T) {
 	code, err := codeKinds(pipelineDir)
 	if err != nil {
@@ -165,6 +171,7 @@ func codeKinds(dir string) ([]kind, error) {
 		}
 		return true
 	})
+	out = append(out, kind{Name: answerStep})
 	for i, k := range out {
 		if k.Name == "none" {
 			continue

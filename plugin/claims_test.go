@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -85,5 +86,47 @@ func TestSetPrepared(t *testing.T) {
 	npod, nctr := podCtr("n", "8")
 	if _, _, err := p.CreateContainer(ctx, npod, nctr); err != nil {
 		t.Errorf("every GPU after the claim's Unprepare: %v", err)
+	}
+}
+
+// TestClaimsUnknown: while the DRA checkpoint cannot be read, the GPUs
+// the driver offers are held exclusively for its unknown claims: a
+// node-local request for one is refused, naming them (to every
+// namespace: they are the node's), Synchronize keeps them held, the
+// plugin is not ready; the first set of claims read releases them.
+func TestClaimsUnknown(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer
+	p := testPlugin(sharing.Shared, &log)
+	p.ClaimsUnknown(errors.New("read checkpoint /p/checkpoint.json: unexpected end of JSON input"), []string{uuid(1), uuid(2)})
+	want := "0=free 1=exclusive[the DRA driver's prepared claims (its checkpoint cannot be read)] 2=exclusive[the DRA driver's prepared claims (its checkpoint cannot be read)] 3=free"
+	if got := alloc.Summary(p.table.State()); !strings.HasPrefix(got, want) {
+		t.Fatalf("held: %s\nwant %s ...", got, want)
+	}
+	pod, ctr := podCtr("local", "device=1")
+	if _, _, err := p.CreateContainer(ctx, pod, ctr); err == nil || !strings.Contains(err.Error(), "GPU 1 is held exclusively by the DRA driver's prepared claims (its checkpoint cannot be read)") {
+		t.Errorf("a node-local request for a held GPU: %v", err)
+	}
+	if _, err := p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := alloc.Summary(p.table.State()); !strings.HasPrefix(got, want) {
+		t.Errorf("after Synchronize: %s\nwant %s ...", got, want)
+	}
+	if err := p.NotReady(); err == nil || !strings.Contains(err.Error(), "unexpected end of JSON input") {
+		t.Errorf("ready with unknown claims: %v", err)
+	}
+	if err := p.SetPrepared(claims.New(claimDevs("uid-train", "train", 1)), ""); err != nil {
+		t.Fatal(err)
+	}
+	want = "0=free 1=shared[claim ns/train] 2=free 3=free"
+	if got := alloc.Summary(p.table.State()); !strings.HasPrefix(got, want) {
+		t.Errorf("once read: %s\nwant %s ...", got, want)
+	}
+	if err := p.NotReady(); err != nil {
+		t.Errorf("not ready once read: %v", err)
+	}
+	if n := strings.Count(log.String(), "the prepared claims cannot be read"); n != 1 {
+		t.Errorf("logged %d times", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/ops/status"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
@@ -53,6 +55,17 @@ type Plugin struct {
 	// table's rebuild at Synchronize.
 	claims  atomic.Pointer[claims.Prepared]
 	claimMu sync.Mutex
+	// unknown is set while the DRA driver's checkpoint cannot be read
+	// (ClaimsUnknown): why, and the GPUs held for its claims; guarded by
+	// claimMu, read by notReady.
+	unknown atomic.Pointer[unknownClaims]
+}
+
+// unknownClaims is why the DRA driver's prepared claims are unknown, and
+// the UUIDs of the GPUs it offers, held meanwhile.
+type unknownClaims struct {
+	why   string
+	uuids []string
 }
 
 // events are the NRI events the plugin subscribes to: creation to inject
@@ -187,8 +200,51 @@ func (p *Plugin) SetPrepared(prep *claims.Prepared, claim string) error {
 		return err
 	}
 	p.claims.Store(prep)
+	if p.unknown.Swap(nil) != nil {
+		p.log.Info("DRA: the checkpoint reads again: the GPUs held while it could not be read are released")
+	}
 	p.logTable(fmt.Sprintf("%d prepared claims booked", len(hs)))
 	return nil
+}
+
+// ClaimsUnknown holds the GPUs of uuids (those the DRA driver offers:
+// dra.Offered) for the driver's prepared claims, which are unknown: its
+// checkpoint cannot be read (why). Node-local requests are refused on
+// them, naming alloc.UnknownClaims, and the plugin is not ready, until
+// SetPrepared books a set read from the checkpoint. The first call, and
+// one with another why, logs it; each call books the GPUs again (the
+// inventory may have changed).
+func (p *Plugin) ClaimsUnknown(why error, uuids []string) {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	u := &unknownClaims{why: why.Error(), uuids: uuids}
+	if old := p.unknown.Swap(u); old == nil || old.why != u.why {
+		p.log.WithError(why).Errorf("DRA: the prepared claims cannot be read: the %d GPUs and MIG devices the DRA driver offers are held, and nri-gpu is not ready, "+
+			"until they can (nri-gpu doctor checks the file; see the DRA documentation on the checkpoint)", len(uuids))
+	}
+	st := p.node.State()
+	hs, _ := pipeline.ClaimHoldings(st.Source, st.Sharing, p.claims.Load())
+	if err := p.table.SyncClaims(append(hs, unknownHolding(st, u)...), ""); err != nil {
+		p.log.WithError(err).Warn("DRA: holding the GPUs of unknown claims")
+	}
+}
+
+// unknownHolding is the holding of u's GPUs that st has, exclusive
+// (alloc.UnknownClaims); none without u.
+func unknownHolding(st *node.State, u *unknownClaims) []alloc.Holding {
+	if u == nil {
+		return nil
+	}
+	h := alloc.Holding{Holder: alloc.UnknownClaims(), Mode: sharing.Exclusive, Runtime: true}
+	for _, g := range st.Source.Devices() {
+		if slices.Contains(u.uuids, g.UUID) {
+			h.GPUs = append(h.GPUs, g.Index)
+		}
+	}
+	if len(h.GPUs) == 0 {
+		return nil
+	}
+	return []alloc.Holding{h}
 }
 
 // CreateContainer handles the runtime's CreateContainer request: the
@@ -253,19 +309,21 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 
 // Synchronize handles the runtime's Synchronize request, sent once per
 // connection with the pods and containers that exist: the allocation table
-// is rebuilt from them (see pipeline.Holdings), so that it survives
+// is rebuilt from them (see pipeline.Path.Holdings: the request path's own
+// classification, so the table is what CreateContainer booked), so that it survives
 // restarts of the plugin and of the runtime without a state file; the
 // prepared claims' holdings are rebuilt from the DRA driver's checkpoint
 // (SetPrepared's last set, pipeline.ClaimHoldings).
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	st := p.node.State()
 	p.claimMu.Lock()
-	prep := p.claims.Load()
-	hs, warnings := pipeline.HoldingsWith(st.Source, st.Sharing, prep, pods, ctrs)
-	chs, cw := pipeline.ClaimHoldings(st.Source, st.Sharing, prep)
+	path := p.path(st)
+	hs, warnings := path.Holdings(pods, ctrs)
+	chs, cw := pipeline.ClaimHoldings(st.Source, st.Sharing, path.Claims)
 	for _, w := range append(warnings, cw...) {
 		p.log.Warn("synchronize: " + w)
 	}
+	chs = append(chs, unknownHolding(st, p.unknown.Load())...)
 	p.table.Rebuild(append(hs, chs...))
 	p.claimMu.Unlock()
 	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs), "holders": len(hs)}).Info("synchronized with the runtime")
@@ -335,8 +393,9 @@ func (p *Plugin) logTable(change string) {
 }
 
 // Ready reports whether the plugin is connected to the runtime and
-// synchronized with it, with an inventory loaded: whether containers
-// created now get their GPUs.
+// synchronized with it, with an inventory loaded and the DRA driver's
+// prepared claims known (ClaimsUnknown): whether containers created now
+// get their GPUs.
 func (p *Plugin) Ready() bool { return p.notReady() == "" }
 
 // notReady says why the plugin is not ready, or "" when it is.
@@ -344,6 +403,8 @@ func (p *Plugin) notReady() string {
 	switch {
 	case p.node == nil || p.node.State() == nil:
 		return "no inventory loaded"
+	case p.unknown.Load() != nil:
+		return "the DRA driver's prepared claims cannot be read (" + p.unknown.Load().why + "): the GPUs it offers are held until they can (nri-gpu doctor)"
 	case !p.synced.Load():
 		return "not connected to the runtime, or not yet synchronized with it"
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/dra"
 	"github.com/nri-gpu/nri-gpu/internal/ops/doctor"
 )
 
@@ -38,6 +39,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) error {
 		o.CDIDirs = strings.Split(*cdi, ",")
 	}
 	o.Self = os.Getpid()
+	o.DRACheckpoint = dra.CountPrepared
 	results := doctor.Run(o)
 	doctor.Print(stdout, results)
 	if !doctor.OK(results) {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
@@ -257,27 +258,65 @@ func startDevicePlugin(ctx context.Context, c config.DevicePlugin, n *node.Node,
 // claims then wait for it in ContainerCreating). Its keys are read at
 // start: changing them takes a restart. The driver's prepared claims reach
 // the NRI side through p.SetPrepared: the request path reads them, and
-// the allocation table books their devices.
+// the allocation table books their devices. The checkpoint's claims are
+// booked first, before the runtime's Synchronize (a restart: their
+// containers are then rebuilt as the claims'); a checkpoint that cannot
+// be read fails closed: the GPUs DRA offers stay held and nri-gpu not
+// ready (p.ClaimsUnknown), read again every checkpointRetry, and the
+// plugin starts once it reads.
 func startDRA(ctx context.Context, enabled bool, p *plugin.Plugin, log *logrus.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if !enabled {
 		close(done)
 		return done
 	}
-	// The checkpoint's claims first, before the runtime's Synchronize:
-	// their containers are then rebuilt as the claims' (a restart).
-	if prep, err := dra.ReadPrepared(p.Node().State().Config.DRA.PluginDir); err != nil {
-		log.WithError(err).Warn("DRA: reading the checkpoint's prepared claims")
-	} else if err := p.SetPrepared(prep, ""); err != nil {
-		log.WithError(err).Warn("DRA: booking the checkpoint's claims")
-	}
+	dir := p.Node().State().Config.DRA.PluginDir
+	read := bookCheckpoint(dir, p, log)
 	go func() {
 		defer close(done)
-		if err := dra.Run(ctx, p.Node(), log, p.SetPrepared); err != nil {
-			log.WithError(err).Error("DRA kubelet plugin not running")
+		for ctx.Err() == nil {
+			if !read {
+				t := time.NewTimer(checkpointRetry)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				read = ctx.Err() == nil && bookCheckpoint(dir, p, log)
+				continue
+			}
+			err := dra.Run(ctx, p.Node(), log, p.SetPrepared)
+			if ce := (*dra.CheckpointError)(nil); errors.As(err, &ce) {
+				// It became unreadable since it was booked.
+				read = bookCheckpoint(dir, p, log)
+				continue
+			}
+			if err != nil {
+				log.WithError(err).Error("DRA kubelet plugin not running")
+			}
+			return
 		}
 	}()
 	return done
+}
+
+// checkpointRetry is how often a DRA checkpoint that cannot be read is
+// read again.
+const checkpointRetry = 2 * time.Second
+
+// bookCheckpoint books the prepared claims of the DRA checkpoint in dir
+// (p.SetPrepared), or, when it cannot be read, holds the GPUs DRA offers
+// (p.ClaimsUnknown); it reports whether it read.
+func bookCheckpoint(dir string, p *plugin.Plugin, log *logrus.Logger) bool {
+	prep, err := dra.ReadPrepared(dir)
+	if err != nil {
+		p.ClaimsUnknown(err, dra.Offered(p.Node().State()))
+		return false
+	}
+	if err := p.SetPrepared(prep, ""); err != nil {
+		log.WithError(err).Warn("DRA: booking the checkpoint's claims")
+	}
+	return true
 }
 
 func inventoryCmd(args []string, stdout, stderr io.Writer) error {

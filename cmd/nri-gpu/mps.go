@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -117,44 +115,11 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 	return mps.NewSupervisor(o, log), daemons, closeNVML, nil
 }
 
-// claimsInterval is how often nri-gpu mps reads the DRA driver's
-// checkpoint for the daemons of prepared claims.
-const claimsInterval = time.Second
-
 // followClaims supervises the device plugin's daemons and those that the
-// DRA driver's prepared claims with sharing strategy MPS need (its
-// checkpoint in dra.pluginDir, which this pod reads), until ctx ends: a
-// claim's daemon comes up once its claim is prepared and is retired once
-// no prepared claim names its GPU. The checkpoint survives restarts of
-// either side, so a restarted nri-gpu mps adopts the same daemons.
+// DRA driver's prepared claims with sharing strategy MPS need, until ctx
+// ends (dra.SuperviseClaims).
 func followClaims(ctx context.Context, cfg config.Config, sup *mps.Supervisor, static map[string]*sharing.MPSDaemon, log *logrus.Logger) {
-	var last string
-	want := func() map[string]*sharing.MPSDaemon {
-		p, err := dra.ReadPrepared(cfg.DRA.PluginDir)
-		if err != nil {
-			if err.Error() != last {
-				log.WithError(err).Warn("DRA: the prepared claims cannot be read: their MPS daemons stay as they are")
-				last = err.Error()
-			}
-			return nil
-		}
-		last = ""
-		out := maps.Clone(static)
-		if out == nil {
-			out = map[string]*sharing.MPSDaemon{}
-		}
-		for uuid, d := range dra.MPSDaemons(p) {
-			if static[uuid] == nil {
-				out[uuid] = d
-			}
-		}
-		return out
-	}
-	keep := want()
-	if keep == nil {
-		keep = static
-	}
-	log.Infof("nri-gpu %s: supervising %d MPS control daemons under %s (%d of DRA claims, followed in %s)", Version, len(keep), cfg.DevicePlugin.MPSRoot, len(keep)-len(static), cfg.DRA.PluginDir)
-	sup.Retire(ctx, cfg.DevicePlugin.MPSRoot, keep)
-	sup.Follow(ctx, cfg.DevicePlugin.MPSRoot, claimsInterval, want)
+	log.Infof("nri-gpu %s: following the DRA driver's prepared claims in %s", Version, cfg.DRA.PluginDir)
+	wake := dra.WatchCheckpoint(ctx, cfg.DRA.PluginDir)
+	dra.SuperviseClaims(ctx, cfg.DRA.PluginDir, cfg.DevicePlugin.MPSRoot, wake, sup, static, log)
 }

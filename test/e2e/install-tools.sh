@@ -20,7 +20,7 @@
 # Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}  (v2.4.2, v2.2.9, v1.7.36)
 #         <cache>/runc-v1.5.3/runc              (built with -tags seccomp)
 #         <cache>/runc-v1.5.3-noseccomp/runc    (built without)
-#         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime}
+#         <cache>/nvidia-container-toolkit-v1.20.2/{nvidia-cdi-hook,nvidia-container-runtime,nvidia-ctk}
 #         <cache>/kubelet-v1.34.4/kubelet       (only with NRI_GPU_E2E_KUBELET=1)
 #         <cache>/kubernetes-<v>/{kube-apiserver,...,kubelet}, etcd-<v>/, helm-<v>/
 #                                               (only with NRI_GPU_E2E_CLUSTER)
@@ -116,9 +116,10 @@ else
 fi
 
 # The NVIDIA Container Toolkit, for the start-latency benchmark and its smoke
-# test only (test/e2e/bench): keep in sync with bench.ToolkitVersion.
+# test (test/e2e/bench) and the cluster phase's migration from it
+# (nvidia-ctk): keep in sync with bench.ToolkitVersion.
 toolkit_version="v1.20.2"
-for b in nvidia-cdi-hook nvidia-container-runtime; do
+for b in nvidia-cdi-hook nvidia-container-runtime nvidia-ctk; do
   install "$cache/nvidia-container-toolkit-$toolkit_version" "github.com/NVIDIA/nvidia-container-toolkit/cmd/$b@$toolkit_version" "$b"
 done
 

@@ -155,7 +155,7 @@ func TestResourcesOfOneContainer(t *testing.T) {
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("holdings at CreateContainer (-want +got):\n%s", d)
 			}
-			rebuilt, warnings := pipeline.Holdings(src, sharing.Shared, []*api.PodSandbox{pod}, tc.ctrs)
+			rebuilt, warnings := p.Holdings([]*api.PodSandbox{pod}, tc.ctrs)
 			if len(warnings) != 0 {
 				t.Errorf("Synchronize warnings %q", warnings)
 			}

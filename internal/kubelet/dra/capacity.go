@@ -144,16 +144,16 @@ func sharedMiB(next checkpoint, uuid string) uint64 {
 // its share, without an unprepare) and are dropped with their CDI specs.
 // Shares whose claims still hold them fail n, naming them. The caller
 // holds mu.
-func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n claims.Device, next *checkpoint) error {
+func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n claims.Device, next *checkpoint) ([]string, error) {
 	if n.Share.ID == "" || sharedMiB(*next, n.UUID)+n.Share.MemoryMiB <= n.Share.GPUMemoryMiB {
-		return nil
+		return nil, nil
 	}
 	uids := make([]string, 0, len(next.Claims))
 	for uid := range next.Claims {
 		uids = append(uids, uid)
 	}
 	sort.Strings(uids)
-	var live []string
+	var live, dropped []string
 	for _, uid := range uids {
 		other := next.Claims[uid]
 		at := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool { return bothShares(o, n) && !o.AdminAccess })
@@ -162,7 +162,7 @@ func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n 
 		}
 		gone, why, err := d.claimGone(ctx, uid, other, other.Devices[at])
 		if err != nil {
-			return fmt.Errorf("prepare claim %s/%s: device %s: its shares leave no room for %dMi, and claim %s/%s (%s), which holds one, cannot be looked up: %w",
+			return nil, fmt.Errorf("prepare claim %s/%s: device %s: its shares leave no room for %dMi, and claim %s/%s (%s), which holds one, cannot be looked up: %w",
 				c.Namespace, c.Name, n.Name, n.Share.MemoryMiB, other.Namespace, other.Name, uid, err)
 		}
 		if !gone {
@@ -172,13 +172,61 @@ func (d *Driver) fitShares(ctx context.Context, c *resourceapi.ResourceClaim, n 
 		d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": n.Name}).
 			Warnf("DRA: releasing a prepared share whose claim %s: its memory goes to claim %s/%s", why, c.Namespace, c.Name)
 		delete(next.Claims, uid)
-		if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
-			return err
-		}
+		dropped = append(dropped, uid)
 	}
 	if used := sharedMiB(*next, n.UUID); used+n.Share.MemoryMiB > n.Share.GPUMemoryMiB {
-		return fmt.Errorf("prepare claim %s/%s: device %s: a share of %dMi does not fit: %dMi of its %dMi are prepared for claims %s, which still hold them",
+		return nil, fmt.Errorf("prepare claim %s/%s: device %s: a share of %dMi does not fit: %dMi of its %dMi are prepared for claims %s, which still hold them",
 			c.Namespace, c.Name, n.Name, n.Share.MemoryMiB, used, n.Share.GPUMemoryMiB, strings.Join(live, ", "))
 	}
-	return nil
+	return dropped, nil
+}
+
+// oneNamespace refuses the new share n of claim c beside a share of the
+// same GPU prepared for a claim of another namespace (dropping such
+// shares whose claims are gone, whose UIDs it returns): one MPS control
+// daemon serves every share of a GPU, through one read-write pipe
+// directory holding its control socket, so the clients of one share can
+// reach the daemon the others use (quit it, change its defaults, remove
+// its pipes), and the daemon's own defaults are the whole GPU
+// (sharemps.go). Shares of one namespace trust each other as the
+// containers of one pod do; dra.memoryShares.acrossNamespaces lets
+// namespaces that trust each other share. The message the pod sees does
+// not name the other namespace; the log does. The caller holds mu.
+func (d *Driver) oneNamespace(ctx context.Context, c *resourceapi.ResourceClaim, n claims.Device, next *checkpoint) ([]string, error) {
+	if !n.Share.Partial() {
+		return nil, nil
+	}
+	uids := make([]string, 0, len(next.Claims))
+	for uid := range next.Claims {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	var dropped []string
+	for _, uid := range uids {
+		other := next.Claims[uid]
+		if other.Namespace == c.Namespace {
+			continue
+		}
+		at := slices.IndexFunc(other.Devices, func(o checkpointDevice) bool {
+			return o.UUID == n.UUID && o.ShareID != "" && o.ShareMiB < o.GPUMemoryMiB && !o.AdminAccess
+		})
+		if at < 0 {
+			continue
+		}
+		gone, why, err := d.claimGone(ctx, uid, other, other.Devices[at])
+		if err == nil && gone {
+			d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": n.Name}).
+				Warnf("DRA: releasing a prepared share whose claim %s: the GPU goes to the shares of namespace %s", why, c.Namespace)
+			delete(next.Claims, uid)
+			dropped = append(dropped, uid)
+			continue
+		}
+		d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "device": n.Name, "held by": other.Namespace + "/" + other.Name}).
+			Warn("DRA: a share refused beside another namespace's share (dra.memoryShares.acrossNamespaces is off)")
+		return nil, fmt.Errorf("prepare claim %s/%s: device %s: its memory is shared with a claim of another namespace, and nri-gpu shares a GPU's memory between claims of one namespace only: "+
+			"one MPS control daemon, whose control socket is in the pipe directory every share's containers mount read-write, serves every share of the GPU "+
+			"(dra.memoryShares.acrossNamespaces: true allows it where namespaces trust each other); the claim is prepared once those shares are released, when the kubelet asks again",
+			c.Namespace, c.Name, n.Name)
+	}
+	return dropped, nil
 }

@@ -155,15 +155,21 @@ func TestThreadPercentage(t *testing.T) {
 // with the GpuConfig raw ("" for none).
 func (e *testEnv) shareClaim(t *testing.T, name, uid, share, q, raw string) *resourceapi.ResourceClaim {
 	t.Helper()
+	return e.shareClaimIn(t, "ml", name, uid, share, q, raw)
+}
+
+// shareClaimIn is shareClaim in namespace ns.
+func (e *testEnv) shareClaimIn(t *testing.T, ns, name, uid, share, q, raw string) *resourceapi.ResourceClaim {
+	t.Helper()
 	id := types.UID(share)
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(uid)}}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}}
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 		Request: "gpu", Driver: testDriver, Pool: testNode, Device: "gpu-0", ShareID: &id,
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: resource.MustParse(q)}}}}}
 	if raw != "" {
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}
 	}
-	if _, err := e.client.ResourceV1().ResourceClaims("ml").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+	if _, err := e.client.ResourceV1().ResourceClaims(ns).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -192,7 +198,7 @@ func TestPrepareShares(t *testing.T) {
 	opts.Book = func(p *claims.Prepared, _ string) error { told.Store(p); return nil }
 	e := newEnv(t, cfg, testSnapshot(), &opts)
 	daemon := &sharing.MPSDaemon{PipeDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "pipe"), LogDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "log"),
-		ShmDir: filepath.Join(root, "mps", "shm"), ActiveThreadPercentage: 100}
+		ShmDir: filepath.Join(root, "mps", "shm"), MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 100}}
 	writeReady(t, "GPU-aaaaaaaa", daemon)
 	a := e.shareClaim(t, "a", "uid-a", "share-a", "40Gi", mpsRaw)
 	b := e.shareClaim(t, "b", "uid-b", "share-b", "30Gi", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}}}`)
@@ -300,5 +306,57 @@ func TestShareWithoutMPS(t *testing.T) {
 	}
 	if devs := e.d.Prepared().Devices(); len(devs) != 1 || devs[0].Share.Partial() || devs[0].MPS != nil {
 		t.Errorf("the whole share: %+v", devs)
+	}
+}
+
+// TestSharesOneNamespace: a GPU's memory is shared between claims of one
+// namespace: a share of another namespace's claim beside them is refused,
+// without naming that namespace, until their shares are released (a
+// deleted claim's share goes at once); dra.memoryShares.acrossNamespaces
+// lets it in.
+func TestSharesOneNamespace(t *testing.T) {
+	for _, across := range []bool{false, true} {
+		cfg := draConfig()
+		cfg.DRA.MemoryShares.Devices = []string{"0"}
+		cfg.DRA.MemoryShares.AcrossNamespaces = across
+		root := t.TempDir()
+		opts := Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
+			RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev", MPSRoot: filepath.Join(root, "mps")}
+		e := newEnv(t, cfg, testSnapshot(), &opts)
+		writeReady(t, "GPU-aaaaaaaa", &sharing.MPSDaemon{PipeDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "pipe"), MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 100}})
+		a := e.shareClaim(t, "a", "uid-a", "share-a", "20Gi", mpsRaw)
+		if r := e.prepare(t, a); r.GetError() != "" {
+			t.Fatal(r.GetError())
+		}
+		b := e.shareClaim(t, "b", "uid-b", "share-b", "20Gi", mpsRaw)
+		if r := e.prepare(t, b); r.GetError() != "" {
+			t.Fatalf("a share of the same namespace: %s", r.GetError())
+		}
+		x := e.shareClaimIn(t, "other", "x", "uid-x", "share-x", "20Gi", mpsRaw)
+		r := e.prepare(t, x)
+		if across {
+			if r.GetError() != "" {
+				t.Errorf("acrossNamespaces: a share of another namespace: %s", r.GetError())
+			}
+			continue
+		}
+		if !strings.Contains(r.GetError(), "prepare claim other/x: device gpu-0: its memory is shared with a claim of another namespace") || strings.Contains(r.GetError(), "ml") {
+			t.Errorf("a share of another namespace: %v", r)
+		}
+		if e.spec(t, "uid-x") != nil || strings.Contains(checkpointText(t, e), "uid-x") {
+			t.Error("the refused share was written")
+		}
+		// Once the shares of ml are gone (one deleted while prepared, one
+		// unprepared), the other namespace's share is prepared.
+		e.unprepare(t, a)
+		if err := e.client.ResourceV1().ResourceClaims("ml").Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.prepare(t, x); r.GetError() != "" {
+			t.Errorf("a share of another namespace once the GPU's shares went: %s", r.GetError())
+		}
+		if strings.Contains(checkpointText(t, e), "uid-b") || e.spec(t, "uid-b") != nil {
+			t.Error("the deleted claim's share stayed")
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package dra
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
@@ -16,16 +16,35 @@ import (
 // are kept across restarts of nri-gpu, the kubelet and the runtime.
 const CheckpointFile = "checkpoint.json"
 
-// CheckpointV1 is the version of the checkpoint's format that this
-// nri-gpu writes; reading converts older versions to it (none yet).
-const CheckpointV1 = "dra.nri-gpu.dev/v1"
+// The versions of the checkpoint's format. A field added to the format
+// makes a new version (TestCheckpointFormat holds the fields of each):
+// an nri-gpu reads every version up to its own, converting the older
+// ones, and refuses a newer one, whose fields it cannot know.
+const (
+	// CheckpointV1 has each prepared claim's devices: request, name,
+	// UUID, identifying and CDI device nodes, adminAccess, CDI device ID;
+	// and, optional, added within v1 by the nri-gpu that wrote them, a
+	// share of the GPU's memory (shareID, shareMiB, gpuMemoryMiB), the
+	// sharing strategy and the MPS control daemon (sharing, mps). An
+	// nri-gpu from before those fields refuses a file that has them.
+	CheckpointV1 = "dra.nri-gpu.dev/v1"
+	// CheckpointV2 is v1 with the share, the sharing strategy and the
+	// MPS daemon as fields of the version, the daemon's limits in the
+	// form of sharing.MPSLimits (pinnedMemoryMiB written when 0).
+	CheckpointV2 = "dra.nri-gpu.dev/v2"
+	// CheckpointVersion is the version this nri-gpu writes.
+	CheckpointVersion = CheckpointV2
+)
 
-// checkpoint is the prepared claims as written to disk. Why a file and
-// not the API server: UnprepareResourceClaims gets a claim's UID, name and
-// namespace only, often after the claim was deleted, and must still know
-// which devices and CDI spec to release; and the API server may be
-// unreachable when nri-gpu starts, while the runtime asks the NRI side
-// about the containers of prepared claims at once.
+// checkpoint is the prepared claims as written to disk, version
+// CheckpointVersion. Why a file and not the API server:
+// UnprepareResourceClaims gets a claim's UID, name and namespace only,
+// often after the claim was deleted, and must still know which devices
+// and CDI spec to release; and the API server may be unreachable when
+// nri-gpu starts, while the runtime asks the NRI side about the
+// containers of prepared claims at once. It is read by this driver (New),
+// by nri-gpu run before the runtime's Synchronize (ReadPrepared), by
+// nri-gpu mps (the daemons of claims with MPS) and by nri-gpu doctor.
 type checkpoint struct {
 	Version string `json:"version"`
 	// Claims are the prepared claims by UID.
@@ -48,31 +67,44 @@ type checkpointDevice struct {
 	AdminAccess bool     `json:"adminAccess,omitempty"`
 	CDIDevice   string   `json:"cdiDevice"`
 	// ShareID, ShareMiB and GPUMemoryMiB are the claim's share of a GPU
-	// shared by memory (added within v1: a checkpoint without them reads
-	// as no share).
+	// shared by memory; empty: none.
 	ShareID      string `json:"shareID,omitempty"`
 	ShareMiB     uint64 `json:"shareMiB,omitempty"`
 	GPUMemoryMiB uint64 `json:"gpuMemoryMiB,omitempty"`
-	// Sharing and MPS are the claim's GpuConfig for the device (added
-	// within v1: a checkpoint without them reads as no sharing).
+	// Sharing and MPS are the claim's GpuConfig for the device; empty:
+	// no sharing asked.
 	Sharing string         `json:"sharing,omitempty"`
 	MPS     *checkpointMPS `json:"mps,omitempty"`
 }
 
 // checkpointMPS is the MPS control daemon of a claim's GPU: where its
-// directories are and the limits it holds clients to.
+// directories are and the limits it holds each client of the claim to.
 type checkpointMPS struct {
-	PipeDir                string `json:"pipeDir"`
-	LogDir                 string `json:"logDir"`
-	ShmDir                 string `json:"shmDir"`
-	ActiveThreadPercentage int    `json:"activeThreadPercentage"`
-	PinnedMemoryMiB        uint64 `json:"pinnedMemoryMiB,omitempty"`
+	PipeDir string `json:"pipeDir"`
+	LogDir  string `json:"logDir"`
+	ShmDir  string `json:"shmDir"`
+	sharing.MPSLimits
 }
+
+// CheckpointError is a checkpoint that exists and cannot be read:
+// truncated, not JSON, of a version this nri-gpu does not know, or
+// naming a device without its UUID or node. Its prepared claims are
+// unknown, so their GPUs cannot be told apart from free ones: nri-gpu
+// holds the DRA driver's GPUs and stays not ready until it reads.
+type CheckpointError struct {
+	Path string
+	Err  error
+}
+
+func (e *CheckpointError) Error() string { return "read checkpoint " + e.Path + ": " + e.Err.Error() }
+
+func (e *CheckpointError) Unwrap() error { return e.Err }
 
 // ReadPrepared returns the prepared claims of the checkpoint in the
 // plugin directory dir (none without one), for the NRI side to book
 // before the runtime's Synchronize: a restarted nri-gpu then rebuilds
 // the claims' containers as the claims', before its DRA plugin starts.
+// An error is a *CheckpointError, or an I/O error reading the file.
 func ReadPrepared(dir string) (*claims.Prepared, error) {
 	c, err := readCheckpoint(dir)
 	if err != nil {
@@ -81,40 +113,81 @@ func ReadPrepared(dir string) (*claims.Prepared, error) {
 	return c.prepared(), nil
 }
 
-// readCheckpoint reads the checkpoint in dir; none is an empty one. A
-// version it does not know (a newer nri-gpu's) is an error: guessing
-// would risk handing a prepared device out twice.
+// CountPrepared returns how many claims the checkpoint in the plugin
+// directory dir has prepared (nri-gpu doctor), or why it cannot be read.
+func CountPrepared(dir string) (int, error) {
+	c, err := readCheckpoint(dir)
+	return len(c.Claims), err
+}
+
+// readCheckpoint reads the checkpoint in dir, of any version up to
+// CheckpointVersion, as CheckpointVersion; none is an empty one. A
+// version it does not know (a newer nri-gpu's), a file it cannot decode
+// strictly (truncated, a field unknown or given twice) or a device
+// without its identity is a *CheckpointError: guessing would risk
+// handing a prepared device out twice.
 func readCheckpoint(dir string) (checkpoint, error) {
-	data, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+	path := filepath.Join(dir, CheckpointFile)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return checkpoint{Version: CheckpointV1, Claims: map[string]checkpointClaim{}}, nil
+		return checkpoint{Version: CheckpointVersion, Claims: map[string]checkpointClaim{}}, nil
 	}
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("read checkpoint: %w", err)
 	}
-	var head struct {
-		Version string `json:"version"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return checkpoint{}, fmt.Errorf("read checkpoint %s: %w", filepath.Join(dir, CheckpointFile), err)
-	}
-	if head.Version != CheckpointV1 {
-		return checkpoint{}, fmt.Errorf("read checkpoint %s: version %q is not one this nri-gpu reads (%s); a newer nri-gpu wrote it", filepath.Join(dir, CheckpointFile), head.Version, CheckpointV1)
-	}
-	var c checkpoint
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return checkpoint{}, fmt.Errorf("read checkpoint %s: %w", filepath.Join(dir, CheckpointFile), err)
-	}
-	if c.Claims == nil {
-		c.Claims = map[string]checkpointClaim{}
+	c, err := decodeCheckpoint(data)
+	if err != nil {
+		return checkpoint{}, &CheckpointError{Path: path, Err: err}
 	}
 	return c, nil
 }
 
+// decodeCheckpoint decodes a checkpoint of any version this nri-gpu
+// reads, converted to CheckpointVersion.
+func decodeCheckpoint(data []byte) (checkpoint, error) {
+	var head struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return checkpoint{}, err
+	}
+	var c checkpoint
+	switch head.Version {
+	case CheckpointV1:
+		var v1 checkpointV1
+		if err := decodeStrict(data, &v1); err != nil {
+			return checkpoint{}, err
+		}
+		c = v1.convert()
+	case CheckpointV2:
+		if err := decodeStrict(data, &c); err != nil {
+			return checkpoint{}, err
+		}
+	default:
+		return checkpoint{}, fmt.Errorf("version %q is not one this nri-gpu reads (%s, %s): a newer nri-gpu wrote it, and its prepared claims cannot be known here; "+
+			"run that nri-gpu again, or see the DRA documentation on rolling back", head.Version, CheckpointV1, CheckpointV2)
+	}
+	if c.Claims == nil {
+		c.Claims = map[string]checkpointClaim{}
+	}
+	return c, c.check()
+}
+
+// check refuses a checkpoint whose devices lack what identifies them.
+func (c checkpoint) check() error {
+	for uid, cc := range c.Claims {
+		for i, d := range cc.Devices {
+			if uid == "" || d.Device == "" || d.UUID == "" || d.Node == "" || len(d.Nodes) == 0 {
+				return fmt.Errorf("claim %q (%s/%s) device %d lacks its UID, name, UUID or device nodes", uid, cc.Namespace, cc.Name, i)
+			}
+		}
+	}
+	return nil
+}
+
 // write writes the checkpoint into dir atomically.
 func (c checkpoint) write(dir string) error {
+	c.Version = CheckpointVersion
 	data, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
@@ -145,8 +218,7 @@ func (cc checkpointClaim) devices(uid string) []claims.Device {
 			Node: d.Node, Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing,
 			Share: claims.Share{ID: d.ShareID, MemoryMiB: d.ShareMiB, GPUMemoryMiB: d.GPUMemoryMiB}}
 		if m := d.MPS; m != nil {
-			dv.MPS = &claims.MPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage,
-				PinnedMemoryMiB: m.PinnedMemoryMiB, Why: "nri-gpu mps has not reported the MPS control daemon ready"}
+			dv.MPS = &sharing.MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, MPSLimits: m.MPSLimits, Why: sharing.NotReported}
 		}
 		out = append(out, dv)
 	}
@@ -160,7 +232,7 @@ func checkpointDevices(devs []claims.Device) []checkpointDevice {
 			Nodes: slices.Clone(d.Nodes), AdminAccess: d.AdminAccess, CDIDevice: d.CDIDevice, Sharing: d.Sharing,
 			ShareID: d.Share.ID, ShareMiB: d.Share.MemoryMiB, GPUMemoryMiB: d.Share.GPUMemoryMiB}
 		if m := d.MPS; m != nil {
-			cd.MPS = &checkpointMPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercentage: m.ActiveThreadPercentage, PinnedMemoryMiB: m.PinnedMemoryMiB}
+			cd.MPS = &checkpointMPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, MPSLimits: m.MPSLimits}
 		}
 		out = append(out, cd)
 	}

@@ -77,6 +77,18 @@ func units(st *node.State) []unit {
 	return out
 }
 
+// Offered returns the UUIDs of the GPUs and MIG devices the driver
+// publishes in st: those a prepared claim may hold. While the checkpoint
+// cannot be read, the NRI side holds them all (plugin.Plugin.ClaimsUnknown).
+func Offered(st *node.State) []string {
+	us := units(st)
+	out := make([]string, 0, len(us))
+	for _, u := range us {
+		out = append(out, u.gpu.UUID)
+	}
+	return out
+}
+
 // deviceName is NVIDIA's name of a device in the pool: gpu-<minor> for a
 // GPU, gpu-<minor>-mig-<profile without dots>-<profile id>-<placement
 // start> for a MIG device. Without NVML's placement, a MIG device is

@@ -87,9 +87,15 @@ type Driver struct {
 	client   kubernetes.Interface
 	log      *logrus.Entry
 
-	// mu serializes Prepare, Unprepare and publishing; guards ckpt.
-	mu   sync.Mutex
-	ckpt checkpoint
+	// mu serializes Prepare, Unprepare and reading the state to publish;
+	// guards ckpt, mpsStatus, pub and roots. Nothing holds it while
+	// waiting for an MPS daemon or publishing to the API server (a
+	// prepare may look up a stale claim under it: dropStale).
+	mu sync.Mutex
+	// pubMu orders publishing: one set of ResourceSlices at a time, the
+	// last state last.
+	pubMu sync.Mutex
+	ckpt  checkpoint
 	// prepared is ckpt as the request path reads it, swapped whole.
 	prepared atomic.Pointer[claims.Prepared]
 	// mpsStatus is the readiness of the prepared claims' MPS daemons, by
@@ -108,6 +114,9 @@ type Driver struct {
 	// bus id.
 	pub   publisher
 	roots map[string]string
+	// watchReady is how waitMPS is woken (the package's watchReady; the
+	// handshake benchmark sets the polling it replaced).
+	watchReady func(ctx context.Context, dirs ...string) <-chan struct{}
 }
 
 // New makes the plugin's directories, reads its checkpoint, and makes
@@ -134,7 +143,7 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
 	d := &Driver{opts: opts, nodeName: opts.NodeName, node: n, client: client, ckpt: ckpt,
-		log: log.WithField("component", "dra"), roots: map[string]string{}}
+		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady}
 	d.install(ckpt)
 	d.tell(d.prepared.Load())
 	if err := d.reconcileSpecs(); err != nil {
@@ -167,6 +176,10 @@ func (d *Driver) tell(p *claims.Prepared) {
 	}
 }
 
+// reconcileSpecs makes the CDI directory agree with the checkpoint: a
+// spec of no prepared claim goes, a prepared claim's missing spec is
+// written again, and the spec of a claim whose devices' names or nodes
+// are other GPUs now (identityMismatch) goes.
 func (d *Driver) reconcileSpecs() error {
 	have, err := ownSpecs(d.opts.CDIDir, d.opts.DriverName)
 	if err != nil {
@@ -180,8 +193,22 @@ func (d *Driver) reconcileSpecs() error {
 			}
 		}
 	}
-	nodes := nodesOf(d.node.State())
+	st := d.node.State()
+	nodes, byName := nodesOf(st), map[string]unit{}
+	for _, u := range units(st) {
+		byName[u.name] = u
+	}
 	for uid, cc := range d.ckpt.Claims {
+		if why, replaced := identityMismatch(cc, byName); replaced {
+			// Its devices' nodes are other GPUs now: a container of the
+			// claim that the kubelet restarts from its cache must not get
+			// them. The record stays until the kubelet asks again.
+			d.log.WithFields(logrus.Fields{"claim": cc.Namespace + "/" + cc.Name, "uid": uid}).Warnf("DRA: removing the CDI spec of a prepared claim whose devices changed: %s", why)
+			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
+				return err
+			}
+			continue
+		}
 		if slices.Contains(have, uid) {
 			continue
 		}
@@ -205,6 +232,10 @@ func (d *Driver) Serve(ctx context.Context) error {
 		kubeletplugin.PluginDataDirectoryPath(d.opts.PluginDir),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrationDir),
 		kubeletplugin.HealthService(false),
+		// Prepare and Unprepare serialize on mu themselves, and a
+		// prepare waiting for an MPS daemon holds no lock: the helper's
+		// serialization would hold every other claim for that wait.
+		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin: %w", err)
@@ -234,14 +265,22 @@ func (d *Driver) Serve(ctx context.Context) error {
 	}
 }
 
-// publish publishes the current state's devices.
+// publish publishes the current state's devices. The API call holds
+// pubMu, not mu: a prepare never waits for publishing.
 func (d *Driver) publish(ctx context.Context) {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.pub == nil {
+	pub := d.pub
+	var res resourceslice.DriverResources
+	if pub != nil {
+		res = d.resources(d.node.State())
+	}
+	d.mu.Unlock()
+	if pub == nil {
 		return
 	}
-	if err := d.pub.PublishResources(ctx, d.resources(d.node.State())); err != nil {
+	if err := pub.PublishResources(ctx, res); err != nil {
 		d.log.WithError(err).Error("DRA: publishing ResourceSlices")
 	}
 }

@@ -1,17 +1,17 @@
 package dra
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // The opaque device configuration nri-gpu's driver accepts: NVIDIA's
@@ -38,7 +38,8 @@ const IntervalDefault = "Default"
 const maxConfigBytes = resourceapi.OpaqueParametersMaxLength
 
 // gpuConfig is GpuConfig as nri-gpu reads it: NVIDIA's fields, and no
-// other (an unknown field is refused).
+// other, decoded as NVIDIA's driver decodes it (apimachinery's strict
+// decoding, decodeStrict).
 type gpuConfig struct {
 	APIVersion string      `json:"apiVersion"`
 	Kind       string      `json:"kind"`
@@ -69,19 +70,13 @@ type mpsConfig struct {
 // MPS's limits.
 type Sharing struct {
 	Strategy string
-	// MPS is set under StrategyMPS.
-	MPS *MPSLimits
-}
-
-// MPSLimits are the limits the MPS control daemon of a claim's GPU holds
-// each client process to (its defaults).
-type MPSLimits struct {
-	// ActiveThreadPercentage: defaultActiveThreadPercentage, 100 when
-	// unset (the daemon's own default).
-	ActiveThreadPercentage int
-	// PinnedMemoryMiB: defaultPerDevicePinnedMemoryLimit of the device,
-	// else defaultPinnedDeviceMemoryLimit, in MiB; 0 for none.
-	PinnedMemoryMiB uint64
+	// MPS is set under StrategyMPS: the limits the claim's MPS control
+	// daemon holds each client process to. ActiveThreadPercentage is
+	// defaultActiveThreadPercentage, 100 when unset (the daemon's own
+	// default); PinnedMemoryMiB is defaultPerDevicePinnedMemoryLimit of
+	// the device, else defaultPinnedDeviceMemoryLimit, in MiB; 0 for
+	// none.
+	MPS *sharing.MPSLimits
 }
 
 // configField names a field of the claim's config for messages.
@@ -154,15 +149,10 @@ func parseGpuConfig(raw []byte, field func(string) string) (parsedConfig, error)
 		return parsedConfig{}, fmt.Errorf("%s: %d bytes, more than %d", field(""), len(raw), maxConfigBytes)
 	}
 	var g gpuConfig
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
-		return parsedConfig{}, fmt.Errorf("%s: not a %s %s: %s (valid fields: apiVersion, kind, sharing.strategy, sharing.timeSlicingConfig.interval, "+
+	if err := decodeStrict(raw, &g); err != nil {
+		return parsedConfig{}, fmt.Errorf("%s: not a %s %s: %s (valid fields, case-sensitive, each once: apiVersion, kind, sharing.strategy, sharing.timeSlicingConfig.interval, "+
 			"sharing.mpsConfig.defaultActiveThreadPercentage, .defaultPinnedDeviceMemoryLimit, .defaultPerDevicePinnedMemoryLimit, .multiUser)",
 			field(""), GpuConfigAPIVersion, GpuConfigKind, jsonProblem(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return parsedConfig{}, fmt.Errorf("%s: more than one JSON value", field(""))
 	}
 	if g.APIVersion != GpuConfigAPIVersion {
 		return parsedConfig{}, fmt.Errorf("%s: apiVersion %q is not one nri-gpu reads (valid: %s)", field(".apiVersion"), g.APIVersion, GpuConfigAPIVersion)
@@ -189,7 +179,7 @@ func parseGpuConfig(raw []byte, field func(string) string) (parsedConfig, error)
 		if s.TimeSlicingConfig != nil {
 			return parsedConfig{}, fmt.Errorf("%s: set with strategy %s; it goes with strategy %s only", field(".sharing.timeSlicingConfig"), StrategyMPS, StrategyTimeSlicing)
 		}
-		lim := &MPSLimits{ActiveThreadPercentage: 100}
+		lim := &sharing.MPSLimits{ActiveThreadPercentage: 100}
 		if m := s.MpsConfig; m != nil {
 			if t := m.DefaultActiveThreadPercentage; t != nil {
 				if *t < 1 || *t > 100 {
@@ -223,6 +213,26 @@ func parseGpuConfig(raw []byte, field func(string) string) (parsedConfig, error)
 		return parsedConfig{}, fmt.Errorf("%s: %q is not a sharing strategy (valid: %s, %s)", field(".sharing.strategy"), s.Strategy, StrategyTimeSlicing, StrategyMPS)
 	}
 	return p, nil
+}
+
+// decodeStrict decodes raw into v as apimachinery's strict decoding does
+// (NVIDIA's driver reads GpuConfig so, sigs.k8s.io/json.UnmarshalStrict):
+// field names case-sensitive, a field given twice or unknown refused, one
+// JSON value. encoding/json matches names case-insensitively and keeps the
+// last of a repeated field: an admission policy reading
+// "defaultActiveThreadPercentage": 10 beside a later
+// "DefaultActiveThreadPercentage": 100 would see 10 where nri-gpu applied
+// 100.
+func decodeStrict(raw []byte, v any) error {
+	strict, err := kjson.UnmarshalStrict(raw, v)
+	if err != nil || len(strict) == 0 {
+		return err
+	}
+	msgs := make([]string, len(strict))
+	for i, e := range strict {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // mebibytes is q in MiB, as NVIDIA's driver converts it (rounded down):

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,13 +44,13 @@ func TestParseGpuConfig(t *testing.T) {
 		{name: "no sharing", raw: gpuConfigHead + `}`},
 		{name: "time-slicing", raw: gpuConfigHead + `, "sharing": {"strategy": "TimeSlicing"}}`, want: Sharing{Strategy: StrategyTimeSlicing}},
 		{name: "time-slicing Default", raw: gpuConfigHead + `, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}}`, want: Sharing{Strategy: StrategyTimeSlicing}},
-		{name: "MPS without config", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS"}}`, want: Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 100}}},
+		{name: "MPS without config", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS"}}`, want: Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 100}}},
 		{name: "MPS limits", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 30, "defaultPinnedDeviceMemoryLimit": "10Gi", "multiUser": false}}}`,
-			want: Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 30}}, wantMiB: 10240},
+			want: Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 30}}, wantMiB: 10240},
 		{name: "MPS per-device limit over the default", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "10Gi", "defaultPerDevicePinnedMemoryLimit": {"0": "5000Mi"}}}}`,
-			want: Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 100}}, wantMiB: 5000},
+			want: Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 100}}, wantMiB: 5000},
 		{name: "per-device by UUID", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"gpu-aaaaaaaa": "2G"}}}}`,
-			want: Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 100}}, wantMiB: 1907},
+			want: Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 100}}, wantMiB: 1907},
 
 		{name: "unknown strategy", raw: gpuConfigHead + `, "sharing": {"strategy": "Exclusive"}}`,
 			err: []string{".sharing.strategy", `"Exclusive"`, "valid: TimeSlicing, MPS"}},
@@ -82,7 +83,7 @@ func TestParseGpuConfig(t *testing.T) {
 		{name: "multiUser", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"multiUser": true}}}`,
 			err: []string{".sharing.mpsConfig.multiUser", "true", "valid: false"}},
 		{name: "unknown field", raw: gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultThreads": 5}}}`,
-			err: []string{"opaque.parameters", `unknown field "defaultThreads"`, "valid fields"}},
+			err: []string{"opaque.parameters", `unknown field "sharing.mpsConfig.defaultThreads"`, "valid fields"}},
 		{name: "unknown top field", raw: gpuConfigHead + `, "replicas": 4}`,
 			err: []string{`unknown field "replicas"`}},
 		{name: "another kind", raw: `{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}`,
@@ -90,7 +91,7 @@ func TestParseGpuConfig(t *testing.T) {
 		{name: "another version", raw: `{"apiVersion": "resource.nvidia.com/v1", "kind": "GpuConfig"}`,
 			err: []string{".apiVersion", `"resource.nvidia.com/v1"`, "valid: resource.nvidia.com/v1beta1"}},
 		{name: "not JSON", raw: `sharing: MPS`, err: []string{"opaque.parameters", "not a resource.nvidia.com/v1beta1 GpuConfig"}},
-		{name: "two values", raw: gpuConfigHead + `} {}`, err: []string{"more than one JSON value"}},
+		{name: "two values", raw: gpuConfigHead + `} {}`, err: []string{"after top-level value"}},
 		{name: "too large", raw: gpuConfigHead + `, "x": "` + strings.Repeat("a", 11<<10) + `"}`, err: []string{"more than 10240"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,10 +146,10 @@ func TestConfigPrecedence(t *testing.T) {
 		request string
 		want    Sharing
 	}{
-		{"a", Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 40}}},
-		{"a/small", Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 40}}},
+		{"a", Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 40}}},
+		{"a/small", Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 40}}},
 		{"b", Sharing{Strategy: StrategyTimeSlicing}},
-		{"c", Sharing{Strategy: StrategyMPS, MPS: &MPSLimits{ActiveThreadPercentage: 10}}},
+		{"c", Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 10}}},
 	} {
 		got, err := sharingFor(cfgs, tc.request, "GPU-x")
 		if err != nil {
@@ -164,15 +165,26 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
-// FuzzParseGpuConfig: any parameters are read without panicking, and
-// what is accepted has limits MPS can set.
+// FuzzParseGpuConfig: any parameters are read without panicking; what is
+// accepted has limits MPS can set, and is what NVIDIA's strict decoder
+// accepts: each object's keys are known field names, case-sensitively
+// (any key in defaultPerDevicePinnedMemoryLimit), none twice.
 func FuzzParseGpuConfig(f *testing.F) {
 	f.Add(gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 30, "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi"}}}}`)
 	f.Add(gpuConfigHead + `, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}}`)
+	f.Add(gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 10, "DefaultActiveThreadPercentage": 100}}}`)
+	f.Add(gpuConfigHead + `, "sharing": {"strategy": "MPS", "strategy": "TimeSlicing"}}`)
+	f.Add(gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"multiUser": false, "defaultPinnedDeviceMemoryLimit": "8Gi"}}}`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		cfgs, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)})
 		if err != nil {
+			if !strings.HasPrefix(err.Error(), "claim spec.devices.config[0].opaque.parameters") {
+				t.Fatalf("error without the field: %v", err)
+			}
 			return
+		}
+		if bad := strictProblem(raw); bad != "" {
+			t.Fatalf("accepted %q: %s", raw, bad)
 		}
 		s, err := sharingFor(cfgs, "gpu", "GPU-aaaaaaaa")
 		if err != nil || s.MPS == nil {
@@ -184,9 +196,64 @@ func FuzzParseGpuConfig(f *testing.F) {
 	})
 }
 
+// gpuConfigFields are GpuConfig's field names by the object they are in.
+var gpuConfigFields = map[string][]string{
+	"":                                  {"apiVersion", "kind", "sharing"},
+	"sharing":                           {"strategy", "timeSlicingConfig", "mpsConfig"},
+	"timeSlicingConfig":                 {"interval"},
+	"mpsConfig":                         {"defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit", "multiUser"},
+	"defaultPerDevicePinnedMemoryLimit": nil, // any key
+}
+
+// strictProblem says what in raw a strict decoder refuses (a key unknown
+// in its object, case-sensitively, or given twice), or "": an oracle
+// written apart from the decoder, on encoding/json's token stream.
+func strictProblem(raw string) string {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	var walk func(object string) string
+	walk = func(object string) string {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return ""
+				}
+				key, _ := k.(string)
+				known, listed := gpuConfigFields[object]
+				if seen[key] {
+					return "key " + key + " twice"
+				}
+				seen[key] = true
+				if !listed || known != nil && !slices.Contains(known, key) {
+					return "unknown key " + key + " in " + object
+				}
+				if bad := walk(key); bad != "" {
+					return bad
+				}
+			}
+			_, _ = dec.Token()
+		case json.Delim('['):
+			for dec.More() {
+				if bad := walk("[]"); bad != "" {
+					return bad
+				}
+			}
+			_, _ = dec.Token()
+		}
+		return ""
+	}
+	return walk("")
+}
+
 // mpsClaim creates a claim of device allocated with the configuration
 // raw (for every request).
-func (e *testEnv) mpsClaim(t *testing.T, name, uid, raw string, devices ...string) *resourceapi.ResourceClaim {
+func (e *testEnv) mpsClaim(t testing.TB, name, uid, raw string, devices ...string) *resourceapi.ResourceClaim {
 	t.Helper()
 	c := e.claim(t, name, uid, false, devices...)
 	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}
@@ -204,8 +271,7 @@ func writeReady(t *testing.T, uuid string, d *sharing.MPSDaemon) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, ActiveThreadPercentage: d.ActiveThreadPercentage,
-		PinnedMemoryMiB: d.PinnedMemoryMiB, PID: os.Getpid(), Started: time.Now()})
+	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, MPSLimits: d.MPSLimits, PID: os.Getpid(), Started: time.Now()})
 	if err := os.WriteFile(filepath.Join(dir, mps.ReadyFile), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +303,7 @@ func TestPrepareMPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]*sharing.MPSDaemon{"GPU-aaaaaaaa": {PipeDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "pipe"), LogDir: filepath.Join(root, "mps", "GPU-aaaaaaaa", "log"),
-		ShmDir: filepath.Join(root, "mps", "shm"), ActiveThreadPercentage: 50, PinnedMemoryMiB: 8192}}
+		ShmDir: filepath.Join(root, "mps", "shm"), MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 50, PinnedMemoryMiB: 8192}}}
 	if diff := cmp.Diff(want, MPSDaemons(p)); diff != "" {
 		t.Fatalf("the checkpoint's MPS daemons (-want +got):\n%s", diff)
 	}

@@ -23,20 +23,29 @@ import (
 // claim, the CDI device of each of its devices that this node's pool
 // holds, with the claim's CDI spec written and the claim in the
 // checkpoint. A claim already prepared gets the same answer again (the
-// kubelet asks again after restarts). The library serializes the calls.
+// kubelet asks again after restarts), when its record still matches its
+// allocation and the node. Calls may run side by side (the helper's
+// serialization is off, Serve): each claim is prepared under mu, and
+// waiting for its MPS daemon (waitMPS) holds no lock.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	start := time.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	locked := time.Now()
-	st := d.node.State()
-	byName := map[string]unit{}
-	for _, u := range units(st) {
-		byName[u.name] = u
-	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(cs))
 	for _, c := range cs {
+		start := time.Now()
+		d.mu.Lock()
+		locked := time.Now()
+		st := d.node.State()
+		byName := map[string]unit{}
+		for _, u := range units(st) {
+			byName[u.name] = u
+		}
 		devs, err := d.prepareOne(ctx, c, byName, st)
+		d.mu.Unlock()
+		if err == nil {
+			// Under MPS, the claim stays prepared while its daemon
+			// comes up (nri-gpu mps starts it from the checkpoint); the
+			// kubelet asks again until it is ready.
+			err = d.waitMPS(ctx, c, devs)
+		}
 		if err != nil {
 			d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "uid": c.UID}).WithError(err).Warn("DRA: claim not prepared")
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
@@ -62,17 +71,27 @@ func (d *Driver) result(devs []claims.Device) []kubeletplugin.Device {
 	return out
 }
 
-// prepareOne prepares one claim; the caller holds mu.
+// prepareOne prepares one claim, without waiting for its MPS daemon; the
+// caller holds mu.
 func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, byName map[string]unit, st *node.State) ([]claims.Device, error) {
 	uid := string(c.UID)
 	nodes := nodesOf(st)
 	if cc, ok := d.ckpt.Claims[uid]; ok {
+		why := d.allocationMismatch(cc, c)
+		if why == "" {
+			why, _ = identityMismatch(cc, byName)
+		}
+		if why != "" {
+			if err := d.dropRecord(c); err != nil {
+				return nil, err
+			}
+			d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "uid": uid}).Warnf("DRA: released a stale preparation: %s", why)
+			return nil, fmt.Errorf("prepare claim %s/%s: its preparation is stale: %s; it was released, and the claim is prepared afresh when the kubelet asks again",
+				c.Namespace, c.Name, why)
+		}
 		devs := cc.devices(uid)
 		// Its spec may be gone (a tmpfs /var/run/cdi after a reboot).
 		if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
-			return nil, err
-		}
-		if err := d.waitMPS(ctx, c, devs); err != nil {
 			return nil, err
 		}
 		return devs, nil
@@ -82,7 +101,8 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		return nil, err
 	}
 	next := d.ckpt.clone()
-	if err := d.dropStale(ctx, c, devs, &next); err != nil {
+	dropped, err := d.dropStale(ctx, c, devs, &next, st.Config.DRA.MemoryShares.AcrossNamespaces)
+	if err != nil {
 		return nil, err
 	}
 	next.Claims[uid] = checkpointClaim{Namespace: c.Namespace, Name: c.Name, Devices: checkpointDevices(devs)}
@@ -105,13 +125,8 @@ func (d *Driver) prepareOne(ctx context.Context, c *resourceapi.ResourceClaim, b
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	d.install(next)
+	d.removeSpecs(dropped)
 	if err := d.writeClaimSpec(uid, devs, nodes); err != nil {
-		return nil, err
-	}
-	// Under MPS, the claim stays prepared while its daemon comes up
-	// (nri-gpu mps starts it from the checkpoint); the kubelet asks again
-	// until it is ready.
-	if err := d.waitMPS(ctx, c, devs); err != nil {
 		return nil, err
 	}
 	return devs, nil
@@ -186,10 +201,14 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 
 // dropStale removes from next the prepared claims that hold a device devs
 // need and no longer exist: deleted (NotFound), replaced by a claim of
-// the same name (another UID), or no longer allocated that device. Such a
-// claim never blocks a new pod; its CDI spec goes with it. A claim that
-// still holds the device fails the new one, naming it.
-func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint) error {
+// the same name (another UID), or no longer allocated that device, and
+// returns their UIDs; so are shares that leave no room for a new share
+// (fitShares) or that are of another namespace's claims (oneNamespace,
+// unless acrossNamespaces). Such a claim never blocks a new pod; its CDI spec
+// goes once the checkpoint without it is written (removeSpecs). A claim
+// that still holds the device fails the new one, naming it.
+func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, devs []claims.Device, next *checkpoint, acrossNamespaces bool) ([]string, error) {
+	var dropped []string
 	for _, dv := range devs {
 		if dv.AdminAccess {
 			continue
@@ -201,23 +220,42 @@ func (d *Driver) dropStale(ctx context.Context, c *resourceapi.ResourceClaim, de
 			}
 			gone, why, err := d.claimGone(ctx, uid, other, other.Devices[held])
 			if err != nil {
-				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
+				return nil, fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which cannot be looked up: %w", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid, err)
 			}
 			if !gone {
-				return fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which still holds it", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid)
+				return nil, fmt.Errorf("prepare claim %s/%s: device %s is prepared for claim %s/%s (%s), which still holds it", c.Namespace, c.Name, dv.Name, other.Namespace, other.Name, uid)
 			}
 			d.log.WithFields(logrus.Fields{"claim": other.Namespace + "/" + other.Name, "uid": uid, "device": dv.Name}).
 				Warnf("DRA: releasing a prepared claim that %s: its device goes to claim %s/%s", why, c.Namespace, c.Name)
 			delete(next.Claims, uid)
-			if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
-				return err
-			}
+			dropped = append(dropped, uid)
 		}
-		if err := d.fitShares(ctx, c, dv, next); err != nil {
-			return err
+		gone, err := d.fitShares(ctx, c, dv, next)
+		if err != nil {
+			return nil, err
+		}
+		dropped = append(dropped, gone...)
+		if !acrossNamespaces {
+			gone, err := d.oneNamespace(ctx, c, dv, next)
+			if err != nil {
+				return nil, err
+			}
+			dropped = append(dropped, gone...)
 		}
 	}
-	return nil
+	return dropped, nil
+}
+
+// removeSpecs removes the CDI specs of the claims uids, which the
+// checkpoint on disk no longer lists; a spec that cannot be removed is
+// logged (New removes it at the next start: the checkpoint names no such
+// claim).
+func (d *Driver) removeSpecs(uids []string) {
+	for _, uid := range uids {
+		if err := removeSpec(d.opts.CDIDir, d.opts.DriverName, uid); err != nil {
+			d.log.WithField("uid", uid).WithError(err).Warn("DRA: removing the CDI spec of a released claim")
+		}
+	}
 }
 
 // overlaps reports whether a prepared device and a new one share a GPU:

@@ -190,7 +190,7 @@ func TestRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dirs.PluginDir, CheckpointFile), []byte(`{"version":"dra.nri-gpu.dev/v9","claims":{}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(dirs, e2.n, e2.client, quietLog()); err == nil || !strings.Contains(err.Error(), `version "dra.nri-gpu.dev/v9" is not one this nri-gpu reads (dra.nri-gpu.dev/v1)`) {
+	if _, err := New(dirs, e2.n, e2.client, quietLog()); err == nil || !strings.Contains(err.Error(), `version "dra.nri-gpu.dev/v9" is not one this nri-gpu reads (dra.nri-gpu.dev/v1, dra.nri-gpu.dev/v2)`) {
 		t.Errorf("a newer checkpoint: %v", err)
 	}
 }

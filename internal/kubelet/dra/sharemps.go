@@ -3,6 +3,7 @@ package dra
 import (
 	"fmt"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
@@ -48,11 +49,12 @@ func shareLimits(driver string, devs []claims.Device) error {
 }
 
 // daemonLimits are the limits of the MPS daemon of the claim device dv:
-// its claim's (claims.MPS), or, for a partial share, the whole GPU's
-// (100 %, no memory limit), since the daemon serves every share of it.
-func daemonLimits(dv claims.Device) (threads int, memoryMiB uint64) {
+// its claim's (claims.Device.MPS), or, for a partial share, the whole
+// GPU's (100 %, no memory limit), since the daemon serves every share of
+// it.
+func daemonLimits(dv claims.Device) sharing.MPSLimits {
 	if dv.Share.Partial() {
-		return 100, 0
+		return sharing.MPSLimits{ActiveThreadPercentage: 100}
 	}
-	return dv.MPS.ActiveThreadPercentage, dv.MPS.PinnedMemoryMiB
+	return dv.MPS.MPSLimits
 }

@@ -23,6 +23,12 @@ type DRAMemoryShares struct {
 	// Minimum is the smallest share, a whole number of Mi, Gi or Ti
 	// (1Gi, 512Mi); smaller requests are rounded up to it.
 	Minimum string `json:"minimum,omitempty"`
+	// AcrossNamespaces lets claims of different namespaces share one
+	// GPU's memory. Off, a share is prepared only beside shares of its
+	// own namespace's claims: one MPS control daemon, its control socket
+	// in one read-write pipe directory, serves every share of a GPU, so
+	// its clients can reach each other's daemon.
+	AcrossNamespaces bool `json:"acrossNamespaces,omitempty"`
 }
 
 // DefaultMemoryShareMinimum is dra.memoryShares.minimum's default.

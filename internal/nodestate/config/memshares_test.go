@@ -36,7 +36,7 @@ func TestMemoryShares(t *testing.T) {
 		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 1k\n", `key dra.memoryShares.minimum: "1k" is not a whole number of Mi, Gi or Ti`},
 		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 0Gi\n", `"0Gi" is not a whole number`},
 		{"dra:\n  enabled: true\n  memoryShares:\n    devices: [\"0\"]\n    minimum: 01Gi\n", `"01Gi" is not a whole number`},
-		{"dra:\n  enabled: true\n  memoryShares:\n    device: [\"0\"]\n", `unknown field "device" (valid keys: devices, minimum)`},
+		{"dra:\n  enabled: true\n  memoryShares:\n    device: [\"0\"]\n", `unknown field "device" (valid keys: devices, minimum, acrossNamespaces)`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -402,7 +402,24 @@ func TestFollow(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		mps.NewSupervisor(f.opts, f.log).Follow(ctx, root, 20*time.Millisecond, func() map[string]*sharing.MPSDaemon {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		wake := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					select {
+					case wake <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+		mps.NewSupervisor(f.opts, f.log).Follow(ctx, root, wake, func() map[string]*sharing.MPSDaemon {
 			mu.Lock()
 			defer mu.Unlock()
 			return want
@@ -442,5 +459,55 @@ func TestFollow(t *testing.T) {
 	})
 	if _, err := os.Stat(filepath.Join(mps.DaemonDir(&d0), mps.ReadyFile)); !os.IsNotExist(err) {
 		t.Errorf("GPU 0's ready file after retiring: %v", err)
+	}
+}
+
+// TestWatch: a file renamed into a watched directory wakes the watcher
+// (the checkpoint's and the ready files' atomic writes), well before the
+// fallback; a directory made after the watch started is watched from the
+// next wake-up on; a quiet directory wakes it at the fallback only.
+func TestWatch(t *testing.T) {
+	dir := t.TempDir()
+	later := filepath.Join(dir, "later")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wake := mps.Watch(ctx, time.Hour, dir, later)
+	waitWake := func(what string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no wake-up", what)
+		}
+	}
+	write := func(d string) {
+		tmp := filepath.Join(d, ".f.tmp")
+		if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(d, "f")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(dir)
+	waitWake("a rename into the directory")
+	if err := os.Mkdir(later, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitWake("a directory made")
+	for len(wake) > 0 {
+		<-wake
+	}
+	time.Sleep(50 * time.Millisecond)
+	for len(wake) > 0 { // the writes' other events
+		<-wake
+	}
+	write(later)
+	waitWake("a rename into the directory made later")
+	quiet := mps.Watch(ctx, 30*time.Millisecond, t.TempDir())
+	select {
+	case <-quiet:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up at the fallback")
 	}
 }

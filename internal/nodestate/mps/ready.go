@@ -41,10 +41,8 @@ const maxReadyFile = 4096
 type Ready struct {
 	Version int    `json:"version"`
 	UUID    string `json:"uuid"`
-	// ActiveThreadPercentage and PinnedMemoryMiB are the limits the
-	// daemon holds each client to (0 MiB: none).
-	ActiveThreadPercentage int    `json:"activeThreadPercentage"`
-	PinnedMemoryMiB        uint64 `json:"pinnedMemoryMiB"`
+	// MPSLimits are the limits the daemon holds each client to.
+	sharing.MPSLimits
 	// PID is the daemon's process id, in the supervisor's PID namespace.
 	PID int `json:"pid"`
 	// Started is when the supervisor started or adopted it.
@@ -76,22 +74,14 @@ func probe(uuid string, d *sharing.MPSDaemon, now time.Time) sharing.MPSStatus {
 		return sharing.MPSStatus{Why: fmt.Sprintf("the MPS control daemon of GPU %s: %v", uuid, err)}
 	case r.UUID != uuid:
 		return sharing.MPSStatus{Why: fmt.Sprintf("%s names GPU %q, not %s", filepath.Join(DaemonDir(d), ReadyFile), r.UUID, uuid)}
-	case r.ActiveThreadPercentage != d.ActiveThreadPercentage || r.PinnedMemoryMiB != d.PinnedMemoryMiB:
+	case r.MPSLimits != d.MPSLimits:
 		return sharing.MPSStatus{Why: fmt.Sprintf("the MPS control daemon of GPU %s holds clients to %s, the configuration asks for %s: restart nri-gpu mps to apply it",
-			uuid, limits(r.ActiveThreadPercentage, r.PinnedMemoryMiB), limits(d.ActiveThreadPercentage, d.PinnedMemoryMiB))}
+			uuid, r.MPSLimits, d.MPSLimits)}
 	}
 	if age := now.Sub(mtime); age > StaleAfter || age < -StaleAfter {
 		return sharing.MPSStatus{Why: fmt.Sprintf("nri-gpu mps has not reported the MPS control daemon of GPU %s ready for more than %s (is nri-gpu mps running?)", uuid, StaleAfter)}
 	}
 	return sharing.MPSStatus{Ready: true}
-}
-
-// limits says a daemon's limits for a message.
-func limits(threads int, mib uint64) string {
-	if mib == 0 {
-		return fmt.Sprintf("%d%% of the threads and no memory limit", threads)
-	}
-	return fmt.Sprintf("%d%% of the threads and %d MiB", threads, mib)
 }
 
 // readReady reads the ready file in dir and its modification time.

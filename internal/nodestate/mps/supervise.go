@@ -168,8 +168,7 @@ func (s *Supervisor) bringUp(ctx context.Context, uuid string, d *sharing.MPSDae
 	if err := s.setLimits(ctx, d); err != nil {
 		return 0, "", err
 	}
-	err := writeReady(DaemonDir(d), Ready{Version: ReadyVersion, UUID: uuid, ActiveThreadPercentage: d.ActiveThreadPercentage,
-		PinnedMemoryMiB: d.PinnedMemoryMiB, PID: pid, Started: time.Now().UTC().Truncate(time.Second)})
+	err := writeReady(DaemonDir(d), Ready{Version: ReadyVersion, UUID: uuid, MPSLimits: d.MPSLimits, PID: pid, Started: time.Now().UTC().Truncate(time.Second)})
 	return pid, how, err
 }
 
@@ -528,15 +527,16 @@ func (s *Supervisor) retire(ctx context.Context, root, uuid string) bool {
 }
 
 // Follow supervises the daemons that want returns (by GPU UUID), asked
-// again every interval, until ctx ends: a daemon it names is brought up
-// and supervised as Run does; one it no longer names (its DRA claims
-// were unprepared) stops being supervised and is retired (Retire: quit
-// when it serves no client, compute mode Default), as is one whose
-// limits changed, before it is brought up with the new ones (an adopted
-// daemon gets the new limits). want returns nil when it cannot tell (a
-// checkpoint that cannot be read): nothing changes then. Bounded: one
-// call of want and one goroutine per daemon.
-func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duration, want func() map[string]*sharing.MPSDaemon) {
+// at start and again at every wake-up (Watch on the file want reads),
+// until ctx ends: a daemon it names is brought up and supervised as Run
+// does; one it no longer names (its DRA claims were unprepared) stops
+// being supervised and is retired (Retire: quit when it serves no client,
+// compute mode Default), as is one whose limits changed, before it is
+// brought up with the new ones (an adopted daemon gets the new limits).
+// want returns nil when it cannot tell (a checkpoint that cannot be
+// read): nothing changes then. Bounded: one call of want per wake-up and
+// one goroutine per daemon.
+func (s *Supervisor) Follow(ctx context.Context, root string, wake <-chan struct{}, want func() map[string]*sharing.MPSDaemon) {
 	type running struct {
 		d      *sharing.MPSDaemon
 		cancel context.CancelFunc
@@ -553,7 +553,7 @@ func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duratio
 		if w := want(); w != nil {
 			for uuid, r := range cur {
 				nd, ok := w[uuid]
-				if ok && sameDaemon(nd, r.d) {
+				if ok && sharing.SameDaemon(nd, r.d) {
 					continue
 				}
 				r.cancel()
@@ -576,13 +576,9 @@ func (s *Supervisor) Follow(ctx context.Context, root string, every time.Duratio
 				}()
 			}
 		}
-		sleep(ctx, every)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		}
 	}
-}
-
-// sameDaemon reports whether a and b are the same daemon with the same
-// limits.
-func sameDaemon(a, b *sharing.MPSDaemon) bool {
-	return a.PipeDir == b.PipeDir && a.LogDir == b.LogDir && a.ShmDir == b.ShmDir &&
-		a.ActiveThreadPercentage == b.ActiveThreadPercentage && a.PinnedMemoryMiB == b.PinnedMemoryMiB
 }

@@ -66,7 +66,7 @@ func TestRunMPS(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, ActiveThreadPercentage: 50, PID: 1})
+	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 50}, PID: 1})
 	if err := os.WriteFile(filepath.Join(dir, mps.ReadyFile), data, 0o644); err != nil {
 		t.Fatal(err)
 	}

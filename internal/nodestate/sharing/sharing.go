@@ -103,24 +103,59 @@ func (s Share) String() string {
 	return strconv.Itoa(s.Replicas) + " " + s.Strategy + " replicas of " + s.Resource
 }
 
-// MPSDaemon is the MPS control daemon of one GPU as containers use it.
+// MPSLimits are the limits an MPS control daemon holds each client
+// process to: the one description of them that the device plugin's plan,
+// the DRA driver (a claim's GpuConfig, its checkpoint), nri-gpu mps (the
+// daemon's defaults, its ready file) and the request path (a client's
+// environment) share. Its JSON is the form of the ready file and of the
+// DRA checkpoint: a field added here changes both, and bumps both
+// versions.
+type MPSLimits struct {
+	// ActiveThreadPercentage is the share of the GPU's threads
+	// (set_default_active_thread_percentage,
+	// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), 1 to 100.
+	ActiveThreadPercentage int `json:"activeThreadPercentage"`
+	// PinnedMemoryMiB is the device memory (set_default_device_pinned_mem_limit,
+	// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT); 0: no memory limit.
+	PinnedMemoryMiB uint64 `json:"pinnedMemoryMiB"`
+}
+
+// Limits returns the limits as the MPS control commands and the client
+// environment write them: the thread percentage ("25") and the pinned
+// memory limit of device 0 of a client that sees only this GPU
+// ("20389M"; "" without one).
+func (l MPSLimits) Limits() (threads, memory string) {
+	threads = strconv.Itoa(l.ActiveThreadPercentage)
+	if l.PinnedMemoryMiB > 0 {
+		memory = strconv.FormatUint(l.PinnedMemoryMiB, 10) + "M"
+	}
+	return threads, memory
+}
+
+// String says the limits for a message: "25% of the threads and 20389
+// MiB", "100% of the threads and no memory limit".
+func (l MPSLimits) String() string {
+	if l.PinnedMemoryMiB == 0 {
+		return fmt.Sprintf("%d%% of the threads and no memory limit", l.ActiveThreadPercentage)
+	}
+	return fmt.Sprintf("%d%% of the threads and %d MiB", l.ActiveThreadPercentage, l.PinnedMemoryMiB)
+}
+
+// MPSDaemon is the MPS control daemon of one GPU as containers use it:
+// a device plugin's MPS GPU (Plan), or a DRA claim's (claims.Device.MPS).
 type MPSDaemon struct {
 	// PipeDir, LogDir are the daemon's CUDA_MPS_PIPE_DIRECTORY and
-	// CUDA_MPS_LOG_DIRECTORY on the host: <mpsRoot>/<UUID>/pipe, /log.
-	// A client container mounts PipeDir.
+	// CUDA_MPS_LOG_DIRECTORY on the host: <mpsRoot>/<UUID>/pipe, /log
+	// (DaemonDirs). A client container mounts PipeDir.
 	PipeDir, LogDir string
 	// ShmDir is the host directory that is /dev/shm to the daemon, its
 	// servers and every client container: <mpsRoot>/shm.
 	ShmDir string
-	// ActiveThreadPercentage is the share of the GPU's threads that the
-	// daemon holds each client process to (set_default_active_thread_percentage):
-	// 100 / replicas.
-	ActiveThreadPercentage int
-	// PinnedMemoryMiB is the device memory the daemon holds each client
-	// process to (set_default_device_pinned_mem_limit): the GPU's memory /
-	// replicas; 0 when NVML did not report the GPU's memory, and then the
-	// daemon sets no memory limit.
-	PinnedMemoryMiB uint64
+	// MPSLimits are the limits it holds each client process to: a
+	// replica's (100 / replicas of the threads, the GPU's memory /
+	// replicas; no memory limit when NVML did not report the GPU's
+	// memory), or a claim's (its mpsConfig, or its memory share's).
+	MPSLimits
 	// Ready says that the daemon runs with these limits (nri-gpu mps says
 	// so, and keeps saying so); new clients may be given the GPU only
 	// then. Why says why not, when it is not.
@@ -128,16 +163,13 @@ type MPSDaemon struct {
 	Why   string
 }
 
-// Limits returns the daemon's limits as the MPS control commands and the
-// client environment write them: the thread percentage ("25") and the
-// pinned memory limit of device 0 of a client that sees only this GPU
-// ("20389M"; "" without one).
-func (m *MPSDaemon) Limits() (threads, memory string) {
-	threads = strconv.Itoa(m.ActiveThreadPercentage)
-	if m.PinnedMemoryMiB > 0 {
-		memory = strconv.FormatUint(m.PinnedMemoryMiB, 10) + "M"
-	}
-	return threads, memory
+// NotReported is why a daemon is not ready before its first probe.
+const NotReported = "nri-gpu mps has not reported the MPS control daemon ready"
+
+// SameDaemon reports whether a and b are the same daemon with the same
+// limits, whatever their readiness.
+func SameDaemon(a, b *MPSDaemon) bool {
+	return a.PipeDir == b.PipeDir && a.LogDir == b.LogDir && a.ShmDir == b.ShmDir && a.MPSLimits == b.MPSLimits
 }
 
 // Plan is the node's sharing: every device the device plugin advertises,
@@ -244,8 +276,8 @@ func mpsDaemon(root string, g inventory.GPU, replicas int) *MPSDaemon {
 	pipe, log, shm := DaemonDirs(root, g.UUID)
 	return &MPSDaemon{
 		PipeDir: pipe, LogDir: log, ShmDir: shm,
-		ActiveThreadPercentage: 100 / replicas, PinnedMemoryMiB: g.MemoryMiB / uint64(replicas),
-		Why: "nri-gpu mps has not reported the MPS control daemon ready",
+		MPSLimits: MPSLimits{ActiveThreadPercentage: 100 / replicas, PinnedMemoryMiB: g.MemoryMiB / uint64(replicas)},
+		Why:       NotReported,
 	}
 }
 

@@ -106,10 +106,10 @@ func TestPlanMPS(t *testing.T) {
 	want := map[string]sharing.Share{
 		units[0].UUID: {UUID: units[0].UUID, Resource: "nvidia.com/gpu", Strategy: "mps", Replicas: 3, FailRequestsGreaterThanOne: true, MPS: &sharing.MPSDaemon{
 			PipeDir: "/run/mps/" + units[0].UUID + "/pipe", LogDir: "/run/mps/" + units[0].UUID + "/log", ShmDir: "/run/mps/shm",
-			ActiveThreadPercentage: 33, PinnedMemoryMiB: 27186, Why: "nri-gpu mps has not reported the MPS control daemon ready"}},
+			MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 33, PinnedMemoryMiB: 27186}, Why: "nri-gpu mps has not reported the MPS control daemon ready"}},
 		units[1].UUID: {UUID: units[1].UUID, Resource: "nvidia.com/gpu", Strategy: "mps", Replicas: 3, FailRequestsGreaterThanOne: true, MPS: &sharing.MPSDaemon{
 			PipeDir: "/run/mps/" + units[1].UUID + "/pipe", LogDir: "/run/mps/" + units[1].UUID + "/log", ShmDir: "/run/mps/shm",
-			ActiveThreadPercentage: 33, Why: "nri-gpu mps has not reported the MPS control daemon ready"}},
+			MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 33}, Why: "nri-gpu mps has not reported the MPS control daemon ready"}},
 	}
 	if d := cmp.Diff(want, p.Shares); d != "" {
 		t.Errorf("shares (-want +got):\n%s", d)

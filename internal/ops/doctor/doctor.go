@@ -86,6 +86,11 @@ type Options struct {
 	// Self is this process's pid, ignored when looking for a running
 	// nri-gpu; zero: none.
 	Self int
+	// DRACheckpoint reads the DRA driver's checkpoint in its plugin
+	// directory and returns how many prepared claims it has (the DRA
+	// driver's reader: this package is beside it, not above it); nil:
+	// not checked.
+	DRACheckpoint func(pluginDir string) (int, error)
 }
 
 func (o *Options) defaults() {
@@ -130,6 +135,7 @@ func Run(o Options) []Result {
 		checkDevChar(&o, snap, &out)
 	}
 	checkDevicePlugin(&o, &out)
+	checkDRACheckpoint(&o, &out)
 	return out
 }
 

@@ -36,6 +36,8 @@ type Holder struct {
 // claim's (ClaimHolder) as "claim namespace/name".
 func (h Holder) String() string {
 	switch {
+	case h.ID == UnknownClaimsID:
+		return "the DRA driver's prepared claims (its checkpoint cannot be read)"
 	case h.Claim != "":
 		return "claim " + h.Namespace + "/" + h.Claim
 	case h.Pod == "" && h.Container == "":
@@ -67,6 +69,16 @@ const ClaimHolderPrefix = "claim:"
 func ClaimHolder(uid, namespace, name string) Holder {
 	return Holder{ID: ClaimHolderPrefix + uid, Namespace: namespace, Claim: name}
 }
+
+// UnknownClaimsID is the ID of UnknownClaims' holding.
+const UnknownClaimsID = ClaimHolderPrefix + "*"
+
+// UnknownClaims names the holder of the GPUs the DRA driver offers while
+// its checkpoint cannot be read: its prepared claims are unknown, so every
+// one of its GPUs may be a claim's. It is the node's, no tenant's: every
+// message names it. SyncClaims releases it with the first set of claims
+// read.
+func UnknownClaims() Holder { return Holder{ID: UnknownClaimsID, Claim: "*"} }
 
 // Holding is what one container holds.
 type Holding struct {
@@ -229,6 +241,9 @@ func (t *Table) allocate(r Request) ([]int, error) {
 		t.remove(old)
 	}
 	gpus, err := t.pick(r)
+	if err == nil {
+		err = t.claimed(r, gpus)
+	}
 	if err != nil {
 		if old != nil {
 			t.add(old)
@@ -303,6 +318,33 @@ func (t *Table) replicas(r Request) error {
 	}
 	return nil
 }
+
+// claimed refuses a request of a holder that is not a claim for a GPU
+// that a Dynamic Resource Allocation claim holds (ClaimHolder), in any
+// mode: a claim's GPU is reached only through its claim. Memory shares of
+// a GPU (claims booked shared) are the scheduler's accounting of it, and
+// their containers are clients of its MPS daemon, held to their share; a
+// node-local request beside them would be neither. (A count never gets a
+// claim's GPU: it is the runtime's, countable. An adminAccess device is
+// held by no claim.)
+func (t *Table) claimed(r Request, gpus []int) error {
+	if strings.HasPrefix(r.Holder.ID, ClaimHolderPrefix) {
+		return nil
+	}
+	for _, g := range gpus {
+		if !slices.ContainsFunc(t.byGPU[g], isClaim) {
+			continue
+		}
+		hs := slices.DeleteFunc(slices.Clone(t.byGPU[g]), func(h *Holding) bool { return !isClaim(h) })
+		return refusal(r, func(d func([]*Holding) string) string {
+			return fmt.Sprintf("%s %s is held by %s: a GPU that a ResourceClaim holds is reached only through that claim", inventory.UnitKind(g), inventory.UnitLabel(g), d(hs))
+		})
+	}
+	return nil
+}
+
+// isClaim reports whether h is a claim's holding (ClaimHolder).
+func isClaim(h *Holding) bool { return strings.HasPrefix(h.Holder.ID, ClaimHolderPrefix) }
 
 // Check returns the error Allocate(r) would return, without booking: nil
 // when the request could be met now. A management container, which sees
@@ -445,7 +487,7 @@ func describe(hs []*Holding, ns string, redact bool) string {
 	s := make([]string, 0, len(hs))
 	var others [2]int // by mode
 	for _, h := range hs {
-		if redact && h.Holder.Namespace != ns {
+		if redact && h.Holder.Namespace != ns && h.Holder.ID != UnknownClaimsID {
 			others[h.Mode]++
 			continue
 		}
@@ -537,28 +579,36 @@ func (t *Table) Rebuild(hs []Holding) {
 
 // SyncClaims makes the claims' holdings (those whose holder ID starts
 // with ClaimHolderPrefix) hs, in one atomic step: a claim's holding that
-// hs lacks is released (its claim was unprepared), one that hs has and
-// the table lacks is added, as it is (the scheduler allocated it: the
-// truth, as for Rebuild). The holding of claim must, when given (a claim
-// being prepared), is first checked as a request: when another holder
-// has one of its GPUs exclusively, or it is exclusive and another holds
-// one, nothing changes and the error says who holds it.
+// hs lacks is released (its claim was unprepared, or dropped as stale),
+// one that hs has and the table lacks is added, as it is (the scheduler
+// allocated it: the truth, as for Rebuild). The holding of claim must,
+// when given (a claim being prepared), is checked as a request once the
+// claims that hs lacks are gone: when another holder has one of its GPUs
+// exclusively, or it is exclusive and another holds one, nothing changes
+// and the error says who holds it.
 func (t *Table) SyncClaims(hs []Holding, must string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	want := make(map[string]bool, len(hs))
 	for _, h := range hs {
 		want[h.Holder.ID] = true
+	}
+	var gone []*Holding
+	for id, h := range t.byID {
+		if strings.HasPrefix(id, ClaimHolderPrefix) && !want[id] {
+			gone = append(gone, h)
+			t.remove(h)
+		}
+	}
+	for _, h := range hs {
 		if h.Holder.ID != must || t.byID[must] != nil {
 			continue
 		}
 		if _, err := t.pick(Request{Holder: h.Holder, Mode: h.Mode, GPUs: h.GPUs, Source: h.Holder.String()}); err != nil {
+			for _, g := range gone {
+				t.add(g)
+			}
 			return err
-		}
-	}
-	for id, h := range t.byID {
-		if strings.HasPrefix(id, ClaimHolderPrefix) && !want[id] {
-			t.remove(h)
 		}
 	}
 	for i := range hs {

@@ -608,3 +608,75 @@ func TestSyncClaims(t *testing.T) {
 		t.Errorf("no claims: %s\nwant %s", got, want)
 	}
 }
+
+// TestReviewDefect4ClaimGPUNotJoinable: a GPU that claims hold shared
+// (memory shares of it, booked shared whatever the node's mode) is not
+// joined by a holder that is not a claim, in shared mode either, nor by
+// the runtime's or the kubelet's gift of it; another claim joins it, and
+// a management check (which holds nothing) still passes beside it.
+func TestReviewDefect4ClaimGPUNotJoinable(t *testing.T) {
+	tbl := New([]int{0, 1, 2, 3})
+	shareA := Holding{Holder: ClaimHolder("uid-a", "ml", "share-a"), Mode: sharing.Shared, GPUs: []int{2}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{shareA}, "claim:uid-a"); err != nil {
+		t.Fatal(err)
+	}
+	before := Summary(tbl.State())
+	intruder := Holder{ID: "ctr-i", PodID: "pod-i", Namespace: "other", Pod: "intruder", Container: "main"}
+	for _, r := range []Request{
+		{Holder: intruder, Mode: sharing.Shared, GPUs: []int{2}, Source: "annotation gpus.nri-gpu.dev/pod"},
+		{Holder: intruder, Mode: sharing.Shared, GPUs: []int{2}, Source: "runtime", Runtime: true},
+		{Holder: intruder, Mode: sharing.Shared, GPUs: []int{2}, Source: "kubelet", Kubelet: true},
+	} {
+		_, err := tbl.Allocate(r)
+		if want := "nri-gpu: " + r.Source + ": GPU 2 is held by a pod in another namespace (shared): a GPU that a ResourceClaim holds is reached only through that claim"; err == nil || err.Error() != want {
+			t.Errorf("%s: %v\nwant %s", r.Source, err, want)
+		}
+		if _, _, err := tbl.Join(r); err == nil {
+			t.Errorf("%s: joined a claim's GPU", r.Source)
+		}
+	}
+	if got := Summary(tbl.State()); got != before {
+		t.Errorf("table %s\nwant %s", got, before)
+	}
+	if err := tbl.Check(Request{Holder: intruder, Mode: sharing.Shared, GPUs: []int{0, 1, 2, 3}, Source: "management"}); err != nil {
+		t.Errorf("management beside a shared claim: %v", err)
+	}
+	shareB := Request{Holder: ClaimHolder("uid-b", "ml", "share-b"), Mode: sharing.Shared, GPUs: []int{2}, Source: "claim ml/share-b", Runtime: true}
+	if _, _, err := tbl.Join(shareB); err != nil {
+		t.Errorf("a second claim's share: %v", err)
+	}
+	if got, want := Summary(tbl.State()), "0=free 1=free 2=shared[claim ml/share-a,claim ml/share-b] 3=free"; got != want {
+		t.Errorf("table %s\nwant %s", got, want)
+	}
+}
+
+// TestSyncClaimsDropsGoneFirst: a claim that the new set lacks (released
+// as stale by the DRA driver) no longer counts when the claim being
+// prepared is checked; when that claim is refused for another GPU, the
+// table keeps the claim it would have dropped.
+func TestSyncClaimsDropsGoneFirst(t *testing.T) {
+	tbl := New([]int{0, 1, 2})
+	old := Holding{Holder: ClaimHolder("uid-old", "ml", "old"), Mode: sharing.Exclusive, GPUs: []int{0}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{old}, "claim:uid-old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Allocate(Request{Holder: holder("x"), Mode: sharing.Exclusive, GPUs: []int{2}, Source: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	both := Holding{Holder: ClaimHolder("uid-both", "ml", "both"), Mode: sharing.Exclusive, GPUs: []int{0, 2}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{both}, "claim:uid-both"); err == nil || !strings.Contains(err.Error(), "GPU 2 cannot be held exclusively") {
+		t.Errorf("a claim of a node-local holder's GPU: %v", err)
+	}
+	want := "0=exclusive[claim ml/old] 1=free 2=exclusive[default/x/main]"
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("after a refused claim: %s\nwant %s", got, want)
+	}
+	busy := Holding{Holder: ClaimHolder("uid-busy", "ml", "busy"), Mode: sharing.Exclusive, GPUs: []int{0}, Runtime: true}
+	if err := tbl.SyncClaims([]Holding{busy}, "claim:uid-busy"); err != nil {
+		t.Fatalf("a claim of a GPU whose claim the set drops: %v", err)
+	}
+	want = "0=exclusive[claim ml/busy] 1=free 2=exclusive[default/x/main]"
+	if got := Summary(tbl.State()); got != want {
+		t.Errorf("stale claim replaced: %s\nwant %s", got, want)
+	}
+}

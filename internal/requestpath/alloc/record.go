@@ -25,7 +25,10 @@ const Annotation = "nri-gpu.dev/allocation"
 const RecordVersion = 1
 
 // Record is the value of Annotation: the mode and the UUIDs of the GPUs
-// (UUIDs, not indices, since they name a GPU whatever the inventory).
+// (UUIDs, not indices, since they name a GPU whatever the inventory). A
+// record that names no GPU says that nri-gpu answered the container and
+// booked nothing for it (a management container, which gets every GPU's
+// node and holds none).
 type Record struct {
 	// Version is the record's form (RecordVersion when Encode wrote it);
 	// 0 for a record written before records had a version.

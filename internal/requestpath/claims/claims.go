@@ -14,6 +14,8 @@ package claims
 import (
 	"slices"
 	"strings"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
 // EnvPrefix starts the environment entry that a prepared claim device's
@@ -68,25 +70,10 @@ type Device struct {
 	// GpuConfig name: "" (none asked), "TimeSlicing" or "MPS".
 	Sharing string
 	// MPS is set under "MPS": the device's MPS control daemon, whose
-	// client every container of the claim is.
-	MPS *MPS
-}
-
-// MPS is the MPS control daemon of a claim's GPU, as its client
-// containers use it.
-type MPS struct {
-	// PipeDir, LogDir are its CUDA_MPS_PIPE_DIRECTORY and
-	// CUDA_MPS_LOG_DIRECTORY on the host; ShmDir is the host directory
-	// that is its clients' /dev/shm.
-	PipeDir, LogDir, ShmDir string
-	// ActiveThreadPercentage and PinnedMemoryMiB (0: none) are the
-	// limits it holds each client process to: the claim's mpsConfig.
-	ActiveThreadPercentage int
-	PinnedMemoryMiB        uint64
-	// Ready says that nri-gpu mps reports it running with these limits;
-	// Why says why not.
-	Ready bool
-	Why   string
+	// client every container of the claim is, with the limits each
+	// client gets (the claim's mpsConfig, or its memory share's), and
+	// whether nri-gpu mps reports the daemon ready.
+	MPS *sharing.MPSDaemon
 }
 
 // Prepared is the set of devices of the node's prepared claims.

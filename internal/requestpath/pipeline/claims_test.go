@@ -165,21 +165,24 @@ func TestClaimShared(t *testing.T) {
 // the runtime, grant nothing: no GPU, no driver file, no booking, and
 // the entries are reported. Beside a request of its own, that request is
 // served as any (the policy decides); beside GPUs the runtime gave, those
-// are the container's, as the runtime's.
+// are the container's, as the runtime's, unless a claim holds one (only
+// its claim reaches it).
 func TestClaimEnvForged(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ctr  *api.Container
 		// held is the table's row of the booking expected besides the
-		// claims'; visible the NVIDIA_VISIBLE_DEVICES answered.
-		held, visible string
+		// claims'; visible the NVIDIA_VISIBLE_DEVICES answered; err the
+		// refusal.
+		held, visible, err string
 	}{
-		{"alone", &api.Container{Name: "c", Env: claimEnv(trainClaim, nil, 1, 3)}, "", ""},
-		{"another claim's device node", &api.Container{Name: "c", Linux: pluginLinux(5), Env: claimEnv(trainClaim, nil, 5)}, "5=shared[claim ml/shared,ml/f/c]", ""},
+		{"alone", &api.Container{Name: "c", Env: claimEnv(trainClaim, nil, 1, 3)}, "", "", ""},
+		{"another claim's device node", &api.Container{Name: "c", Linux: pluginLinux(5), Env: claimEnv(trainClaim, nil, 5)}, "", "",
+			"GPU 5 is held by claim ml/shared (shared): a GPU that a ResourceClaim holds is reached only through that claim"},
 		{"a node of another number", &api.Container{Name: "c", Env: claimEnv(trainClaim, nil, 1),
-			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 6}}}}, "6=shared[ml/f/c]", ""},
-		{"an unprepared claim", &api.Container{Name: "c", Linux: pluginLinux(2), Env: claimEnv(claims.Claim{UID: "uid-nope"}, nil, 2)}, "2=shared[ml/f/c]", ""},
-		{"a device plugin's GPU", &api.Container{Name: "c", Linux: pluginLinux(2), Env: claimEnv(trainClaim, nil, 1)}, "2=shared[ml/f/c]", ""},
+			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 6}}}}, "6=shared[ml/f/c]", "", ""},
+		{"an unprepared claim", &api.Container{Name: "c", Linux: pluginLinux(2), Env: claimEnv(claims.Claim{UID: "uid-nope"}, nil, 2)}, "2=shared[ml/f/c]", "", ""},
+		{"a device plugin's GPU", &api.Container{Name: "c", Linux: pluginLinux(2), Env: claimEnv(trainClaim, nil, 1)}, "2=shared[ml/f/c]", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := claimPath(t, sharing.Shared, preparedClaims())
@@ -187,7 +190,10 @@ func TestClaimEnvForged(t *testing.T) {
 			pod := &api.PodSandbox{Id: "p-f", Name: "f", Namespace: "ml"}
 			tc.ctr.Id, tc.ctr.PodSandboxId = "c-f", pod.Id
 			adj, res, err := p.Handle(context.Background(), pod, tc.ctr)
-			if err != nil {
+			if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("error %v, want %q", err, tc.err)
+			}
+			if tc.err == "" && err != nil {
 				t.Fatal(err)
 			}
 			if len(res.Claims) != 0 {
@@ -286,7 +292,7 @@ func TestClaimHoldingsSynchronize(t *testing.T) {
 		running("mixed", claimEnv(sharedClaim, nil, 5), 5, 6),
 		running("forged", claimEnv(trainClaim, nil, 1), 2),
 	}
-	hs, warnings := HoldingsWith(src, sharing.Exclusive, prep, []*api.PodSandbox{pod}, ctrs)
+	hs, warnings := holdingsWith(src, sharing.Exclusive, prep, []*api.PodSandbox{pod}, ctrs)
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "ml/s/forged") {
 		t.Errorf("warnings %q", warnings)
 	}
@@ -348,8 +354,8 @@ func TestClaimMIG(t *testing.T) {
 func mpsClaimDev(cl claims.Claim, i int, ready bool) claims.Device {
 	d := claimDev(cl, i, false)
 	d.Sharing = "MPS"
-	d.MPS = &claims.MPS{PipeDir: "/run/nri-gpu/mps/" + uuid(i) + "/pipe", LogDir: "/run/nri-gpu/mps/" + uuid(i) + "/log", ShmDir: "/run/nri-gpu/mps/shm",
-		ActiveThreadPercentage: 30, PinnedMemoryMiB: 8192, Ready: ready}
+	d.MPS = &sharing.MPSDaemon{PipeDir: "/run/nri-gpu/mps/" + uuid(i) + "/pipe", LogDir: "/run/nri-gpu/mps/" + uuid(i) + "/log", ShmDir: "/run/nri-gpu/mps/shm",
+		MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 30, PinnedMemoryMiB: 8192}, Ready: ready}
 	if !ready {
 		d.MPS.Why = "nri-gpu mps reports no running MPS control daemon"
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -121,6 +122,44 @@ func BenchmarkHandleEnv(b *testing.B) {
 		if _, _, err := handle(prep, table, sharing.Shared, pod, ctr); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkHandleGiven measures the request path of the kinds whose GPUs
+// were given (classified from the container's device nodes, claim
+// entries and kubelet annotations): a container of the kubelet's
+// assignment of two GPUs, one of a claim of two GPUs, and one a device
+// plugin gave two GPUs with NVIDIA_VISIBLE_DEVICES, each with the default
+// capabilities; booked and released each round.
+func BenchmarkHandleGiven(b *testing.B) {
+	s := benchSnapshot()
+	src := adjust.Prepare(s, layout)
+	prep := claims.New([]claims.Device{claimDev(trainClaim, 1, false), claimDev(trainClaim, 3, false)})
+	pod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "ml"}
+	for _, tc := range []struct {
+		name string
+		ctr  *api.Container
+	}{
+		{"kubelet", kubeletContainer("k", uuid(2)+","+uuid(4), []string{"PATH=/bin"}, 2, 4)},
+		{"claim", &api.Container{Id: "c", PodSandboxId: "p", Name: "c", Linux: pluginLinux(1, 3), Env: claimEnv(trainClaim, []string{"PATH=/bin"}, 1, 3)}},
+		{"runtime", &api.Container{Id: "r", PodSandboxId: "p", Name: "r", Linux: pluginLinux(5, 6), Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=" + uuid(5) + "," + uuid(6)}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			table := tableFor(s)
+			hs, _ := ClaimHoldings(src, sharing.Shared, prep)
+			if err := table.SyncClaims(hs, ""); err != nil {
+				b.Fatal(err)
+			}
+			p := Path{Source: src, Table: table, Sharing: sharing.Shared, Claims: prep}
+			b.ReportAllocs()
+			for b.Loop() {
+				adj, _, err := p.Handle(context.Background(), pod, tc.ctr)
+				if err != nil || len(adj.GetMounts()) == 0 {
+					b.Fatal(err)
+				}
+				table.Release(tc.ctr.Id)
+			}
+		})
 	}
 }
 

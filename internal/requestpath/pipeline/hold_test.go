@@ -90,7 +90,7 @@ func TestPrivilegedContainer(t *testing.T) {
 		t.Fatalf("request-less privileged container: %v, %v, %v, table %v", adj, err, res.Holding, table.Holdings())
 	}
 	// After a restart it is not a holder: the node's GPUs stay free.
-	hs, warnings := Holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
+	hs, warnings := holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
 	if len(hs) != 0 || len(warnings) != 0 {
 		t.Errorf("holdings of a privileged container: %+v, %q", hs, warnings)
 	}
@@ -113,7 +113,7 @@ func TestPrivilegedContainer(t *testing.T) {
 	}
 	// Its record counts at Synchronize (it has the GPU's node).
 	agent.Annotations = adj.Annotations
-	hs, _ = Holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
+	hs, _ = holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{agent})
 	if len(hs) != 1 || !slices.Equal(hs[0].GPUs, []int{0}) || hs[0].Mode != sharing.Exclusive {
 		t.Errorf("holdings of a privileged container with a record: %+v", hs)
 	}
@@ -154,7 +154,7 @@ func TestRuntimeGPUsBooked(t *testing.T) {
 	}
 	// The table's booking is what Synchronize rebuilds.
 	k.State, bare.State = api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_RUNNING
-	hs, _ := Holdings(prep, sharing.Exclusive, []*api.PodSandbox{kubelet}, []*api.Container{k, bare})
+	hs, _ := holdings(prep, sharing.Exclusive, []*api.PodSandbox{kubelet}, []*api.Container{k, bare})
 	if len(hs) != 2 || !slices.Equal(hs[0].GPUs, []int{2}) || !slices.Equal(hs[1].GPUs, []int{5}) || hs[0].Mode != sharing.Exclusive {
 		t.Errorf("rebuilt: %+v", hs)
 	}
@@ -216,7 +216,7 @@ func TestPodLevelCount(t *testing.T) {
 		t.Errorf("after a refused container: %s\nwant %s", got, want)
 	}
 	// Rebuilt from the records of main and sidecar (init is stopped).
-	hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{ctrs["init"], ctrs["main"], ctrs["sidecar"]})
+	hs, warnings := holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{ctrs["init"], ctrs["main"], ctrs["sidecar"]})
 	if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || !slices.Equal(hs[0].GPUs, []int{0, 1}) || hs[0].Mode != sharing.Exclusive {
 		t.Errorf("rebuilt: %+v, %q", hs, warnings)
 	}
@@ -285,7 +285,7 @@ func TestPodLevelExclusiveSidecar(t *testing.T) {
 				t.Error("another pod got GPUs the pod holds exclusively")
 			}
 			// Synchronize rebuilds one holding for the pod.
-			hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, ctrs)
+			hs, warnings := holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, ctrs)
 			if len(warnings) != 0 || len(hs) != 1 || hs[0].Holder != alloc.PodHolder("p1", "ml", "train") || hs[0].Mode != sharing.Exclusive || len(hs[0].Members) != 2 {
 				t.Errorf("rebuilt: %+v, %q", hs, warnings)
 			}

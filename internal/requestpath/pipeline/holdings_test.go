@@ -69,7 +69,7 @@ func TestHoldings(t *testing.T) {
 			{Path: "/dev/nvidia3", Type: "c", Major: 1, Minor: 3},
 		}}},
 	}
-	hs, warnings := Holdings(adjust.Prepare(s, layout), sharing.Exclusive, pods, ctrs)
+	hs, warnings := holdings(adjust.Prepare(s, layout), sharing.Exclusive, pods, ctrs)
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	want := []alloc.Holding{
 		{Holder: alloc.Holder{ID: "a", PodID: "p1", Namespace: "ns", Pod: "one", Container: "a"}, Mode: sharing.Exclusive, GPUs: []int{0, 1}},
@@ -139,7 +139,7 @@ func TestHoldingsRecordVersions(t *testing.T) {
 			nil, []string{newer}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hs, warnings := Holdings(src, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+			hs, warnings := holdings(src, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
 			if d := cmp.Diff(tc.want, hs); d != "" {
 				t.Errorf("holdings (-want +got):\n%s", d)
 			}

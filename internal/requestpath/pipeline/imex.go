@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -13,7 +12,8 @@ import (
 
 // imex serves the container's IMEX channel request, a request of its own
 // beside the GPUs (request.FindIMEX lists its carriers), and adds it to
-// the kind's answer adj: found by key, authorized (policy.IMEX, and the
+// the kind's answer adj, returning the channels and the device nodes it
+// added: found by key, authorized (policy.IMEX, and the
 // annotation's own policy for the annotation's field), parsed, resolved
 // against the channels discovery found, and added to the answer as device
 // nodes, whose cgroup rules the runtime makes from their numbers. A
@@ -22,10 +22,10 @@ import (
 // already gives the container (a CDI device, --device) are not added
 // again. Linear in the channels and the container's device nodes
 // (givenChannels).
-func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjustment, error) {
+func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjustment, []inventory.IMEXChannel, []inventory.DeviceNode, error) {
 	f, err := request.FindIMEX(requestInput(c))
 	if err != nil || f.Source.Kind == request.NoSource {
-		return adj, err
+		return adj, nil, nil, err
 	}
 	ns := c.pod.GetNamespace()
 	for _, s := range []policy.Source{policy.Annotation, policy.IMEX} {
@@ -33,16 +33,16 @@ func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjust
 			continue
 		}
 		if !p.Policy.Allows(s, ns) {
-			return nil, &request.Error{Source: f.Source, Msg: fmt.Sprintf("IMEX channels: not allowed in namespace %q (%s)", ns, p.Policy.Setting(s))}
+			return nil, nil, nil, &request.Error{Source: f.Source, Msg: fmt.Sprintf("IMEX channels: not allowed in namespace %q (%s)", ns, p.Policy.Setting(s))}
 		}
 	}
 	r, err := f.Parse()
 	if err != nil || r.Empty() {
-		return adj, err
+		return adj, nil, nil, err
 	}
 	chans, err := request.SelectIMEX(r, p.Source.Snapshot().IMEXChannels)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	given := givenChannels(c.ctr, chans)
 	nodes := make([]inventory.DeviceNode, 0, len(chans))
@@ -51,9 +51,8 @@ func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjust
 			nodes = append(nodes, ch.Node)
 		}
 	}
-	c.res.IMEX = chans
 	if len(nodes) == 0 {
-		return adj, nil
+		return adj, chans, nil, nil
 	}
 	if adj == nil {
 		adj = &api.ContainerAdjustment{}
@@ -61,8 +60,7 @@ func (p *Path) imex(c *call, adj *api.ContainerAdjustment) (*api.ContainerAdjust
 	for _, n := range nodes {
 		adj.AddDevice(&api.LinuxDevice{Path: n.Path, Type: "c", Major: n.Major, Minor: n.Minor, FileMode: &api.OptionalFileMode{Value: n.Mode}})
 	}
-	c.res.Edits.Devices = append(slices.Clip(c.res.Edits.Devices), nodes...)
-	return adj, nil
+	return adj, chans, nodes, nil
 }
 
 // givenChannels reports, for each of chans, whether the runtime gives the

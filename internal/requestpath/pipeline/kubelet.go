@@ -21,16 +21,17 @@ const maxKubeletAnnotation = 4096
 // in index order: the union of those its kubelet annotations name (UUIDs,
 // as nri-gpu's device plugin writes them in Allocate, one annotation per
 // resource; see kubeletAnnotations), when the container has the device
-// nodes of exactly those GPUs, which the kubelet adds from the same
-// Allocate answers. The annotations alone are no proof: a runtime that
-// passes pod annotations on to containers lets a pod author write them,
-// but a non-privileged pod cannot add device nodes to its spec. So an
-// assignment whose GPUs differ from those of the container's device nodes,
-// or on a privileged container (which has every node of the host), is
-// ignored, and warn says why; the container is then handled as if it had
-// no annotation. Without the annotations it returns nothing and no
-// warning.
-func kubeletAssignment(devs []inventory.GPU, ctr *api.Container, privileged bool) (gpus []inventory.GPU, warn string) {
+// nodes of exactly those GPUs (have: those of its nodes that are not its
+// claims'), which the kubelet adds from the same Allocate answers. The
+// annotations alone are no proof: a runtime that passes pod annotations
+// on to containers lets a pod author write them, but a non-privileged pod
+// cannot add device nodes to its spec. So an assignment whose GPUs differ
+// from have, on a privileged container (which has every node of the
+// host), or that the pod's own annotations carry (passed on: the kubelet
+// writes the container's, never the pod's) is ignored, and warn says why;
+// the container is then handled as if it had no annotation. Without the
+// annotations it returns nothing and no warning.
+func kubeletAssignment(devs []inventory.GPU, pod *api.PodSandbox, ctr *api.Container, privileged bool, have []inventory.GPU) (gpus []inventory.GPU, warn string) {
 	keys, val, ok := kubeletAnnotations(ctr.GetAnnotations())
 	if !ok {
 		return nil, ""
@@ -44,6 +45,8 @@ func kubeletAssignment(devs []inventory.GPU, ctr *api.Container, privileged bool
 		return nil, ignored + "the container is privileged (the runtime gave it every host device), so its device nodes cannot back the kubelet's assignment"
 	case len(val) > maxKubeletAnnotation:
 		return nil, fmt.Sprintf("%svalue is %d bytes long (at most %d)", ignored, len(val), maxKubeletAnnotation)
+	case podCarries(pod, ctr, keys):
+		return nil, ignored + "the pod's annotations carry it too: a pod annotation the runtime passed on, not the kubelet's"
 	}
 	var named []inventory.GPU
 	for id := range strings.SplitSeq(val, ",") {
@@ -61,18 +64,29 @@ func kubeletAssignment(devs []inventory.GPU, ctr *api.Container, privileged bool
 	if len(named) == 0 {
 		return nil, ignored + "names no GPU (valid: the UUIDs of the GPUs whose device nodes the kubelet gave the container, comma-separated)"
 	}
-	var have []inventory.GPU
-	for _, g := range devs {
-		if hasGPUNode(ctr, g) {
-			have = append(have, g)
-		}
-	}
 	slices.SortFunc(named, func(a, b inventory.GPU) int { return a.Index - b.Index })
 	if !slices.EqualFunc(named, have, func(a, b inventory.GPU) bool { return a.Index == b.Index }) {
 		return nil, fmt.Sprintf("%snames GPUs %s but the container has the device nodes of GPUs %s: not the kubelet's assignment (a pod annotation passed on?)",
 			ignored, gpuList(named), gpuList(have))
 	}
 	return named, ""
+}
+
+// podCarries reports whether the pod's annotations carry one of the
+// container's annotations keys ("k1, k2") with the same value: passed on
+// by the runtime (containerd's and CRI-O's pod_annotations), the pod
+// author's, not written for the container by the kubelet or nri-gpu.
+func podCarries(pod *api.PodSandbox, ctr *api.Container, keys string) bool {
+	pa := pod.GetAnnotations()
+	if len(pa) == 0 {
+		return false
+	}
+	for k := range strings.SplitSeq(keys, ", ") {
+		if v, ok := pa[k]; ok && v == ctr.GetAnnotations()[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // kubeletAnnotations returns the kubelet's assignment as the container's

@@ -65,7 +65,7 @@ func TestKubeletAssignment(t *testing.T) {
 	}
 	// Synchronize: the same holding, as the kubelet's.
 	k.State = api.ContainerState_CONTAINER_RUNNING
-	hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{k})
+	hs, warnings := holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{k})
 	if len(warnings) != 0 || len(hs) != 1 || !hs[0].Kubelet || !slices.Equal(hs[0].GPUs, []int{1, 3}) {
 		t.Fatalf("rebuilt: %+v, %q", hs, warnings)
 	}
@@ -124,7 +124,7 @@ func TestKubeletAnnotationForged(t *testing.T) {
 			t.Errorf("%s: booked %v, want %v", tc.name, got, tc.held)
 		}
 		tc.ctr.State = api.ContainerState_CONTAINER_RUNNING
-		hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+		hs, warnings := holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
 		if len(warnings) != 1 || !strings.Contains(warnings[0], alloc.KubeletAnnotation+" ignored") {
 			t.Errorf("%s: synchronize warnings %q", tc.name, warnings)
 		}
@@ -204,7 +204,7 @@ func TestKubeletResources(t *testing.T) {
 			if d := cmp.Diff(warns, res.Warnings); d != "" {
 				t.Errorf("warnings at CreateContainer (-want +got):\n%s", d)
 			}
-			hs, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
+			hs, warnings := holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{tc.ctr})
 			if d := cmp.Diff([]alloc.Holding{*tc.want}, hs); d != "" {
 				t.Errorf("holdings at Synchronize (-want +got):\n%s", d)
 			}

@@ -79,3 +79,21 @@ func TestClaimSharesMPS(t *testing.T) {
 		t.Errorf("table %s\nwant %s", got, want)
 	}
 }
+
+// TestReviewDefect4NodeLocalJoinsMemoryShare: a node-local request of
+// another namespace that names a GPU whose memory claims share
+// (exclusive=false) is refused: a GPU a claim holds is reached only
+// through its claim, in any mode. Nothing is booked.
+func TestReviewDefect4NodeLocalJoinsMemoryShare(t *testing.T) {
+	p := claimPath(t, sharing.Exclusive, claims.New([]claims.Device{shareDev(shareA, 2, 20480), shareDev(shareB, 2, 40960)}))
+	before := alloc.Summary(p.Table.State())
+	pod := &api.PodSandbox{Id: "p-i", Name: "intruder", Namespace: "other", Annotations: map[string]string{"gpus.nri-gpu.dev/container.main": "device=2,exclusive=false"}}
+	adj, _, err := p.Handle(context.Background(), pod, &api.Container{Id: "c-i", PodSandboxId: "p-i", Name: "main"})
+	want := "nri-gpu: annotation gpus.nri-gpu.dev/container.main: GPU 2 is held by 2 pods in other namespaces (shared): a GPU that a ResourceClaim holds is reached only through that claim"
+	if adj != nil || err == nil || err.Error() != want {
+		t.Errorf("a node-local request on a memory-shared GPU: %v, %v\nwant %s", adj, err, want)
+	}
+	if got := alloc.Summary(p.Table.State()); got != before {
+		t.Errorf("table %s\nwant %s", got, before)
+	}
+}

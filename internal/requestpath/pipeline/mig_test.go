@@ -225,7 +225,7 @@ func TestMIGHoldings(t *testing.T) {
 		{Id: "c", PodSandboxId: "p", Name: "c", State: running,
 			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{parent, dev(m02.GINode), dev(m02.CINode)}}},
 	}
-	hs, warnings := Holdings(src, sharing.Shared, pods, ctrs)
+	hs, warnings := holdings(src, sharing.Shared, pods, ctrs)
 	got := map[string][]int{}
 	for _, h := range hs {
 		got[h.Holder.ID] = h.GPUs

@@ -15,7 +15,7 @@ import (
 var mpsMountOptions = []string{"nosuid", "nodev", "noexec", "rbind", "rprivate"}
 
 // mpsClient adds to adj (nil: an answer of its own) what makes the
-// container a client of its GPU's MPS control daemon (sh, from replicas;
+// container a client of its GPU's MPS control daemon (sh, from shares;
 // nil leaves adj as it is): the daemon's pipe directory from the host
 // directory nri-gpu mps owns, at MPS's default /tmp/nvidia-mps (so that a
 // process that drops the variable still finds the daemon) with
@@ -28,12 +28,9 @@ var mpsMountOptions = []string{"nosuid", "nodev", "noexec", "rbind", "rprivate"}
 // is nri-gpu's, not the pod's. (The daemon holds each client process to
 // its defaults whatever the environment says: the environment only keeps
 // a client from asking for less.)
-func (p *Path) mpsClient(c *call, adj *api.ContainerAdjustment, sh *sharing.Share) (*api.ContainerAdjustment, error) {
+func (p *Path) mpsClient(c *call, adj *api.ContainerAdjustment, sh *sharing.Share) *api.ContainerAdjustment {
 	if sh == nil {
-		return adj, nil
-	}
-	if err := c.live(); err != nil {
-		return nil, err
+		return adj
 	}
 	if adj == nil {
 		adj = &api.ContainerAdjustment{}
@@ -81,5 +78,5 @@ func (p *Path) mpsClient(c *call, adj *api.ContainerAdjustment, sh *sharing.Shar
 			adj.AddEnv(k, "")
 		}
 	}
-	return adj, nil
+	return adj
 }

@@ -1,9 +1,12 @@
 package pipeline
 
 import (
+	"strings"
+
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
+	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
 // containerName is the container's name for per-container annotations:
@@ -29,4 +32,27 @@ func requestInput(c *call) request.Input {
 		Env:         c.ctr.GetEnv(),
 		Mounts:      mounts(c.ctr),
 	}
+}
+
+// mounts returns the container's mounts that may be the device plugin's
+// device list, as the request package sees them: only those whose
+// destination names its directory (request.DeviceListName), so that a
+// container's other mounts cost no copy.
+func mounts(ctr *api.Container) []inventory.Mount {
+	n := 0
+	for _, m := range ctr.GetMounts() {
+		if strings.Contains(m.GetDestination(), request.DeviceListName) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]inventory.Mount, 0, n)
+	for _, m := range ctr.GetMounts() {
+		if strings.Contains(m.GetDestination(), request.DeviceListName) {
+			out = append(out, inventory.Mount{Source: m.GetSource(), Destination: m.GetDestination()})
+		}
+	}
+	return out
 }

@@ -183,7 +183,7 @@ func TestNVIDIADevicePluginStrategies(t *testing.T) {
 					// container's device nodes (and CDI devices).
 					ctr.State = api.ContainerState_CONTAINER_RUNNING
 					ctr.Annotations = mergeAnn(ctr.Annotations, adj.GetAnnotations())
-					rebuilt, warnings := Holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{ctr})
+					rebuilt, warnings := holdings(prep, sharing.Shared, []*api.PodSandbox{pod}, []*api.Container{ctr})
 					if len(warnings) != 0 || len(rebuilt) != 1 || !slices.Equal(rebuilt[0].GPUs, []int{1, 3}) || !rebuilt[0].Runtime {
 						t.Errorf("rebuilt %+v, %q; want GPUs 1 and 3 as the runtime's", rebuilt, warnings)
 					}
@@ -252,7 +252,7 @@ func TestDevicePluginCDIDevicesHold(t *testing.T) {
 		t.Errorf("table %s\nwant %s", got, want)
 	}
 	ctr.State = api.ContainerState_CONTAINER_RUNNING
-	hs, warnings := Holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{ctr})
+	hs, warnings := holdings(prep, sharing.Exclusive, []*api.PodSandbox{pod}, []*api.Container{ctr})
 	if len(warnings) != 0 || len(hs) != 1 || !slices.Equal(hs[0].GPUs, []int{2, 5}) || !hs[0].Runtime {
 		t.Errorf("rebuilt %+v, %q", hs, warnings)
 	}

@@ -11,14 +11,15 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
-	"github.com/nri-gpu/nri-gpu/adjust"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/policy"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/request"
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
 
-// Bounds on what reconcile reads of the runtime's side of a container
-// (see request.MaxEnvEntries for the request's own): over one, the
-// container is refused with an error that says which, never read in part.
+// Bounds on what the request path reads of the runtime's side of a
+// container (see request.MaxEnvEntries for the request's own): over one,
+// the container is refused with an error that says which, never read in
+// part.
 const (
 	// maxCDIAnnotation bounds a cdi.k8s.io/ annotation value that is read
 	// for device names.
@@ -97,148 +98,35 @@ func runtimeCDIDevices(ctr *api.Container) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// isPrivileged reports whether the runtime gave the container every host
-// device: a privileged container. containerd's CRI (checked with 2.4)
-// gives one every device node of the host's /dev and one device cgroup
-// rule, allow all: {allow: true, access: "rwm"}, no type, no numbers; a
-// container given devices one by one (a device plugin's DeviceSpecs,
-// --device) has a deny-all rule and one allow rule per device. So the
-// rule tells them apart: a container whose device cgroup rules allow
-// every device (an allow rule of type "a" or none, without major and
-// minor, with read and write access), with no deny rule after it, is
-// privileged, and its device nodes say nothing of which GPUs it was
-// given. Kubernetes gives no unprivileged container such a rule, so a pod
-// author cannot produce it without being privileged (and so root on the
-// node already).
-func isPrivileged(ctr *api.Container) bool {
-	all := false
-	for _, r := range ctr.GetLinux().GetResources().GetDevices() {
-		every := (r.GetType() == "" || r.GetType() == "a") && anyNumber(r.GetMajor()) && anyNumber(r.GetMinor())
-		switch {
-		case r.GetAllow() && every && strings.Contains(r.GetAccess(), "r") && strings.Contains(r.GetAccess(), "w"):
-			all = true
-		case !r.GetAllow():
-			all = false
-		}
+// reconcile looks at what the runtime already gives the container. CDI
+// devices of NVIDIA's kinds are the runtime's answer: nothing is added,
+// and the note returned ends the path. A device plugin's mount list that
+// the policy does not trust alone is refused unless the runtime gave GPU
+// device nodes (deviceListBacked).
+func (p *Path) reconcile(c *call, r request.Request, g given) (note string, err error) {
+	cdi, err := runtimeCDIDevices(c.ctr)
+	if err != nil {
+		return "", err
 	}
-	return all
+	if len(cdi) > 0 {
+		return fmt.Sprintf("%s: the runtime already gives the container the CDI devices %s: nothing injected", r.Source, strings.Join(cdi, ", ")), nil
+	}
+	return "", p.deviceListBacked(c, r, g)
 }
 
-// anyNumber reports whether a device cgroup rule's major or minor matches
-// every number: unset, or -1 (the runtime spec's wildcard).
-func anyNumber(n *api.OptionalInt64) bool { return n == nil || n.GetValue() == -1 }
-
-// runtimeGPUs returns the devices whose nodes the container already has
-// from the runtime, in index order.
-func runtimeGPUs(devs []inventory.GPU, ctr *api.Container) ([]inventory.GPU, error) {
-	have := ctr.GetLinux().GetDevices()
-	if len(have) == 0 {
-		return nil, nil
+// deviceListBacked refuses a device plugin's mount list that the policy
+// does not trust on its own in the pod's namespace (policy.TrustsDeviceList)
+// unless the runtime gave the container GPU device nodes: a pod allowed
+// hostPath volumes can mount /dev/null at
+// /var/run/nvidia-container-devices/<ID> itself, but cannot add device
+// nodes to its spec. With the nodes, they decide the container's GPUs
+// (given.gets), whatever the list names. A privileged container's list is
+// taken as it is: it reaches every device of the node anyway.
+func (p *Path) deviceListBacked(c *call, r request.Request, g given) error {
+	ns := c.pod.GetNamespace()
+	if r.PolicySource() != policy.DeviceList || len(g.nodes) > 0 || g.privileged || p.Policy.TrustsDeviceList(ns) {
+		return nil
 	}
-	if len(have) > maxDevices {
-		return nil, fmt.Errorf("nri-gpu: container devices: %d device nodes (at most %d)", len(have), maxDevices)
-	}
-	var out []inventory.GPU
-	for _, g := range devs {
-		if hasNode(have, g.Node) && (g.MIG == nil || hasNode(have, g.MIG.CINode)) {
-			out = append(out, g)
-		}
-	}
-	return out, nil
-}
-
-// hasNode reports whether the devices hold n, by path or by number.
-func hasNode(have []*api.LinuxDevice, n inventory.DeviceNode) bool {
-	for _, d := range have {
-		if d.GetPath() == n.Path || d.GetType() == "c" && d.GetMajor() == n.Major && d.GetMinor() == n.Minor {
-			return true
-		}
-	}
-	return false
-}
-
-// addNodes adds the nodes that the edits lack (by path).
-func addNodes(e *adjust.Edits, nodes []inventory.DeviceNode) {
-	for _, n := range nodes {
-		if !slices.ContainsFunc(e.Devices, func(d inventory.DeviceNode) bool { return d.Path == n.Path }) {
-			e.Devices = append(e.Devices, n)
-		}
-	}
-}
-
-// dropExisting adjusts the edits to a container that already has NVIDIA
-// device nodes from the runtime (a device plugin's --device, a runtime
-// class, CDI resolved before NRI). When it has GPU nodes of the inventory
-// (gv.gpus), the runtime decided its GPUs: no GPU node is added (an
-// image's NVIDIA_VISIBLE_DEVICES=all must not widen them) and
-// NVIDIA_VISIBLE_DEVICES names the GPUs it has. Device nodes (by path or
-// number) and mount destinations it already has are dropped. It says which
-// nodes it had ("/dev/nvidia0, /dev/nvidiactl"; empty when none) and how
-// many were GPUs. A privileged container has every node of the host
-// (gv.every, and no gv.gpus): its GPU nodes decide nothing, and
-// NVIDIA_VISIBLE_DEVICES stays as the request made it.
-func dropExisting(e *adjust.Edits, devs []inventory.GPU, ctr *api.Container, gv given) (string, int) {
-	have := ctr.GetLinux().GetDevices()
-	var nv []string
-	for _, d := range have {
-		if strings.HasPrefix(d.GetPath(), "/dev/nvidia") {
-			nv = append(nv, d.GetPath())
-		}
-	}
-	if len(nv) == 0 {
-		return "", 0
-	}
-	isGPU := map[string]bool{}
-	for _, g := range devs {
-		isGPU[g.Node.Path] = true
-		if g.MIG != nil {
-			isGPU[g.MIG.GINode.Path], isGPU[g.MIG.CINode.Path] = true, true
-		}
-	}
-	kept := e.Devices[:0:0]
-	for _, n := range e.Devices {
-		if !hasNode(have, n) && (len(gv.gpus) == 0 || !isGPU[n.Path]) {
-			kept = append(kept, n)
-		}
-	}
-	e.Devices = kept
-	if len(gv.gpus) > 0 && e.VisibleDevices != "void" {
-		e.VisibleDevices = strings.Join(uuids(gv.gpus), ",")
-	}
-	// One pass over the container's mounts (bounded by
-	// request.MaxMounts), against the edits' few dozen destinations.
-	dst := make(map[string]bool, len(e.Mounts))
-	for _, m := range e.Mounts {
-		dst[m.Destination] = false
-	}
-	// Binaries the runtime put at /usr/bin (a CDI spec of layout:
-	// toolkit, as nri-gpu cdi generate writes) need no binary directory.
-	usrBin := e.UsrBin()
-	for _, m := range usrBin {
-		dst[m.Destination] = false
-	}
-	for _, cm := range ctr.GetMounts() {
-		if _, ok := dst[cm.GetDestination()]; ok {
-			dst[cm.GetDestination()] = true
-		}
-	}
-	haveBin := len(usrBin) > 0
-	for _, m := range usrBin {
-		haveBin = haveBin && dst[m.Destination]
-	}
-	n := len(e.Mounts)
-	if haveBin {
-		e.DropBinaryDirs()
-	}
-	ms := e.Mounts[:0:0]
-	for _, m := range e.Mounts {
-		if !dst[m.Destination] {
-			ms = append(ms, m)
-		}
-	}
-	// Files counts for logging; a dropped mount is one file or one
-	// directory of them, so the count is a lower bound then.
-	e.Files = max(0, e.Files-(n-len(ms)))
-	e.Mounts = ms
-	return strings.Join(nv, ", "), len(gv.gpus)
+	return &request.Error{Source: r.Source, Msg: fmt.Sprintf("not allowed in namespace %q without the GPUs' device nodes from the runtime "+
+		"(%s; the NVIDIA device plugin passes them with PASS_DEVICE_SPECS=true)", ns, p.Policy.Setting(policy.DeviceList))}
 }

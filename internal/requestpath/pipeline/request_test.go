@@ -102,6 +102,9 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 		}
 		return map[string]string{alloc.Annotation: r.Encode()}
 	}
+	// noGPURecord is a management container's record: nri-gpu answered
+	// it and it holds nothing, whatever GPU nodes it has.
+	noGPURecord := map[string]string{alloc.Annotation: `{"version":1,"mode":"shared","gpus":[]}`}
 	holder := func(podID, ctrID, ns, ctr string) alloc.Holder {
 		return alloc.Holder{ID: ctrID, PodID: podID, Namespace: ns, Pod: "p", Container: ctr}
 	}
@@ -155,14 +158,15 @@ func policyCases(t *testing.T, prep *adjust.Prepared) []policyCase {
 			pod: pod("p-g", "web", "nvidia.cdi.k8s.io/container.c", "nvidia.com/gpu=1"), ctr: &api.Container{Id: "g", Name: "c"},
 			err: `nri-gpu: annotation nvidia.cdi.k8s.io/container.c: not allowed in namespace "web" (policy.cdiNamespaces: [ml])`},
 		{name: "management: every GPU and control node, booked by none", pol: secure, pod: mgmtPod,
-			ctr:  &api.Container{Id: "dcgm", Name: "dcgm", Env: []string{"NVIDIA_DRIVER_CAPABILITIES=utility"}},
-			want: &answer{Devices: everything, Mounts: drivers(inventory.Capabilities(inventory.Utility), 0, 1, 2, 3, 4, 5, 6, 7), Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "LD_LIBRARY_PATH": libPath}}},
+			ctr: &api.Container{Id: "dcgm", Name: "dcgm", Env: []string{"NVIDIA_DRIVER_CAPABILITIES=utility"}},
+			want: &answer{Devices: everything, Mounts: drivers(inventory.Capabilities(inventory.Utility), 0, 1, 2, 3, 4, 5, 6, 7), Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "LD_LIBRARY_PATH": libPath},
+				Annotations: noGPURecord}},
 		// A shared holder of every GPU does not stop it, and it holds
 		// nothing afterwards, so that an exclusive request can still be
 		// met.
 		{name: "management beside a shared holder", pol: secure, pod: mgmtPod, ctr: &api.Container{Id: "dcgm", Name: "dcgm"},
 			before:   []policyStep{{pol: open, pod: pod("p-infer", "ml", "gpus.nri-gpu.dev/pod", "all"), ctr: &api.Container{Id: "infer", Name: "c"}}},
-			want:     &answer{Devices: everything, Mounts: drivers(defaultCaps, 0, 1, 2, 3, 4, 5, 6, 7), Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "LD_LIBRARY_PATH": libPath}},
+			want:     &answer{Devices: everything, Mounts: drivers(defaultCaps, 0, 1, 2, 3, 4, 5, 6, 7), Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "LD_LIBRARY_PATH": libPath}, Annotations: noGPURecord},
 			holdings: []alloc.Holding{{Holder: alloc.PodHolder("p-infer", "ml", "p"), Mode: sharing.Shared, GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}}}},
 		// An exclusive request next to a management container is met (a
 		// pod-level request goes with the pod); the management container

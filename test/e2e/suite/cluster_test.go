@@ -159,6 +159,7 @@ func TestCluster(t *testing.T) {
 			t.Run("dra", func(t *testing.T) { testDRA(kc{t: t, c: c, ctx: k.ctx}, v) })
 		})
 	}
+	t.Run("migrate", func(t *testing.T) { testMigrate(t, clusterVersions(t)[0]) })
 }
 
 // usableGPUs is how many GPUs of n nri-gpu may hand out (not excluded).

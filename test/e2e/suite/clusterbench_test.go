@@ -57,41 +57,15 @@ func nvidiaNode(t *testing.T) harness.NodeOptions {
 	return harness.NodeOptions{
 		Name: "nv-a", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL},
 		Prepare: func(n *harness.Node, o *harness.NodeOptions) error {
-			ctx := context.Background()
-			dir := filepath.Join(harness.DefaultCacheDir(), "nvidia-container-toolkit-"+bench.ToolkitVersion)
-			tk := "github.com/NVIDIA/nvidia-container-toolkit/cmd/"
-			hook, err := harness.GoInstall(ctx, dir, tk+"nvidia-cdi-hook@"+bench.ToolkitVersion, "nvidia-cdi-hook", nil, nil)
+			rt, err := prepareToolkit(n, o)
 			if err != nil {
 				return err
 			}
-			rt, err := harness.GoInstall(ctx, dir, tk+"nvidia-container-runtime@"+bench.ToolkitVersion, "nvidia-container-runtime", nil, nil)
-			if err != nil {
-				return err
-			}
-			tools, err := harness.InstallTools(ctx, "", "")
+			tools, err := harness.InstallTools(context.Background(), "", "")
 			if err != nil {
 				return err
 			}
 			nd := n.NS.Dir
-			specDir := filepath.Join(nd, "cdi-nvidia")
-			if err := os.MkdirAll(specDir, 0o755); err != nil {
-				return err
-			}
-			if err := bench.WriteToolkitSpec(specDir, "nvidia.json", n.GPU, hook); err != nil {
-				return err
-			}
-			cfg := filepath.Join(nd, "nvidia-container-runtime.toml")
-			if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`[nvidia-container-runtime]
-log-level = "info"
-mode = "cdi"
-runtimes = [%q]
-
-[nvidia-container-runtime.modes.cdi]
-spec-dirs = [%q]
-default-kind = %q
-`, tools.Runc, specDir, bench.ToolkitKind)), 0o644); err != nil {
-				return err
-			}
 			o.RuntimeExtraConfig = fmt.Sprintf(`
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
 runtime_type = "io.containerd.runc.v2"
@@ -102,10 +76,55 @@ BinaryName = %q
 Root = %q
 SystemdCgroup = false
 `, tools.Shim, rt, filepath.Join(nd, "runc-nvidia"))
-			o.RuntimeEnv = []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfg}
 			return nil
 		},
 	}
+}
+
+// prepareToolkit lays out the NVIDIA container toolkit on node n, as its
+// packages and nvidia-ctk cdi generate do, before n's runtime starts:
+// nvidia-container-runtime and nvidia-cdi-hook (bench.ToolkitVersion,
+// built from the Go module proxy), the toolkit's CDI spec of n's simulated
+// GPUs with the hooks, and the runtime's configuration (CDI mode, runc
+// below it), which o's runtime hands it in NVIDIA_CTK_CONFIG_FILE_PATH. It
+// returns nvidia-container-runtime's path; no runtime handler names it yet.
+func prepareToolkit(n *harness.Node, o *harness.NodeOptions) (string, error) {
+	ctx := context.Background()
+	dir := filepath.Join(harness.DefaultCacheDir(), "nvidia-container-toolkit-"+bench.ToolkitVersion)
+	tk := "github.com/NVIDIA/nvidia-container-toolkit/cmd/"
+	hook, err := harness.GoInstall(ctx, dir, tk+"nvidia-cdi-hook@"+bench.ToolkitVersion, "nvidia-cdi-hook", nil, nil)
+	if err != nil {
+		return "", err
+	}
+	rt, err := harness.GoInstall(ctx, dir, tk+"nvidia-container-runtime@"+bench.ToolkitVersion, "nvidia-container-runtime", nil, nil)
+	if err != nil {
+		return "", err
+	}
+	tools, err := harness.InstallTools(ctx, "", "")
+	if err != nil {
+		return "", err
+	}
+	specDir := filepath.Join(n.NS.Dir, "cdi-nvidia")
+	if err := os.MkdirAll(specDir, 0o755); err != nil {
+		return "", err
+	}
+	if err := bench.WriteToolkitSpec(specDir, "nvidia.json", n.GPU, hook); err != nil {
+		return "", err
+	}
+	cfg := filepath.Join(n.NS.Dir, "nvidia-container-runtime.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`[nvidia-container-runtime]
+log-level = "info"
+mode = "cdi"
+runtimes = [%q]
+
+[nvidia-container-runtime.modes.cdi]
+spec-dirs = [%q]
+default-kind = %q
+`, tools.Runc, specDir, bench.ToolkitKind)), 0o644); err != nil {
+		return "", err
+	}
+	o.RuntimeEnv = []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfg}
+	return rt, nil
 }
 
 // podWatch records, from one kubectl get --watch of a namespace, when

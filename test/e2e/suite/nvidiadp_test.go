@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ const (
 // standInNVIDIAPlugin is a STAND-IN for NVIDIA's k8s-device-plugin: a
 // kubelet device plugin (v1beta1) whose Allocate answers exactly what the
 // real plugin's getAllocateResponse answers for full GPUs with
-// DEVICE_ID_STRATEGY=uuid, PASS_DEVICE_SPECS=true and
+// DEVICE_ID_STRATEGY=uuid, PASS_DEVICE_SPECS=true (false: noDeviceSpecs) and
 // DEVICE_LIST_STRATEGY=envvar or volume-mounts (no CDI, MPS, GDS, MOFED or
 // IMEX channels). The real plugin is not used because it needs NVML: built
 // from its source it fails at start with "nvml init failed:
@@ -52,6 +53,9 @@ type standInNVIDIAPlugin struct {
 	devRoot string
 	socket  string
 	server  *grpc.Server
+	// noDeviceSpecs answers as PASS_DEVICE_SPECS=false (NVIDIA's
+	// default): no DeviceSpecs, the list of GPUs alone.
+	noDeviceSpecs atomic.Bool
 }
 
 func (p *standInNVIDIAPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -103,6 +107,9 @@ func (p *standInNVIDIAPlugin) allocateResponse(ids []string) (*pluginapi.Contain
 				ContainerPath: filepath.Join(nvidiaVolumeMountsRoot, id),
 			})
 		}
+	}
+	if p.noDeviceSpecs.Load() {
+		return response, nil
 	}
 	// PASS_DEVICE_SPECS=true: apiDeviceSpecs(devRoot, requestIds) over
 	// GetDevicePaths: the control nodes (each only where it exists),
