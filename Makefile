@@ -18,7 +18,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build image test lint unit e2e e2e-tools e2e-cluster e2e-peer bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build image test test-arm64 arm64-tools lint unit e2e e2e-tools e2e-cluster e2e-peer bench demo demo-cluster bench-e2e bench-cluster clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
@@ -27,25 +27,46 @@ build:
 
 # make image: the release image, an OCI archive written without a
 # container engine (deploy/cmd/mkimage; docs/install.md, "The image"):
-# IMAGE_TAR, named $(IMAGE_REPO):$(VERSION). Its VERSION is the chart's
-# appVersion (what the kustomization and the chart deploy) unless given
-# (make image VERSION=0.2.0); the binary in it reports that version.
-# Reproducible: the same commit, Go toolchain and libc6 give the same
-# bytes (every time in it is SOURCE_DATE_EPOCH, the commit's time).
-# glibc comes from the build machine's Debian libc6 (LIBC_ROOT=/), or
-# from a libc6 package unpacked with dpkg-deb -x into LIBC_ROOT.
+# IMAGE_TAR, named $(IMAGE_REPO):$(VERSION), an image index with one image
+# per architecture of IMAGE_ARCHES (linux/amd64, linux/arm64), each with
+# its binary (CGO_ENABLED=0 GOARCH=<arch>, in IMAGE_BINDIR/<arch>). Its
+# VERSION is the chart's appVersion (what the kustomization and the chart
+# deploy) unless given (make image VERSION=0.2.0); the binaries in it
+# report that version. Reproducible: the same commit, Go toolchain and
+# libc6 packages give the same bytes (every time in it is
+# SOURCE_DATE_EPOCH, the commit's time).
+# glibc comes from Debian's libc6 of each architecture: for the build
+# machine's own, its installed libc6 (LIBC_ROOT=/, or a libc6 package
+# unpacked with dpkg-deb -x into LIBC_ROOT); for another, libc6:<arch>
+# downloaded with apt-get and unpacked into bin/libc6-<arch>
+# (deploy/image/debian-package.sh, which as root adds the architecture to
+# dpkg), or LIBC_ROOT_<arch>=DIR. mkimage runs the other architecture's
+# binary with Debian's qemu-user to check its version.
 IMAGE_REPO        := ghcr.io/nri-gpu/nri-gpu
 CHART_VERSION     := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/nri-gpu/Chart.yaml)
 IMAGE_TAR         ?= bin/nri-gpu-image.tar
-IMAGE_BIN         ?= bin/image/nri-gpu
+IMAGE_ARCHES      ?= amd64 arm64
+IMAGE_BINDIR      ?= bin/image
+HOST_ARCH         := $(shell GOARCH= $(GO) env GOARCH)
 LIBC_ROOT         ?= /
+LIBC_ROOT_$(HOST_ARCH) ?= $(LIBC_ROOT)
+libc_root          = $(or $(LIBC_ROOT_$(1)),bin/libc6-$(1))
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 ifeq ($(filter command line environment,$(origin VERSION)),)
 image: VERSION = $(CHART_VERSION)
 endif
+define image_binary
+	CGO_ENABLED=0 GOARCH=$(1) $(GO) build -trimpath -ldflags "-X main.Version=$(VERSION)" -o $(IMAGE_BINDIR)/$(1)/nri-gpu ./cmd/nri-gpu
+
+endef
+define image_libc
+	deploy/image/debian-package.sh $(1) libc6 bin/libc6-$(1)
+
+endef
 image:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.Version=$(VERSION)" -o $(IMAGE_BIN) ./cmd/nri-gpu
-	cd deploy && $(GO) run ./cmd/mkimage -binary $(abspath $(IMAGE_BIN)) -version $(VERSION) -ref $(IMAGE_REPO):$(VERSION) -epoch $(SOURCE_DATE_EPOCH) -libc-root $(LIBC_ROOT) -o $(abspath $(IMAGE_TAR))
+	$(foreach a,$(IMAGE_ARCHES),$(call image_binary,$(a)))
+	$(foreach a,$(IMAGE_ARCHES),$(if $(LIBC_ROOT_$(a)),,$(call image_libc,$(a))))
+	cd deploy && GOOS= GOARCH= $(GO) run ./cmd/mkimage $(foreach a,$(IMAGE_ARCHES),-binary $(a)=$(abspath $(IMAGE_BINDIR)/$(a)/nri-gpu) -libc-root $(a)=$(abspath $(call libc_root,$(a)))) -version $(VERSION) -ref $(IMAGE_REPO):$(VERSION) -epoch $(SOURCE_DATE_EPOCH) -o $(abspath $(IMAGE_TAR))
 
 # Every test: formatting, vet, unit and protocol tests under the race
 # detector, a short fuzzing round, and the end-to-end suite against a real
@@ -82,6 +103,26 @@ unit:
 	bin/testreport $(GO) test -json -race -count=1 $(PKGS)
 	cd test/integration && ../../bin/testreport $(GO) test -json -race -count=1 ./...
 	cd deploy && $(GO) test -count=1 ./...
+
+# arm64 (Grace nodes) on this amd64 machine. make arm64-tools (root):
+# qemu-user registered with binfmt_misc, libc6:arm64 (multiarch), the
+# aarch64 cross gcc, and libc-bin:arm64's ldconfig in bin/libc-bin-arm64
+# (test/arm64/install-tools.sh). With them make unit also tests arm64
+# simulated nodes (discovery, the arm64 image loading their NVML), which
+# find that ldconfig through NRI_GPU_SIMNODE_LDCONFIG.
+ARM64_LDCONFIG := $(CURDIR)/bin/libc-bin-arm64/sbin/ldconfig
+export NRI_GPU_SIMNODE_LDCONFIG ?= $(wildcard $(ARM64_LDCONFIG))
+arm64-tools:
+	test/arm64/install-tools.sh bin/libc-bin-arm64
+
+# make test-arm64 (root, amd64): the unit tests of the arm64 build,
+# cross-compiled (GOARCH=arm64, no race detector: it needs cgo) and run
+# under qemu-user, their simulated nodes arm64 too (aarch64 driver
+# libraries, ld.so.cache, NVML loaded through purego). Not part of make
+# test: see docs/benchmarks.md ("arm64") for its time.
+test-arm64: arm64-tools
+	$(GO) build -o bin/testreport ./test/testreport
+	GOARCH=arm64 NRI_GPU_TEST_EMULATED=qemu-user NRI_GPU_SIMNODE_LDCONFIG=$(ARM64_LDCONFIG) bin/testreport $(GO) test -json -count=1 -timeout 30m $(PKGS)
 
 # The end-to-end suite: a real containerd 2.4.2 + runc (installed from the Go
 # module proxy into $$HOME/.cache/nri-gpu-e2e on first use) and the plugin on a

@@ -62,7 +62,7 @@ type dockerfileFile struct {
 }
 
 // TestDockerfile checks that deploy/Dockerfile describes make image's
-// image: its final stage starts from nothing and copies exactly the
+// linux/amd64 image: its final stage starts from nothing and copies exactly the
 // image's files to the same paths with the same modes, from the Debian
 // paths make image takes them from; entrypoint, user, environment and
 // labels are the image's; its build stage builds the binary as make
@@ -135,7 +135,11 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	m := testImage(t)
-	files, _, err := image.Files(m.binary, "/")
+	amd64, err := image.PlatformOf("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _, err := image.Files(amd64, m.binary("amd64"), "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +162,12 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("Dockerfile's image stage and make image (-make image +Dockerfile):\n%s", d)
 	}
 
-	// The build stage builds what make image builds.
+	// The build stage builds what make image builds for amd64.
 	dry, err := exec.Command("make", "-n", "--no-print-directory", "-C", repoRoot, "image").CombinedOutput()
 	if err != nil {
 		t.Fatalf("make -n image: %v\n%s", err, dry)
 	}
-	makeBuild := strings.SplitN(string(dry), "\n", 2)[0]
+	makeBuild := find(t, "make -n image: the amd64 go build", `(?m)^(CGO_ENABLED=0 GOARCH=amd64 \S+ build .*)$`, dry)
 	makeBuild = regexp.MustCompile(`-X main\.Version=\S+?"`).ReplaceAllLiteralString(makeBuild, `-X main.Version=${VERSION}"`)
 	makeBuild = regexp.MustCompile(` -o \S+`).ReplaceAllLiteralString(makeBuild, " -o /out/nri-gpu")
 	var runs []string

@@ -1,9 +1,10 @@
 // Package image assembles nri-gpu's release image (make image) without a
-// container engine: the binary, glibc's loader and the few glibc libraries
+// container engine: an image index with one image per platform (linux/amd64,
+// linux/arm64), each the binary, glibc's loader and the few glibc libraries
 // it and the driver's NVML need, in one layer, and the configuration the
 // DaemonSet runs (entrypoint, user, environment, labels). The same inputs
 // give the same bytes: fixed times, owners, modes and file order.
-// deploy/Dockerfile describes the same image for builders with Docker.
+// deploy/Dockerfile describes the linux/amd64 image for builders with Docker.
 package image
 
 import (
@@ -21,6 +22,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // Paths and settings of the image; deploy/Dockerfile names the same.
@@ -28,10 +31,6 @@ const (
 	// BinaryPath is where nri-gpu lives in the image: the entrypoint,
 	// and on PATH for kubectl exec ... -- nri-gpu status.
 	BinaryPath = "/usr/bin/nri-gpu"
-	// LibDir is where the glibc libraries go: the first directory of the
-	// loader's built-in search path (Debian's multiarch directory), so
-	// the image needs no /etc/ld.so.cache.
-	LibDir = "/lib/x86_64-linux-gnu"
 	// User is the image's user: root, as the DaemonSet's runAsUser (the
 	// NRI socket's directory is 0700 root); the DaemonSet drops every
 	// capability.
@@ -43,6 +42,57 @@ const (
 	// Source is the repository the image is built from.
 	Source = "https://github.com/nri-gpu/nri-gpu"
 )
+
+// Platform is one platform of the image and where Debian puts glibc for
+// it.
+type Platform struct {
+	// Arch is the architecture as Go (GOARCH), Debian (dpkg) and OCI name
+	// it: amd64, arm64.
+	Arch string
+	// Variant is OCI's variant, which registries list for arm64 ("v8").
+	Variant string
+	// Machine is the ELF machine of the binary and of glibc's files.
+	Machine elf.Machine
+	// Triplet is Debian's multiarch directory name: x86_64-linux-gnu.
+	Triplet string
+	// Loader is glibc's loader, the path the binary names (PT_INTERP).
+	Loader string
+}
+
+// Platforms are the platforms make image builds, in the index's order.
+var Platforms = []Platform{
+	{Arch: "amd64", Machine: elf.EM_X86_64, Triplet: "x86_64-linux-gnu", Loader: "/lib64/ld-linux-x86-64.so.2"},
+	{Arch: "arm64", Variant: "v8", Machine: elf.EM_AARCH64, Triplet: "aarch64-linux-gnu", Loader: "/lib/ld-linux-aarch64.so.1"},
+}
+
+// PlatformOf returns the platform of the architecture arch.
+func PlatformOf(arch string) (Platform, error) {
+	for _, p := range Platforms {
+		if p.Arch == arch {
+			return p, nil
+		}
+	}
+	return Platform{}, fmt.Errorf("architecture %q: the image is built for %s", arch, platformNames())
+}
+
+// LibDir is where the platform's glibc libraries go: the first directory
+// of the loader's built-in search path (Debian's multiarch directory), so
+// the image needs no /etc/ld.so.cache.
+func (p Platform) LibDir() string { return "/lib/" + p.Triplet }
+
+// OCI is the platform as the image index and the configuration name it.
+func (p Platform) OCI() v1.Platform {
+	return v1.Platform{OS: "linux", Architecture: p.Arch, Variant: p.Variant}
+}
+
+// String is the platform as OCI tools write it: linux/arm64/v8.
+func (p Platform) String() string {
+	s := "linux/" + p.Arch
+	if p.Variant != "" {
+		s += "/" + p.Variant
+	}
+	return s
+}
 
 // Entrypoint is the image's entrypoint; the DaemonSet gives the arguments.
 var Entrypoint = []string{BinaryPath}
@@ -90,24 +140,30 @@ type Glibc struct {
 	Version string
 }
 
-// libDirs are where Debian's libc6 puts its libraries under a root: the
-// multiarch directory before (bookworm) and after (trixie) the move to
-// /usr.
-var libDirs = []string{"lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"}
+// libDirs are where Debian's libc6 puts the platform's libraries under a
+// root: the multiarch directory before (bookworm) and after (trixie) the
+// move to /usr.
+func (p Platform) libDirs() []string {
+	return []string{"lib/" + p.Triplet, "usr/lib/" + p.Triplet}
+}
 
-// Files returns the image's regular files for the nri-gpu binary at
-// binary: the binary, its program interpreter at the path the binary
-// names, and the glibc libraries it and NVML need, taken from the libc6
-// files under libcRoot. It refuses a library that differs from what
-// libcRoot's dpkg database says libc6 installed, and a binary that is
-// not a dynamically linked amd64 executable.
-func Files(binary, libcRoot string) ([]File, Glibc, error) {
+// Files returns the platform's regular files of the image for the nri-gpu
+// binary at binary: the binary, its program interpreter at the path the
+// binary names, and the glibc libraries it and NVML need, taken from the
+// platform's libc6 files under libcRoot. It refuses a library that
+// differs from what libcRoot's dpkg database says libc6 installed, and a
+// binary that is not a dynamically linked executable of the platform
+// naming its glibc loader.
+func Files(p Platform, binary, libcRoot string) ([]File, Glibc, error) {
 	g := Glibc{Root: libcRoot}
-	interp, needed, err := elfDeps(binary)
+	interp, needed, err := p.elfDeps(binary)
 	if err != nil {
 		return nil, g, err
 	}
-	sums, version, err := dpkgLibc6(libcRoot)
+	if interp != p.Loader {
+		return nil, g, fmt.Errorf("read ELF file %s: program interpreter %q, want glibc's %s loader %s", binary, interp, p.Arch, p.Loader)
+	}
+	sums, version, err := dpkgLibc6(libcRoot, p.Arch)
 	if err != nil {
 		return nil, g, err
 	}
@@ -117,7 +173,7 @@ func Files(binary, libcRoot string) ([]File, Glibc, error) {
 		}
 	}
 	g.Version = version
-	loaderSrc, err := glibcFile(libcRoot, path.Base(interp), sums)
+	loaderSrc, err := p.glibcFile(libcRoot, path.Base(interp), sums)
 	if err != nil {
 		return nil, g, err
 	}
@@ -134,12 +190,12 @@ func Files(binary, libcRoot string) ([]File, Glibc, error) {
 			continue
 		}
 		seen[name] = true
-		src, err := glibcFile(libcRoot, name, sums)
+		src, err := p.glibcFile(libcRoot, name, sums)
 		if err != nil {
 			return nil, g, err
 		}
-		files = append(files, File{Path: path.Join(LibDir, name), Source: src, Mode: 0o644})
-		_, more, err := elfDeps(src)
+		files = append(files, File{Path: path.Join(p.LibDir(), name), Source: src, Mode: 0o644})
+		_, more, err := p.elfDeps(src)
 		if err != nil {
 			return nil, g, err
 		}
@@ -150,15 +206,15 @@ func Files(binary, libcRoot string) ([]File, Glibc, error) {
 }
 
 // elfDeps returns the program interpreter (empty for a shared library) and
-// the DT_NEEDED libraries of the amd64 ELF file at p.
-func elfDeps(p string) (interp string, needed []string, err error) {
+// the DT_NEEDED libraries of the platform's ELF file at p.
+func (pl Platform) elfDeps(p string) (interp string, needed []string, err error) {
 	f, err := elf.Open(p)
 	if err != nil {
 		return "", nil, fmt.Errorf("read ELF file %s: %w", p, err)
 	}
 	defer f.Close()
-	if f.Machine != elf.EM_X86_64 {
-		return "", nil, fmt.Errorf("read ELF file %s: machine %s, the image is built for amd64 (EM_X86_64) only", p, f.Machine)
+	if f.Machine != pl.Machine {
+		return "", nil, fmt.Errorf("read ELF file %s: machine %s, the %s image needs %s", p, f.Machine, pl.Arch, pl.Machine)
 	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
@@ -178,10 +234,11 @@ func elfDeps(p string) (interp string, needed []string, err error) {
 	return interp, needed, nil
 }
 
-// glibcFile returns the path under root of the libc6 file name, checked
-// against libc6's md5sums when root has a dpkg database (sums not nil).
-func glibcFile(root, name string, sums map[string]string) (string, error) {
-	for _, d := range libDirs {
+// glibcFile returns the path under root of the platform's libc6 file
+// name, checked against libc6's md5sums when root has a dpkg database
+// (sums not nil).
+func (p Platform) glibcFile(root, name string, sums map[string]string) (string, error) {
+	for _, d := range p.libDirs() {
 		rel := d + "/" + name
 		src := filepath.Join(root, rel)
 		if _, err := os.Stat(src); err != nil {
@@ -203,7 +260,7 @@ func glibcFile(root, name string, sums map[string]string) (string, error) {
 		}
 		return src, nil
 	}
-	return "", fmt.Errorf("find glibc file %s: not in %s under %s as Debian's libc6 installs it", name, strings.Join(libDirs, " or "), root)
+	return "", fmt.Errorf("find glibc file %s: not in %s under %s as Debian's libc6:%s installs it", name, strings.Join(p.libDirs(), " or "), root, p.Arch)
 }
 
 func md5File(p string) (string, error) {
@@ -215,13 +272,17 @@ func md5File(p string) (string, error) {
 	return hex.EncodeToString(s[:]), nil
 }
 
-// dpkgLibc6 reads libc6's md5sums (path relative to root -> md5) and
-// version from root's dpkg database; nil and "" when root has none (a
-// directory a package was unpacked into).
-func dpkgLibc6(root string) (map[string]string, string, error) {
-	info := filepath.Join(root, "var/lib/dpkg/info/libc6:amd64.md5sums")
+// dpkgLibc6 reads the md5sums (path relative to root -> md5) and version
+// of libc6 for arch from root's dpkg database; nil and "" when root has
+// none (a directory a package was unpacked into). A dpkg database without
+// libc6 for arch is an error: the files would be another package's.
+func dpkgLibc6(root, arch string) (map[string]string, string, error) {
+	info := filepath.Join(root, "var/lib/dpkg/info/libc6:"+arch+".md5sums")
 	data, err := os.ReadFile(info)
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(root, "var/lib/dpkg/status")); err == nil {
+			return nil, "", fmt.Errorf("find libc6:%s: not installed under %s (dpkg has no %s); unpack the package with dpkg-deb -x into a directory and name that one (make image: LIBC_ROOT_%s)", arch, root, info, arch)
+		}
 		return nil, "", nil
 	}
 	if err != nil {
@@ -238,7 +299,7 @@ func dpkgLibc6(root string) (map[string]string, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("read dpkg status: %w", err)
 	}
-	return sums, packageVersion(status, "libc6", "amd64"), nil
+	return sums, packageVersion(status, "libc6", arch), nil
 }
 
 // changelogVersion is libc6's version from the first line of the

@@ -39,6 +39,22 @@ func generateWithNodes(t *testing.T, opts simnode.Options) *simnode.Node {
 	return generate(t, opts)
 }
 
+// nodeArches are the CPU architectures of the simulated nodes the
+// discovery tests run on: x86-64, and arm64 as Grace nodes are (GH200,
+// GB200: aarch64 libraries in /usr/lib/aarch64-linux-gnu or /usr/lib64,
+// ld.so.cache entries tagged AArch64).
+var nodeArches = []string{"amd64", "arm64"}
+
+// needArch skips a test on a node of arch when this machine cannot build
+// one (simnode.CanBuild: a cross gcc, an aarch64 ldconfig, qemu-user);
+// .ci/run installs what an arm64 node needs.
+func needArch(t *testing.T, arch string) {
+	t.Helper()
+	if err := simnode.CanBuild(arch); err != nil {
+		t.Skipf("needs a toolchain for %s nodes: %v", arch, err)
+	}
+}
+
 func discoverAt(t *testing.T, root string) *inventory.Snapshot {
 	t.Helper()
 	s, err := discover.Discover(discover.Options{HostRoot: root, DriverRoot: root})
@@ -49,66 +65,84 @@ func discoverAt(t *testing.T, root string) *inventory.Snapshot {
 }
 
 func TestDiscoverSimulatedNode(t *testing.T) {
-	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
-		t.Run(string(layout), func(t *testing.T) {
-			n := generateWithNodes(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
-			s := discoverAt(t, n.Root)
-			if len(s.Warnings) > 0 {
-				t.Errorf("unexpected warnings: %q", s.Warnings)
-			}
-			if s.DriverVersion != n.DriverVersion {
-				t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
-			}
-			if s.KernelRelease != simnode.DefaultKernelRelease {
-				t.Errorf("kernel release %q, want %q", s.KernelRelease, simnode.DefaultKernelRelease)
-			}
-			if len(s.GPUs) != len(n.GPUs) {
-				t.Fatalf("found %d GPUs, want %d", len(s.GPUs), len(n.GPUs))
-			}
-			differ := false
-			for i, g := range s.GPUs {
-				w := n.GPUs[i]
-				if g.Index != w.Index || g.Minor != w.Minor || g.UUID != w.UUID || g.BusID != w.BusID || g.Model != w.Model {
-					t.Errorf("GPU %d = %+v, want %+v", i, g, w)
-				}
-				if g.Node.Major != 195 || g.Node.Minor != int64(w.Minor) || g.Node.Path != "/dev/nvidia"+itoa(w.Minor) || g.Node.Mode != 0o666 {
-					t.Errorf("GPU %d node = %+v", i, g.Node)
-				}
-				differ = differ || g.Index != g.Minor
-			}
-			if !differ {
-				t.Error("the simulated node should have index != minor for some GPU")
-			}
-			c := s.Control
-			if c.Ctl == nil || c.Ctl.Minor != 255 || c.UVM == nil || c.UVM.Major != 244 || c.UVMTools == nil || c.UVMTools.Minor != 1 || c.Modeset == nil {
-				t.Errorf("control nodes = %+v", c)
-			}
-			checkDriverFiles(t, n, s)
-		})
+	for _, arch := range nodeArches {
+		for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
+			t.Run(arch+"/"+string(layout), func(t *testing.T) {
+				needArch(t, arch)
+				testDiscoverSimulatedNode(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, Arch: arch, UVMMajor: 244})
+			})
+		}
 	}
+}
+
+// testDiscoverSimulatedNode discovers a node with device nodes laid out
+// by opts: the driver, the GPUs, the control nodes and the driver's files.
+func testDiscoverSimulatedNode(t *testing.T, opts simnode.Options) {
+	n := generateWithNodes(t, opts)
+	s := discoverAt(t, n.Root)
+	if len(s.Warnings) > 0 {
+		t.Errorf("unexpected warnings: %q", s.Warnings)
+	}
+	if s.DriverVersion != n.DriverVersion {
+		t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
+	}
+	if s.KernelRelease != simnode.DefaultKernelRelease {
+		t.Errorf("kernel release %q, want %q", s.KernelRelease, simnode.DefaultKernelRelease)
+	}
+	if len(s.GPUs) != len(n.GPUs) {
+		t.Fatalf("found %d GPUs, want %d", len(s.GPUs), len(n.GPUs))
+	}
+	differ := false
+	for i, g := range s.GPUs {
+		w := n.GPUs[i]
+		if g.Index != w.Index || g.Minor != w.Minor || g.UUID != w.UUID || g.BusID != w.BusID || g.Model != w.Model {
+			t.Errorf("GPU %d = %+v, want %+v", i, g, w)
+		}
+		if g.Node.Major != 195 || g.Node.Minor != int64(w.Minor) || g.Node.Path != "/dev/nvidia"+itoa(w.Minor) || g.Node.Mode != 0o666 {
+			t.Errorf("GPU %d node = %+v", i, g.Node)
+		}
+		differ = differ || g.Index != g.Minor
+	}
+	if !differ {
+		t.Error("the simulated node should have index != minor for some GPU")
+	}
+	c := s.Control
+	if c.Ctl == nil || c.Ctl.Minor != 255 || c.UVM == nil || c.UVM.Major != 244 || c.UVMTools == nil || c.UVMTools.Minor != 1 || c.Modeset == nil {
+		t.Errorf("control nodes = %+v", c)
+	}
+	checkDriverFiles(t, n, s)
 }
 
 // TestDiscoverDriverFiles checks the driver's files on a node without
 // device nodes (no root needed): the driver is found all the same, only
 // the GPUs are not.
 func TestDiscoverDriverFiles(t *testing.T) {
-	for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
-		t.Run(string(layout), func(t *testing.T) {
-			n := generate(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, UVMMajor: 244})
-			s := discoverAt(t, n.Root)
-			if s.DriverVersion != n.DriverVersion {
-				t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
-			}
-			// The only warnings are about the device nodes that are not.
-			if len(s.Warnings) == 0 || slices.ContainsFunc(s.Warnings, func(w string) bool { return !strings.Contains(w, "/dev/nvidiactl") }) {
-				t.Errorf("warnings %q, want only that /dev/nvidiactl is no device", s.Warnings)
-			}
-			if len(s.GPUs) != 0 {
-				t.Errorf("GPUs %+v without device nodes", s.GPUs)
-			}
-			checkDriverFiles(t, n, s)
-		})
+	for _, arch := range nodeArches {
+		for _, layout := range []simnode.Layout{simnode.LayoutRHEL, simnode.LayoutDebian} {
+			t.Run(arch+"/"+string(layout), func(t *testing.T) {
+				needArch(t, arch)
+				testDiscoverDriverFiles(t, simnode.Options{NumGPUs: 4, SwapMinors: true, Layout: layout, Arch: arch, UVMMajor: 244})
+			})
+		}
 	}
+}
+
+// testDiscoverDriverFiles discovers a node without device nodes laid out
+// by opts.
+func testDiscoverDriverFiles(t *testing.T, opts simnode.Options) {
+	n := generate(t, opts)
+	s := discoverAt(t, n.Root)
+	if s.DriverVersion != n.DriverVersion {
+		t.Errorf("driver version %q, want %q", s.DriverVersion, n.DriverVersion)
+	}
+	// The only warnings are about the device nodes that are not.
+	if len(s.Warnings) == 0 || slices.ContainsFunc(s.Warnings, func(w string) bool { return !strings.Contains(w, "/dev/nvidiactl") }) {
+		t.Errorf("warnings %q, want only that /dev/nvidiactl is no device", s.Warnings)
+	}
+	if len(s.GPUs) != 0 {
+		t.Errorf("GPUs %+v without device nodes", s.GPUs)
+	}
+	checkDriverFiles(t, n, s)
 }
 
 // checkDriverFiles checks that every file the generator laid out is found,

@@ -40,15 +40,25 @@ func ldconfigList(t *testing.T, cache string) []string {
 	return lines
 }
 
-// TestParseLDCacheAgainstLdconfig parses real caches written by the host's
-// ldconfig (the simulated node's, and the host's own) and compares with
-// what ldconfig itself reads from them.
+// TestParseLDCacheAgainstLdconfig parses real caches written by ldconfig
+// (the simulated nodes': an x86-64 node's, an arm64 node's written by
+// aarch64 ldconfig where this machine runs one; and the host's own) and
+// compares with what ldconfig itself reads from them.
 func TestParseLDCacheAgainstLdconfig(t *testing.T) {
-	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 1, Layout: simnode.LayoutDebian})
+	n, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 1, Layout: simnode.LayoutDebian, Arch: "amd64"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	caches := []string{filepath.Join(n.Root, "etc/ld.so.cache")}
+	if err := simnode.CanBuild("arm64"); err == nil {
+		a, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 1, Layout: simnode.LayoutDebian, Arch: "arm64"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caches = append(caches, filepath.Join(a.Root, "etc/ld.so.cache"))
+	} else {
+		t.Logf("no arm64 node's cache: %v", err)
+	}
 	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
 		caches = append(caches, "/etc/ld.so.cache")
 	}

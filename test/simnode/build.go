@@ -24,33 +24,6 @@ type elfJob struct {
 // cflags are the gcc flags every object is built with.
 var cflags = []string{"-O2", "-Wall", "-g0"}
 
-var (
-	gccOnce sync.Once
-	gccPath string
-	gccID   string
-	gccErr  error
-)
-
-// gcc returns the path of gcc and a string identifying the binary (path,
-// size, modification time), which is part of every cache key so that a
-// compiler upgrade invalidates the cache.
-func gcc() (path, id string, err error) {
-	gccOnce.Do(func() {
-		gccPath, gccErr = exec.LookPath("gcc")
-		if gccErr != nil {
-			gccErr = fmt.Errorf("simnode: gcc is needed to build the simulated driver (or use Options.NoDriver): %w", gccErr)
-			return
-		}
-		fi, err := os.Stat(gccPath)
-		if err != nil {
-			gccErr = err
-			return
-		}
-		gccID = fmt.Sprintf("%s\x00%d\x00%d", gccPath, fi.Size(), fi.ModTime().UnixNano())
-	})
-	return gccPath, gccID, gccErr
-}
-
 // cacheDir returns the directory for cached ELF files, creating it.
 func cacheDir(dir string) (string, error) {
 	if dir == "" {
@@ -79,15 +52,12 @@ func cacheKey(gccID string, j elfJob) string {
 }
 
 // buildELF returns the path of the cached output of j, compiling it first
-// when the cache does not have it. Concurrent callers (goroutines or
-// processes) may both compile; each writes a private file and renames it
-// into place, so the cache never holds a partial file.
-func buildELF(dir string, j elfJob) (string, error) {
-	path, id, err := gcc()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, cacheKey(id, j)+"-"+j.name)
+// with tc's gcc when the cache does not have it. Concurrent callers
+// (goroutines or processes) may both compile; each writes a private file
+// and renames it into place, so the cache never holds a partial file.
+func buildELF(dir string, tc *toolchain, j elfJob) (string, error) {
+	path := tc.gcc
+	out := filepath.Join(dir, cacheKey(tc.gccID, j)+"-"+j.name)
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
@@ -116,9 +86,9 @@ func buildELF(dir string, j elfJob) (string, error) {
 	return out, nil
 }
 
-// buildAll builds jobs in parallel and returns the cached path of each,
-// indexed like jobs.
-func buildAll(dir string, jobs []elfJob) ([]string, error) {
+// buildAll builds jobs in parallel with tc's gcc and returns the cached
+// path of each, indexed like jobs.
+func buildAll(dir string, tc *toolchain, jobs []elfJob) ([]string, error) {
 	paths := make([]string, len(jobs))
 	errs := make([]error, len(jobs))
 	sem := make(chan struct{}, runtime.NumCPU())
@@ -129,7 +99,7 @@ func buildAll(dir string, jobs []elfJob) ([]string, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			paths[i], errs[i] = buildELF(dir, j)
+			paths[i], errs[i] = buildELF(dir, tc, j)
 		}()
 	}
 	wg.Wait()

@@ -184,8 +184,7 @@ func writeVersionFiles(root string, c *config) error {
 			return err
 		}
 	}
-	proc := fmt.Sprintf("NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Nov 20 01:32:29 UTC 2025\n"+
-		"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n", c.version)
+	proc := kernelVersionLine(c.arch, c.version) + "\n" + "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n"
 	if err := writeFile(filepath.Join(root, "proc", "driver", "nvidia", "version"), []byte(proc), 0o644); err != nil {
 		return err
 	}

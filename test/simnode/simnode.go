@@ -11,7 +11,13 @@
 //   - the user-space driver: real ELF shared objects built with gcc and named
 //     like the NVIDIA installer names them, with their SONAME symlinks, real
 //     ELF tools (nvidia-smi, ...), GSP firmware blobs, /etc/ld.so.conf and an
-//     /etc/ld.so.cache built by the host's ldconfig.
+//     /etc/ld.so.cache built by ldconfig.
+//
+// A node is of one CPU architecture (Options.Arch: amd64, or arm64 as Grace
+// nodes are), by default the one the test runs on: its ELF files are built
+// by gcc for it (Debian's cross compiler for another) and its cache by an
+// ldconfig of it (LDConfigEnv for another; the kernel runs it with
+// qemu-user).
 //
 // The tree is merged-/usr like current RHEL and Debian: /lib and /lib64 are
 // relative symlinks to usr/lib and usr/lib64, so the firmware listed as
@@ -39,17 +45,22 @@ type Layout string
 // Supported layouts.
 const (
 	LayoutRHEL   Layout = "rhel"   // libraries in /usr/lib64
-	LayoutDebian Layout = "debian" // libraries in /usr/lib/x86_64-linux-gnu
+	LayoutDebian Layout = "debian" // libraries in /usr/lib/<multiarch triplet>: /usr/lib/x86_64-linux-gnu
 )
 
 // LibDir returns the directory (absolute, inside the node tree) that holds
-// the driver libraries for the layout, or "" for an unknown layout.
-func (l Layout) LibDir() string {
+// the driver libraries for the layout on a node of the architecture arch
+// (Go's name; "" the test's), or "" for an unknown layout or architecture.
+func (l Layout) LibDir(arch string) string {
+	a, err := archOf(arch)
+	if err != nil {
+		return ""
+	}
 	switch l {
 	case LayoutRHEL:
 		return "/usr/lib64"
 	case LayoutDebian:
-		return "/usr/lib/x86_64-linux-gnu"
+		return "/usr/lib/" + a.triplet
 	}
 	return ""
 }
@@ -83,9 +94,13 @@ type Options struct {
 	DriverVersion string // default "580.126.09"
 	CUDAVersion   int    // value cuDriverGetVersion reports, default 13000 (i.e. 13.0)
 	Layout        Layout // default LayoutRHEL
-	UVMMajor      int    // default 510
-	DeviceNodes   bool   // create real char device nodes with mknod (needs root, see CanMknod); when false create empty regular files instead
-	NoDriver      bool   // kernel side only: no libraries, binaries, firmware, ld.so.cache
+	// Arch is the node's CPU architecture, Go's name: amd64 or arm64
+	// (Grace: GH200, GB200); default the one the test runs on. See
+	// CanBuild for what another one needs.
+	Arch        string
+	UVMMajor    int  // default 510
+	DeviceNodes bool // create real char device nodes with mknod (needs root, see CanMknod); when false create empty regular files instead
+	NoDriver    bool // kernel side only: no libraries, binaries, firmware, ld.so.cache
 	// IMEXChannels, when positive, creates that many IMEX channels,
 	// /dev/nvidia-caps-imex-channels/channel0 upwards (IMEXMajor:N), as
 	// the driver does on an NVLink multi-node system (GB200 NVL72).
@@ -122,7 +137,8 @@ type Node struct {
 	Root          string // absolute path of the node tree
 	GPUs          []GPU  // sorted by Index
 	DriverVersion string
-	LibDir        string // "/usr/lib64" or "/usr/lib/x86_64-linux-gnu"
+	Arch          string // Go's name: amd64, arm64
+	LibDir        string // "/usr/lib64" or "/usr/lib/x86_64-linux-gnu" (arm64: aarch64-linux-gnu)
 	UVMMajor      int
 	Files         []File // every driver file laid out (real files, not the soname symlinks)
 }
@@ -178,6 +194,7 @@ type config struct {
 	version     string
 	cudaVersion int
 	layout      Layout
+	arch        arch
 	libDir      string
 	uvmMajor    int
 	deviceNodes bool
@@ -226,7 +243,12 @@ func normalize(opts Options) (*config, error) {
 	if c.layout == "" {
 		c.layout = LayoutRHEL
 	}
-	if c.libDir = c.layout.LibDir(); c.libDir == "" {
+	a, err := archOf(opts.Arch)
+	if err != nil {
+		return nil, err
+	}
+	c.arch = a
+	if c.libDir = c.layout.LibDir(c.arch.name); c.libDir == "" {
 		return nil, fmt.Errorf("simnode: unknown layout %q", c.layout)
 	}
 	if c.uvmMajor == 0 {
@@ -336,6 +358,7 @@ func Generate(root string, opts Options) (*Node, error) {
 		Root:          root,
 		GPUs:          c.gpus,
 		DriverVersion: c.version,
+		Arch:          c.arch.name,
 		LibDir:        c.libDir,
 		UVMMajor:      c.uvmMajor,
 		Files:         []File{},
@@ -382,9 +405,9 @@ func Upgrade(n *Node, newVersion string, opts Options) (*Node, error) {
 		return nil, errors.New("simnode: Upgrade of a nil node")
 	}
 	layout := LayoutRHEL
-	if n.LibDir == LayoutDebian.LibDir() {
+	if n.LibDir == LayoutDebian.LibDir(n.Arch) {
 		layout = LayoutDebian
-	} else if n.LibDir != LayoutRHEL.LibDir() {
+	} else if n.LibDir != LayoutRHEL.LibDir(n.Arch) {
 		return nil, fmt.Errorf("simnode: node has unknown library directory %q", n.LibDir)
 	}
 	if opts.Layout != "" && opts.Layout != layout {
@@ -395,6 +418,7 @@ func Upgrade(n *Node, newVersion string, opts Options) (*Node, error) {
 		DriverVersion: newVersion,
 		CUDAVersion:   opts.CUDAVersion,
 		Layout:        layout,
+		Arch:          n.Arch,
 		UVMMajor:      n.UVMMajor,
 		NoDriver:      opts.NoDriver,
 		CacheDir:      opts.CacheDir,
@@ -409,6 +433,7 @@ func Upgrade(n *Node, newVersion string, opts Options) (*Node, error) {
 		Root:          n.Root,
 		GPUs:          c.gpus,
 		DriverVersion: c.version,
+		Arch:          n.Arch,
 		LibDir:        n.LibDir,
 		UVMMajor:      n.UVMMajor,
 		Files:         []File{},

@@ -33,22 +33,27 @@ func TestGenerateLayouts(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		layout Layout
+		arch   string
 		libDir string
 		conf   []string
 	}{
-		{"", "/usr/lib64", []string{"/usr/lib64"}},
-		{LayoutRHEL, "/usr/lib64", []string{"/usr/lib64"}},
-		{LayoutDebian, "/usr/lib/x86_64-linux-gnu", []string{"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"}},
+		{"", "amd64", "/usr/lib64", []string{"/usr/lib64"}},
+		{LayoutRHEL, "amd64", "/usr/lib64", []string{"/usr/lib64"}},
+		{LayoutDebian, "amd64", "/usr/lib/x86_64-linux-gnu", []string{"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"}},
+		// A Grace node (GH200, GB200) as Ubuntu and RHEL lay it out.
+		{LayoutRHEL, "arm64", "/usr/lib64", []string{"/usr/lib64"}},
+		{LayoutDebian, "arm64", "/usr/lib/aarch64-linux-gnu", []string{"/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu"}},
 	}
 	for _, tt := range tests {
-		t.Run("layout="+string(tt.layout), func(t *testing.T) {
+		t.Run("layout="+string(tt.layout)+",arch="+tt.arch, func(t *testing.T) {
 			t.Parallel()
-			n, err := Generate(t.TempDir(), Options{Layout: tt.layout})
+			needArch(t, tt.arch)
+			n, err := Generate(t.TempDir(), Options{Layout: tt.layout, Arch: tt.arch})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.LibDir != tt.libDir || n.DriverVersion != DefaultDriverVersion || n.UVMMajor != DefaultUVMMajor || len(n.GPUs) != DefaultNumGPUs {
-				t.Fatalf("node = LibDir %q version %q uvm %d gpus %d", n.LibDir, n.DriverVersion, n.UVMMajor, len(n.GPUs))
+			if n.LibDir != tt.libDir || n.Arch != tt.arch || n.DriverVersion != DefaultDriverVersion || n.UVMMajor != DefaultUVMMajor || len(n.GPUs) != DefaultNumGPUs {
+				t.Fatalf("node = LibDir %q arch %q version %q uvm %d gpus %d", n.LibDir, n.Arch, n.DriverVersion, n.UVMMajor, len(n.GPUs))
 			}
 			checkDriverFiles(t, n)
 			checkLibraries(t, n)
@@ -61,6 +66,40 @@ func TestGenerateLayouts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// needArch skips a test of a node of another architecture than the
+// test's when this machine cannot build one, saying why (CanBuild); CI
+// installs what it needs.
+func needArch(t *testing.T, arch string) {
+	t.Helper()
+	if err := CanBuild(arch); err != nil {
+		a, _ := archOf("")
+		if arch == a.name {
+			t.Fatal(err)
+		}
+		t.Skipf("needs a toolchain for %s nodes: %v", arch, err)
+	}
+}
+
+// toolchainOf is the toolchain of n's architecture.
+func toolchainOf(t *testing.T, n *Node) *toolchain {
+	t.Helper()
+	a, err := archOf(n.Arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := toolchainFor(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+// testToolchain is the toolchain of the architecture the test runs on.
+func testToolchain(t *testing.T) *toolchain {
+	t.Helper()
+	return toolchainOf(t, &Node{})
 }
 
 func TestGPUOptions(t *testing.T) {
@@ -478,6 +517,7 @@ func TestLibcudaCountsDevices(t *testing.T) {
 func TestBuildCacheConcurrent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	tc := testToolchain(t)
 	job := elfJob{
 		name:   "libcachetest.so.1",
 		source: "int cache_test(void) { return 42; }\n",
@@ -490,7 +530,7 @@ func TestBuildCacheConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			paths[i], errs[i] = buildELF(dir, job)
+			paths[i], errs[i] = buildELF(dir, tc, job)
 		}()
 	}
 	wg.Wait()
@@ -509,7 +549,7 @@ func TestBuildCacheConcurrent(t *testing.T) {
 	if got := soname(t, paths[0]); got != "libcachetest.so.1" {
 		t.Errorf("cached object has SONAME %q", got)
 	}
-	again, err := buildELF(dir, job)
+	again, err := buildELF(dir, tc, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +574,7 @@ func TestBuildCacheConcurrent(t *testing.T) {
 	// A different soname is a different cache entry.
 	other := job
 	other.args = []string{"-shared", "-fPIC", "-Wl,-soname,libcachetest.so.2"}
-	p2, err := buildELF(dir, other)
+	p2, err := buildELF(dir, tc, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,21 +681,18 @@ func checkLibraries(t *testing.T, n *Node) {
 // the library of the node's version.
 func checkLDCache(t *testing.T, n *Node) {
 	t.Helper()
-	ldconfig, err := ldconfigPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(ldconfig, "-p", "-C", n.HostPath("/etc/ld.so.cache")).CombinedOutput()
+	out, err := exec.Command(toolchainOf(t, n).ldconfig, "-p", "-C", n.HostPath("/etc/ld.so.cache")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ldconfig -p: %v\n%s", err, out)
 	}
 	entries := map[string]string{}
 	line := regexp.MustCompile(`^\s+(\S+) \(([^)]*)\) => (\S+)$`)
+	tag := map[string]string{"amd64": "x86-64", "arm64": "AArch64"}[n.Arch]
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		if m := line.FindStringSubmatch(sc.Text()); m != nil {
-			if !strings.Contains(m[2], "x86-64") {
-				t.Errorf("cache entry %q not tagged x86-64", sc.Text())
+			if !strings.Contains(m[2], tag) {
+				t.Errorf("cache entry %q not tagged %s", sc.Text(), tag)
 			}
 			entries[m[1]] = m[3]
 		}
@@ -752,8 +789,11 @@ func checkKernelFiles(t *testing.T, n *Node) {
 	t.Helper()
 	version := readFile(t, n.HostPath("/proc/driver/nvidia/version"))
 	first, _, _ := strings.Cut(version, "\n")
-	if f := strings.Fields(first); len(f) < 8 || f[7] != n.DriverVersion || !strings.HasPrefix(first, "NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+n.DriverVersion+"  Release Build") {
-		t.Errorf("/proc/driver/nvidia/version first line %q", first)
+	// The proprietary module's line on x86-64, the open module's (the only
+	// one Grace runs) on aarch64.
+	want := map[string]string{"amd64": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  ", "arm64": "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  "}[n.Arch]
+	if !strings.HasPrefix(first, want+n.DriverVersion+"  Release Build") {
+		t.Errorf("/proc/driver/nvidia/version first line %q, want %q", first, want+n.DriverVersion+"  Release Build ...")
 	}
 	if !strings.Contains(version, "\nGCC version:  gcc version ") {
 		t.Errorf("/proc/driver/nvidia/version has no GCC line: %q", version)
@@ -837,7 +877,8 @@ var (
 // libnvidia-ml.so.1 (a real GPU machine).
 func hostHasNVML() bool {
 	hostNVMLOnce.Do(func() {
-		ldconfig, err := ldconfigPath()
+		a, _ := archOf("")
+		ldconfig, err := findLDConfig(a)
 		if err != nil {
 			return
 		}
@@ -871,7 +912,7 @@ int main(void)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := buildELF(dir, elfJob{name: "cuda-probe", source: src})
+	bin, err := buildELF(dir, toolchainOf(t, n), elfJob{name: "cuda-probe", source: src})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,24 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
+
+// awaitNVML returns the node's snapshot. Under emulation (make
+// test-arm64) loading NVML can outlast node.DefaultNVMLBound on a loaded
+// machine, and the node is rediscovered when NVML answers: it waits up to
+// 30 s for that. Natively the first discovery must have NVML's answer.
+func awaitNVML(n *node.Node) *inventory.Snapshot {
+	s := n.Snapshot()
+	if os.Getenv("NRI_GPU_TEST_EMULATED") == "" {
+		return s
+	}
+	for deadline := time.Now().Add(30 * time.Second); s.NVML != "ok" && time.Now().Before(deadline); s = n.Snapshot() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s
+}
 
 // TestMixedFollowsLayout: under migStrategy mixed, on a simulated node
 // whose MIG devices come from the simulated NVML, a MIG layout change
@@ -39,7 +55,7 @@ func TestMixedFollowsLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := n.Snapshot(); s.NVML != "ok" || len(s.MIG) != 11 {
+	if s := awaitNVML(n); s.NVML != "ok" || len(s.MIG) != 11 {
 		t.Fatalf("NVML %q, %d MIG devices", s.NVML, len(s.MIG))
 	}
 	k := startKubelet(t, dir, false)

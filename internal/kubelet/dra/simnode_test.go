@@ -3,13 +3,30 @@ package dra
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
+
+// awaitNVML returns the node's snapshot. Under emulation (make
+// test-arm64) loading NVML can outlast node.DefaultNVMLBound on a loaded
+// machine, and the node is rediscovered when NVML answers: it waits up to
+// 30 s for that. Natively the first discovery must have NVML's answer.
+func awaitNVML(n *node.Node) *inventory.Snapshot {
+	s := n.Snapshot()
+	if os.Getenv("NRI_GPU_TEST_EMULATED") == "" {
+		return s
+	}
+	for deadline := time.Now().Add(30 * time.Second); s.NVML != "ok" && time.Now().Before(deadline); s = n.Snapshot() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s
+}
 
 // simulatedDevices lays out three H100s (device minors in reverse bus
 // order), GPU 0 with a 1g.10gb+me (GPU instance 7), a 1g.20gb (4) and a
@@ -42,10 +59,10 @@ func simulatedDevices(t *testing.T) (*simnode.Node, []resourceapi.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := nd.State()
-	if s := state.Snapshot(); s.NVML != "ok" || len(s.MIG) != 4 {
+	if s := awaitNVML(nd); s.NVML != "ok" || len(s.MIG) != 4 {
 		t.Fatalf("NVML %q, %d MIG devices; warnings %q", s.NVML, len(s.MIG), s.Warnings)
 	}
+	state := nd.State()
 	var devs []resourceapi.Device
 	for _, u := range units(state) {
 		devs = append(devs, sliceDevice(u, state.Snapshot(), noRoot, nil))

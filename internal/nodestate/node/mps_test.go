@@ -66,8 +66,13 @@ func TestRunMPS(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Written whole and renamed into place, as nri-gpu mps does: a probe
+	// must not read it half-written.
 	data, _ := json.Marshal(mps.Ready{Version: mps.ReadyVersion, UUID: uuid, MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 50}, PID: 1})
-	if err := os.WriteFile(filepath.Join(dir, mps.ReadyFile), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, mps.ReadyFile+".tmp"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, mps.ReadyFile+".tmp"), filepath.Join(dir, mps.ReadyFile)); err != nil {
 		t.Fatal(err)
 	}
 	wait("ready", func() bool { return readyNow().Ready })

@@ -83,6 +83,10 @@ type Image struct {
 	Tar            string `json:"tar"`
 	ManifestDigest string `json:"manifestDigest"`
 	ConfigDigest   string `json:"configDigest"` // the image ID CRI reports
+	// IndexDigest is the digest of the image index of a multi-platform
+	// image (the release image), whose ManifestDigest and ConfigDigest
+	// are those of this machine's platform; empty for a single image.
+	IndexDigest string `json:"indexDigest,omitempty"`
 }
 
 // Images are the images BuildImages builds.

@@ -61,7 +61,7 @@ func ReleaseImage(ctx context.Context, repo, version string) (*Image, error) {
 	} else {
 		tarPath = filepath.Join(repo, "bin", "nri-gpu-image-"+version+".tar")
 		args = append(args, "VERSION="+version, "IMAGE_TAR="+tarPath,
-			"IMAGE_BIN="+filepath.Join(repo, "bin", "image-"+version, "nri-gpu"))
+			"IMAGE_BINDIR="+filepath.Join(repo, "bin", "image-"+version))
 	}
 	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Env = append(os.Environ(), "GOWORK=off")
@@ -78,9 +78,9 @@ func ReleaseImage(ctx context.Context, repo, version string) (*Image, error) {
 	return img, nil
 }
 
-// readReleaseArchive reads an OCI archive's index.json and manifest: the
-// image's name (io.containerd.image.name, what ctr and podman name it by)
-// and digests.
+// readReleaseArchive reads an OCI archive's index.json, the image index
+// it names and this machine's manifest: the image's name
+// (io.containerd.image.name, what ctr and podman name it by) and digests.
 func readReleaseArchive(p string) (*Image, error) {
 	f, err := os.Open(p)
 	if err != nil {
@@ -103,22 +103,39 @@ func readReleaseArchive(p string) (*Image, error) {
 			}
 		}
 	}
-	var idx struct {
+	type index struct {
 		Manifests []struct {
+			MediaType   string            `json:"mediaType"`
 			Digest      string            `json:"digest"`
 			Annotations map[string]string `json:"annotations"`
+			Platform    struct {
+				Architecture string `json:"architecture"`
+			} `json:"platform"`
 		} `json:"manifests"`
 	}
-	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) != 1 {
-		return nil, fmt.Errorf("%s: want an index.json with one manifest (%d, %v)", p, len(idx.Manifests), err)
+	blob := func(digest string) []byte { return files["blobs/sha256/"+strings.TrimPrefix(digest, "sha256:")] }
+	var idx, release index
+	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) != 1 || idx.Manifests[0].MediaType != "application/vnd.oci.image.index.v1+json" {
+		return nil, fmt.Errorf("%s: want an index.json with one image index (%d entries, %v)", p, len(idx.Manifests), err)
 	}
-	img := &Image{Name: idx.Manifests[0].Annotations["io.containerd.image.name"], Tar: p, ManifestDigest: idx.Manifests[0].Digest}
+	img := &Image{Name: idx.Manifests[0].Annotations["io.containerd.image.name"], Tar: p, IndexDigest: idx.Manifests[0].Digest}
+	if err := json.Unmarshal(blob(img.IndexDigest), &release); err != nil {
+		return nil, fmt.Errorf("%s: image index %s: %w", p, img.IndexDigest, err)
+	}
+	for _, m := range release.Manifests {
+		if m.Platform.Architecture == runtime.GOARCH {
+			img.ManifestDigest = m.Digest
+		}
+	}
+	if img.ManifestDigest == "" {
+		return nil, fmt.Errorf("%s: image index %s has no %s image", p, img.IndexDigest, runtime.GOARCH)
+	}
 	var m struct {
 		Config struct {
 			Digest string `json:"digest"`
 		} `json:"config"`
 	}
-	if err := json.Unmarshal(files["blobs/sha256/"+strings.TrimPrefix(img.ManifestDigest, "sha256:")], &m); err != nil {
+	if err := json.Unmarshal(blob(img.ManifestDigest), &m); err != nil {
 		return nil, fmt.Errorf("%s: manifest %s: %w", p, img.ManifestDigest, err)
 	}
 	img.ConfigDigest = m.Config.Digest

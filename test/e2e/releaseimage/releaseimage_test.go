@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +29,13 @@ import (
 
 // release is the archive under test and what its index.json says.
 type release struct {
-	tar      string
-	ref      string // io.containerd.image.name: repository:tag
-	tag      string // the version the binary must report
-	manifest string // the manifest's digest
-	config   string // the configuration's digest: the image ID
+	tar       string
+	ref       string   // io.containerd.image.name: repository:tag
+	tag       string   // the version the binary must report
+	index     string   // the image index's digest: the image's digest
+	platforms []string // the image index's platforms: linux/amd64, linux/arm64/v8
+	manifest  string   // this machine's manifest's digest
+	config    string   // its configuration's digest: the image ID
 }
 
 // releaseArchive is $NRI_GPU_IMAGE (make e2e sets it to
@@ -42,24 +46,46 @@ func releaseArchive(t *testing.T) release {
 	if r.tar == "" {
 		r.tar = filepath.Join(t.TempDir(), "nri-gpu-image.tar")
 		out, err := exec.Command("make", "-s", "--no-print-directory", "-C", "../../..", "image", "IMAGE_TAR="+r.tar,
-			"IMAGE_BIN="+filepath.Join(filepath.Dir(r.tar), "nri-gpu")).CombinedOutput()
+			"IMAGE_BINDIR="+filepath.Join(filepath.Dir(r.tar), "bin")).CombinedOutput()
 		if err != nil {
 			t.Fatalf("make image: %v\n%s", err, out)
 		}
 		t.Logf("NRI_GPU_IMAGE unset: built %s", strings.TrimSpace(string(out)))
 	}
 	blobs := readTar(t, r.tar)
-	var idx struct {
+	type index struct {
 		Manifests []struct {
 			Digest      string            `json:"digest"`
 			Annotations map[string]string `json:"annotations"`
+			Platform    struct {
+				OS           string `json:"os"`
+				Architecture string `json:"architecture"`
+				Variant      string `json:"variant"`
+			} `json:"platform"`
 		} `json:"manifests"`
 	}
+	var idx, images index
 	if err := json.Unmarshal(blobs["index.json"], &idx); err != nil || len(idx.Manifests) != 1 {
-		t.Fatalf("%s: index.json with one manifest: %v (%d manifests)", r.tar, err, len(idx.Manifests))
+		t.Fatalf("%s: index.json with one entry: %v (%d entries)", r.tar, err, len(idx.Manifests))
 	}
-	r.manifest = idx.Manifests[0].Digest
+	r.index = idx.Manifests[0].Digest
 	r.ref = idx.Manifests[0].Annotations["io.containerd.image.name"]
+	if err := json.Unmarshal(blobs["blobs/sha256/"+strings.TrimPrefix(r.index, "sha256:")], &images); err != nil {
+		t.Fatalf("%s: image index: %v", r.tar, err)
+	}
+	for _, m := range images.Manifests {
+		p := m.Platform.OS + "/" + m.Platform.Architecture
+		if m.Platform.Variant != "" {
+			p += "/" + m.Platform.Variant
+		}
+		r.platforms = append(r.platforms, p)
+		if m.Platform.Architecture == runtime.GOARCH {
+			r.manifest = m.Digest
+		}
+	}
+	if r.manifest == "" {
+		t.Fatalf("%s: no %s image in the index (%v)", r.tar, runtime.GOARCH, r.platforms)
+	}
 	repo, tag, ok := strings.Cut(r.ref, ":")
 	if !ok || repo != "ghcr.io/nri-gpu/nri-gpu" {
 		t.Fatalf("%s is named %q, want ghcr.io/nri-gpu/nri-gpu:VERSION", r.tar, r.ref)
@@ -116,10 +142,12 @@ func criLog(s string) string {
 
 // TestCtrImport imports the archive with ctr images import, as
 // docs/install.md says (into containerd's k8s.io namespace, the one CRI
-// reads), and runs it through CRI as the DaemonSet does (read-only root,
-// every capability dropped, the node's trees mounted read-only): it
-// reports the image's version, and `nri-gpu inventory` finds a simulated
-// node's GPUs and loads its libnvidia-ml.so.1 with the image's glibc.
+// reads; this machine's platform of the image index), and runs it through
+// CRI as the DaemonSet does (read-only root, every capability dropped, the
+// node's trees mounted read-only): it reports the image's version, and
+// `nri-gpu inventory` finds a simulated node's GPUs and loads its
+// libnvidia-ml.so.1 with the image's glibc. Imported again with
+// --all-platforms, the image has every platform of the index.
 func TestCtrImport(t *testing.T) {
 	r := releaseArchive(t)
 	c := harness.StartForTest(t, harness.ContainerdOptions{})
@@ -135,17 +163,8 @@ func TestCtrImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
-	for l := range strings.Lines(ls) {
-		if f := strings.Fields(l); len(f) > 2 && f[0] == r.ref {
-			found = true
-			if f[2] != r.manifest {
-				t.Errorf("ctr images ls: %s has digest %s, the archive's manifest is %s", r.ref, f[2], r.manifest)
-			}
-		}
-	}
-	if !found {
-		t.Fatalf("ctr images ls has no %s:\n%s", r.ref, ls)
+	if got := ctrImage(t, ls, r.ref); got.digest != r.index {
+		t.Errorf("ctr images ls: %s has digest %s, the archive's image index is %s", r.ref, got.digest, r.index)
 	}
 	st, err := c.CRI().Image.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: r.ref}})
 	if err != nil || st.GetImage() == nil {
@@ -196,6 +215,18 @@ func TestCtrImport(t *testing.T) {
 	if got, want := run("version", "version"), "nri-gpu "+r.tag; got != want {
 		t.Errorf("nri-gpu version through CRI: %q, want %q", got, want)
 	}
+	defer func() {
+		if _, err := c.Ctr(ctx, "images", "import", "--all-platforms", r.tar); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := c.Ctr(ctx, "images", "ls")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ctrImage(t, ls, r.ref); got.digest != r.index || !slices.Equal(got.platforms, r.platforms) {
+			t.Errorf("ctr images import --all-platforms: %s has digest %s, platforms %v; want %s, %v", r.ref, got.digest, got.platforms, r.index, r.platforms)
+		}
+	}()
 	var inv struct {
 		NVML string `json:"nvml"`
 		GPUs []struct {
@@ -215,8 +246,28 @@ func TestCtrImport(t *testing.T) {
 	}
 }
 
+// ctrListed is an image as ctr images ls lists it.
+type ctrListed struct {
+	digest    string
+	platforms []string
+}
+
+// ctrImage finds ref in the output of ctr images ls (REF TYPE DIGEST
+// SIZE PLATFORMS LABELS; the size is two fields, "61.6 MiB").
+func ctrImage(t *testing.T, ls, ref string) ctrListed {
+	t.Helper()
+	for l := range strings.Lines(ls) {
+		if f := strings.Fields(l); len(f) > 5 && f[0] == ref {
+			return ctrListed{digest: f[2], platforms: strings.Split(f[5], ",")}
+		}
+	}
+	t.Fatalf("ctr images ls has no %s:\n%s", ref, ls)
+	return ctrListed{}
+}
+
 // TestPodmanLoad loads the archive with podman load (Debian's podman, in
-// a private storage root) and runs it with podman run.
+// a private storage root; this machine's platform of the image index) and
+// runs it with podman run.
 func TestPodmanLoad(t *testing.T) {
 	r := releaseArchive(t)
 	tools, _ := harness.SetupForTest(t, "")
@@ -255,7 +306,9 @@ func TestPodmanLoad(t *testing.T) {
 			got[name] = seen{"sha256:" + i.ID, i.Digest}
 		}
 	}
-	if d := cmp.Diff(map[string]seen{r.ref: {r.config, r.manifest}}, got); d != "" {
+	// podman loads this machine's image of the index and names it by
+	// the index's digest, as a pull of a multi-platform image would.
+	if d := cmp.Diff(map[string]seen{r.ref: {r.config, r.index}}, got); d != "" {
 		t.Errorf("podman images (-want +got):\n%s", d)
 	}
 

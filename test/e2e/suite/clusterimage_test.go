@@ -30,7 +30,7 @@ func releaseImage(k kc, version string) *harness.Image {
 
 // checkDaemonImage checks that nri-gpu's pod on node runs img: the
 // kubelet reports its name, and an image ID that is the archive's
-// configuration (containerd) or manifest (CRI-O) digest.
+// configuration (containerd), manifest or image index (CRI-O) digest.
 func checkDaemonImage(k kc, node, pod string, img *harness.Image) {
 	k.t.Helper()
 	p, err := k.c.GetPod(k.ctx, "nri-gpu", pod)
@@ -39,10 +39,11 @@ func checkDaemonImage(k kc, node, pod string, img *harness.Image) {
 	}
 	digest := func(d string) string { return strings.TrimPrefix(d, "sha256:") }
 	for _, s := range p.Status.ContainerStatuses {
-		ofArchive := strings.Contains(s.ImageID, digest(img.ConfigDigest)) || strings.Contains(s.ImageID, digest(img.ManifestDigest))
+		ofArchive := strings.Contains(s.ImageID, digest(img.ConfigDigest)) || strings.Contains(s.ImageID, digest(img.ManifestDigest)) ||
+			img.IndexDigest != "" && strings.Contains(s.ImageID, digest(img.IndexDigest))
 		if s.Image != img.Name || !ofArchive {
-			k.t.Errorf("node %s: nri-gpu's container runs image %s (ID %s), want %s of %s (configuration %s, manifest %s)",
-				node, s.Image, s.ImageID, img.Name, img.Tar, img.ConfigDigest, img.ManifestDigest)
+			k.t.Errorf("node %s: nri-gpu's container runs image %s (ID %s), want %s of %s (configuration %s, manifest %s, index %s)",
+				node, s.Image, s.ImageID, img.Name, img.Tar, img.ConfigDigest, img.ManifestDigest, img.IndexDigest)
 		} else {
 			k.t.Logf("node %s: nri-gpu runs %s from %s (image ID %s)", node, s.Image, filepath.Base(img.Tar), s.ImageID)
 		}
