@@ -193,7 +193,7 @@ func TestNVMLAsNVIDIAsDriverCallsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := buildELF(dir, elfJob{name: "nvml-probe", source: nvmlProbeC})
+	bin, err := buildELF(dir, toolchainOf(t, n), elfJob{name: "nvml-probe", source: nvmlProbeC})
 	if err != nil {
 		t.Fatal(err)
 	}
