@@ -14,6 +14,7 @@
 # Layout: <cache>/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kubelet}
 #         <cache>/etcd-v3.6.16/etcd
 #         <cache>/helm-v4.3.1/helm
+#         <cache>/kwok-v0.8.0/kwok  (the scale bench's node simulator)
 #
 # Each Kubernetes version is ONE `go build` of its five commands, so the packages
 # they share compile once (-trimpath, -s -w: no debug info to link). The script
@@ -25,6 +26,7 @@ cache="${1:-${NRI_GPU_E2E_CACHE:-$HOME/.cache/nri-gpu-e2e}}"
 versions="${NRI_GPU_E2E_CLUSTER:-v1.37.2}"
 etcd_version="v3.6.16" # keep in sync with harness.EtcdVersion
 helm_version="v4.3.1"  # keep in sync with harness.HelmVersion
+kwok_version="v0.8.0"  # keep in sync with harness.KwokVersion
 mkdir -p "$cache"
 cache="$(cd "$cache" && pwd)"
 export GOWORK=off
@@ -116,6 +118,24 @@ build_helm() {
   echo "done    $dir/helm in $((SECONDS - t0))s"
 }
 
+# build_kwok dir version: sigs.k8s.io/kwok's node simulator, for the scale
+# bench (test/e2e/scale); go install works.
+build_kwok() {
+  local dir="$1" v="$2"
+  if [ -x "$dir/kwok" ]; then
+    echo "cached  $dir/kwok"
+    return
+  fi
+  mkdir -p "$dir"
+  local scratch t0=$SECONDS
+  scratch="$(mktemp -d "$dir/.gobin-XXXXXX")"
+  echo "install sigs.k8s.io/kwok/cmd/kwok@$v -> $dir"
+  (cd /tmp && GOBIN="$scratch" go install -trimpath "sigs.k8s.io/kwok/cmd/kwok@$v")
+  mv "$scratch/kwok" "$dir/kwok"
+  rmdir "$scratch"
+  echo "done    $dir/kwok in $((SECONDS - t0))s"
+}
+
 # The nodes' pod network: Debian's CNI plugins (bridge, host-local).
 if [ ! -x /usr/lib/cni/bridge ] && command -v apt-get >/dev/null; then
   echo "apt-get install containernetworking-plugins (the cluster's pod network)"
@@ -128,3 +148,8 @@ for v in $versions; do
 done
 build_etcd "$cache/etcd-$etcd_version" "$etcd_version"
 build_helm "$cache/helm-$helm_version" "$helm_version"
+# kwok only for the scale bench (make bench-scale sets NRI_GPU_E2E_KWOK=1):
+# its build (its own Kubernetes libraries) does not fit CI's budget.
+if [ "${NRI_GPU_E2E_KWOK:-0}" = 1 ]; then
+  build_kwok "$cache/kwok-$kwok_version" "$kwok_version"
+fi

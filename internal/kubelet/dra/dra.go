@@ -323,6 +323,18 @@ func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.nodeName: pool}}
 }
 
+// NodeResources returns what a driver on node nodeName publishes for the
+// node state st (its ResourceSlices' pools and devices, through
+// resources), sysRoot's sysfs naming the PCIe roots ("": none), on an API
+// server with device taints and consumable capacity. It is the seam a
+// bench publishes many simulated nodes' slices through, each without a
+// kubelet plugin; log gets what publishing logs.
+func NodeResources(st *node.State, nodeName, sysRoot string, log *logrus.Logger) resourceslice.DriverResources {
+	d := &Driver{opts: Options{NodeName: nodeName, SysRoot: sysRoot}, nodeName: nodeName,
+		log: log.WithField("component", "dra"), roots: map[string]string{}}
+	return d.resources(st)
+}
+
 // pcieRoot is the GPU's PCIe root complex from the host's sysfs, read
 // once per bus id; "" when sysfs does not say. The caller holds mu.
 func (d *Driver) pcieRoot(bus string) string {

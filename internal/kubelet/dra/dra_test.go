@@ -342,3 +342,32 @@ func TestNVMLOverDiscovery(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeResources: the bench's seam publishes what the driver does: one
+// pool named after the node, the node state's devices as sliceDevice
+// makes them, memory shares as resources makes them.
+func TestNodeResources(t *testing.T) {
+	cfg := draConfig()
+	cfg.DRA.MemoryShares.Devices = []string{"0"}
+	st := stateOf(testSnapshot(), cfg)
+	got := NodeResources(st, "node-x", "", quietLog())
+	pool, ok := got.Pools["node-x"]
+	if !ok || len(got.Pools) != 1 || len(pool.Slices) != 1 {
+		t.Fatalf("pools %v, want one pool node-x of one slice", got.Pools)
+	}
+	var names []string
+	for _, d := range pool.Slices[0].Devices {
+		names = append(names, d.Name)
+	}
+	if want := []string{"gpu-0", "gpu-2", "gpu-1-mig-1g10gb-19-4", "gpu-1-mig-1g10gb-19-5"}; !cmp.Equal(names, want) {
+		t.Errorf("devices %v, want %v", names, want)
+	}
+	d := pool.Slices[0].Devices[0]
+	if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || d.Capacity[MemoryCapacity].RequestPolicy == nil {
+		t.Errorf("gpu-0 (dra.memoryShares): %+v, want shareable by memory", d)
+	}
+	want := sliceDevice(units(st)[1], st.Snapshot(), noRoot, nil)
+	if diff := cmp.Diff(want, pool.Slices[0].Devices[1]); diff != "" {
+		t.Errorf("gpu-2 (-sliceDevice +NodeResources):\n%s", diff)
+	}
+}

@@ -49,6 +49,20 @@ type ClusterOptions struct {
 	Images []*Image
 	// Verbosity is the components' -v (default 2).
 	Verbosity int
+	// ControlPlaneOnly starts no worker node (Nodes must be empty): for
+	// nodes of another kind (Node objects a simulator serves).
+	ControlPlaneOnly bool
+	// ControlPlaneQPS, when set, is the client rate limit (qps and burst)
+	// of the scheduler (its KubeSchedulerConfiguration's clientConnection;
+	// Kubernetes' default is 50 and 100) and of the controller manager
+	// (--kube-api-qps, --kube-api-burst; 20 and 30), so that a throughput
+	// bench measures them and not their clients' throttle.
+	ControlPlaneQPS int
+	// ControllerManagerArgs are added to kube-controller-manager's flags.
+	ControllerManagerArgs []string
+	// AuditPolicy, when set, is the API server's audit policy (YAML): its
+	// events go to Cluster.AuditLog, one JSON object a line.
+	AuditPolicy string
 }
 
 // NodeOptions is one worker node.
@@ -89,6 +103,8 @@ type Cluster struct {
 	// StartupDuration is StartCluster's time from the first process to
 	// every node Ready.
 	StartupDuration time.Duration
+	// AuditLog is the API server's audit log (with Opts.AuditPolicy).
+	AuditLog string
 
 	pki   *pki
 	procs []*clusterProc
@@ -123,8 +139,11 @@ type clusterProc struct {
 // BuildImages), and returns once every node is Ready. On error what was
 // started is stopped again.
 func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
-	if len(opts.Nodes) == 0 {
+	if len(opts.Nodes) == 0 && !opts.ControlPlaneOnly {
 		return nil, errors.New("ClusterOptions.Nodes: at least one node")
+	}
+	if len(opts.Nodes) > 0 && opts.ControlPlaneOnly {
+		return nil, errors.New("ClusterOptions: ControlPlaneOnly with Nodes")
 	}
 	if opts.Verbosity == 0 {
 		opts.Verbosity = 2
@@ -252,7 +271,11 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--unsafe-no-fsync", "--log-level", "warn"); err != nil {
 		return err
 	}
-	if err := c.run("kube-apiserver", c.Tools.APIServer, "-v", v,
+	audit, err := c.auditArgs()
+	if err != nil {
+		return err
+	}
+	if err := c.run("kube-apiserver", c.Tools.APIServer, append([]string{"-v", v,
 		"--etcd-servers", "https://127.0.0.1:2379", "--etcd-cafile", p.path("ca", ".crt"),
 		"--etcd-certfile", p.path("apiserver-etcd-client", ".crt"), "--etcd-keyfile", p.path("apiserver-etcd-client", ".key"),
 		"--secure-port", strconv.Itoa(apiServerPort), "--advertise-address", c.Net.IP(),
@@ -266,26 +289,92 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--kubelet-client-certificate", p.path("apiserver-kubelet-client", ".crt"),
 		"--kubelet-client-key", p.path("apiserver-kubelet-client", ".key"),
 		"--kubelet-certificate-authority", p.path("ca", ".crt"),
-		"--kubelet-preferred-address-types", "InternalIP,Hostname"); err != nil {
+		"--kubelet-preferred-address-types", "InternalIP,Hostname"}, audit...)...); err != nil {
 		return err
 	}
 	if err := c.waitAPIServer(ctx, 2*time.Minute); err != nil {
 		return err
 	}
 	cm := p.path("controller-manager", ".kubeconfig")
-	if err := c.run("kube-controller-manager", c.Tools.ControllerManager, "-v", v,
+	cmArgs := []string{"-v", v,
 		"--kubeconfig", cm, "--authentication-kubeconfig", cm, "--authorization-kubeconfig", cm,
 		"--use-service-account-credentials", "--root-ca-file", p.path("ca", ".crt"),
 		"--service-account-private-key-file", p.path("sa", ".key"),
 		"--cluster-signing-cert-file", p.path("ca", ".crt"), "--cluster-signing-key-file", p.path("ca", ".key"),
-		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257"); err != nil {
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10257"}
+	if q := c.Opts.ControlPlaneQPS; q > 0 {
+		cmArgs = append(cmArgs, "--kube-api-qps", strconv.Itoa(q), "--kube-api-burst", strconv.Itoa(q))
+	}
+	if err := c.run("kube-controller-manager", c.Tools.ControllerManager, append(cmArgs, c.Opts.ControllerManagerArgs...)...); err != nil {
 		return err
 	}
 	sc := p.path("scheduler", ".kubeconfig")
-	return c.run("kube-scheduler", c.Tools.Scheduler, "-v", v,
-		"--kubeconfig", sc, "--authentication-kubeconfig", sc, "--authorization-kubeconfig", sc,
-		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259")
+	args := []string{"-v", v, "--kubeconfig", sc, "--authentication-kubeconfig", sc, "--authorization-kubeconfig", sc,
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "10259"}
+	if q := c.Opts.ControlPlaneQPS; q > 0 {
+		// With --config the scheduler ignores --kubeconfig and
+		// --leader-elect: the file says them.
+		cfg := filepath.Join(c.Dir, "kube-scheduler.yaml")
+		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: %s
+  qps: %d
+  burst: %d
+`, sc, q, q)), 0o644); err != nil {
+			return err
+		}
+		args = append(args, "--config", cfg)
+	}
+	return c.run("kube-scheduler", c.Tools.Scheduler, args...)
 }
+
+// auditArgs are the API server's audit flags for Opts.AuditPolicy (none
+// without it), the policy written beside the log.
+func (c *Cluster) auditArgs() ([]string, error) {
+	if c.Opts.AuditPolicy == "" {
+		return nil, nil
+	}
+	policy := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(c.Opts.AuditPolicy), 0o644); err != nil {
+		return nil, err
+	}
+	c.AuditLog = filepath.Join(c.Dir, "audit.log")
+	return []string{"--audit-policy-file", policy, "--audit-log-path", c.AuditLog, "--audit-log-format", "json",
+		"--audit-log-mode", "blocking", "--audit-log-maxsize", "0"}, nil
+}
+
+// Signal sends sig to the control plane process name ("kube-scheduler",
+// ...): SIGSTOP and SIGCONT pause and resume it.
+func (c *Cluster) Signal(name string, sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name == name {
+			return p.cmd.Process.Signal(sig)
+		}
+	}
+	return fmt.Errorf("no control plane process %s", name)
+}
+
+// PID is the process id of the control plane process name, 0 if none.
+func (c *Cluster) PID(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name == name {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}
+
+// Start runs another process in the cluster's network namespace (a node
+// simulator), its output in <Dir>/<name>.log; Stop ends it before the
+// control plane.
+func (c *Cluster) Start(name, bin string, args ...string) error { return c.run(name, bin, args...) }
 
 // run starts a control plane process in the cluster's network namespace,
 // its output in <Dir>/<name>.log.

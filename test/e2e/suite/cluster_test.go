@@ -55,7 +55,7 @@ func clusterVersions(t *testing.T) []string {
 // node, and stops it when
 // the test ends (printing the control plane's and nodes' log tails if the
 // test failed).
-func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions) *harness.Cluster {
+func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions, opts ...func(*harness.ClusterOptions)) *harness.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
@@ -64,7 +64,11 @@ func startTestCluster(t *testing.T, version string, nodes []harness.NodeOptions)
 		t.Fatal(err)
 	}
 	start := time.Now()
-	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Version: version, Nodes: nodes, Images: images})
+	co := harness.ClusterOptions{Version: version, Nodes: nodes, Images: images}
+	for _, o := range opts {
+		o(&co)
+	}
+	c, err := harness.StartCluster(ctx, co)
 	if err != nil {
 		t.Fatal(err)
 	}

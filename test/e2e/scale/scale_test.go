@@ -1,0 +1,217 @@
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scaleOptIn is the env var that runs TestSchedulerScale: the node
+// counts, ascending ("100 500 1000"; make bench-scale sets it).
+const scaleOptIn = "NRI_GPU_SCALE"
+
+// Its other settings: rounds (default 3), and a directory the results
+// (results.json) and the table (table.md) are written to.
+const (
+	scaleRoundsEnv = "NRI_GPU_SCALE_ROUNDS"
+	scaleOutEnv    = "NRI_GPU_SCALE_OUT"
+)
+
+// scaleFeaturesEnv and scaleFillsEnv narrow a run (a big node count on a
+// loaded machine): the claim kinds by key (plain cel share mig; default
+// all) and the fills in percent (default "0 50 90").
+const (
+	scaleFeaturesEnv = "NRI_GPU_SCALE_FEATURES"
+	scaleFillsEnv    = "NRI_GPU_SCALE_FILLS"
+)
+
+// featureKeys are the keys of scaleFeaturesEnv.
+var featureKeys = map[string]Feature{"plain": Plain, "cel": CEL, "share": Share, "mig": MIGDevice}
+
+// scalePlan reads scaleFeaturesEnv and scaleFillsEnv.
+func scalePlan(t *testing.T) (feats []Feature, fills []float64) {
+	t.Helper()
+	feats = allFeatures
+	if v := strings.Fields(os.Getenv(scaleFeaturesEnv)); len(v) > 0 {
+		feats = nil
+		for _, k := range v {
+			f, ok := featureKeys[k]
+			if !ok {
+				t.Fatalf("%s=%q: %q is not one of plain, cel, share, mig", scaleFeaturesEnv, os.Getenv(scaleFeaturesEnv), k)
+			}
+			feats = append(feats, f)
+		}
+	}
+	fills = []float64{0, 0.5, 0.9}
+	if v := strings.Fields(os.Getenv(scaleFillsEnv)); len(v) > 0 {
+		fills = nil
+		for _, k := range v {
+			p, err := strconv.Atoi(k)
+			if err != nil || p < 0 || p > 90 {
+				t.Fatalf("%s=%q: %q is not a fill in percent, 0 to 90", scaleFillsEnv, os.Getenv(scaleFillsEnv), k)
+			}
+			fills = append(fills, float64(p)/100)
+		}
+	}
+	return feats, fills
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs a control plane in a network namespace of its own, and simulated nodes with real device nodes (CI runs as root)")
+	}
+}
+
+// shapes are nri-gpu's and NVIDIA's shapes of a fresh inventory, NVIDIA's
+// from captured slices where CapturedEnv names them.
+func shapes(t *testing.T) []*Shape {
+	t.Helper()
+	inv := discover(t)
+	nri, err := NRIGPU(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv := NVIDIA(inv)
+	if dir := os.Getenv(CapturedEnv); dir != "" {
+		if err := Captured(nv, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*Shape{nri, nv} {
+		t.Logf("shape %s: %s", s.Name, s.Source)
+	}
+	return []*Shape{nri, nv}
+}
+
+// podsFor is how many pods one measurement on n nodes creates: 30% of
+// the nodes, at least 50 and at most 300 (a 90% fill of whole GPUs
+// leaves 80% of the node count free).
+func podsFor(n int) int { return min(max(50, n*3/10), 300) }
+
+// allFeatures are the claim kinds measured.
+var allFeatures = []Feature{Plain, CEL, Share, MIGDevice}
+
+// TestSchedulerScale is make bench-scale: for each node count of
+// $NRI_GPU_SCALE (ascending, on one cluster that grows), the scheduler's
+// claim pods a second at 0, 50 and 90% fill for each feature, nri-gpu's
+// published devices and NVIDIA's side by side, the rounds interleaved,
+// and pods without GPUs on a GPU-less cluster as the baseline; then a
+// table of them.
+func TestSchedulerScale(t *testing.T) {
+	var counts []int
+	for _, f := range strings.Fields(os.Getenv(scaleOptIn)) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: %q is not a node count", scaleOptIn, os.Getenv(scaleOptIn), f)
+		}
+		counts = append(counts, n)
+	}
+	if len(counts) == 0 {
+		t.Skipf("runs only with %s=<node counts> (make bench-scale: \"100 500 1000\")", scaleOptIn)
+	}
+	needRoot(t)
+	rounds := 3
+	if v := os.Getenv(scaleRoundsEnv); v != "" {
+		var err error
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			t.Fatalf("%s=%q: not a number of rounds", scaleRoundsEnv, v)
+		}
+	}
+	feats, fills := scalePlan(t)
+	sh := shapes(t)
+	ctx := context.Background()
+	c := startCluster(t, ctx, counts[0], sh)
+	var all []Result
+	for _, n := range counts {
+		if err := c.AddNodes(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		start, load := time.Now(), LoadAvg()
+		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n)}, sh)
+		all = append(all, rs...)
+		writeResults(t, all, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d nodes: %s, load average %s before, %s after", n, time.Since(start).Round(time.Second), load, LoadAvg())
+	}
+	t.Logf("\n%s", Table(all, sh[0].Name, sh[1].Name))
+}
+
+// startCluster starts the bench's cluster of n nodes with the shapes'
+// DeviceClasses, stopped when the test ends.
+func startCluster(t *testing.T, ctx context.Context, n int, sh []*Shape) *Cluster {
+	t.Helper()
+	start := time.Now()
+	c, err := StartCluster(ctx, n, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
+				t.Logf("--- tail of %s ---\n%s", name, c.LogTail(name, 2000))
+			}
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	if err := c.Classes(ctx, sh...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("control plane, kwok and %d nodes in %s", n, time.Since(start).Round(time.Millisecond))
+	return c
+}
+
+// writeResults writes rs and their table to $NRI_GPU_SCALE_OUT, if set.
+func writeResults(t *testing.T, rs []Result, sh []*Shape) {
+	dir := os.Getenv(scaleOutEnv)
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(Table(rs, sh[0].Name, sh[1].Name)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScaleSmoke is the bench's smoke (make bench-scale-smoke): 20 nodes, one
+// round, every feature at 0 and 90% fill on both shapes and the
+// baseline. It checks what the bench checks (every pod bound and Running,
+// no device allocated twice or over the fill, no share past its GPU's
+// memory) and that every measurement has a rate; it asserts no speed.
+func TestScaleSmoke(t *testing.T) {
+	needRoot(t)
+	sh := shapes(t)
+	ctx := context.Background()
+	c := startCluster(t, ctx, 20, sh)
+	start := time.Now()
+	rs, err := c.Run(ctx, Plan{Fills: []float64{0, 0.9}, Features: allFeatures, Rounds: 1, Pods: 12}, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + 2*len(allFeatures)*2; len(rs) != want {
+		t.Errorf("%d measurements, want %d", len(rs), want)
+	}
+	for _, r := range rs {
+		if !(r.PodsPerSec > 0) || r.BoundP99 <= 0 || r.RunningP99 < r.BoundP50 {
+			t.Errorf("%s: no rate or latencies", r)
+		}
+	}
+	t.Logf("smoke: %s\n%s", time.Since(start).Round(time.Second), Table(rs, sh[0].Name, sh[1].Name))
+}
