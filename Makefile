@@ -5,8 +5,9 @@ LDFLAGS := -X main.Version=$(VERSION)
 PKGS    := ./...
 # Modules with their own go.mod, checked like the product module: the e2e
 # suite, the protocol tests (test/integration, which need runtime-tools)
-# and deploy/ (the manifests' test, which needs k8s.io/api).
-SUBMODULES := test/e2e test/integration deploy
+# and deploy/ (the manifests' test, which needs k8s.io/api), and our
+# stand-in for NVIDIA's go-nvfm (test/e2e/nvidiadra/go-nvfm).
+SUBMODULES := test/e2e test/integration deploy test/e2e/nvidiadra/go-nvfm
 
 # make install: where things go. DESTDIR stages into a directory (packages,
 # tests); PREFIX is where the binary lives on the node.
@@ -17,7 +18,7 @@ NRI_CONF_DIR   ?= /etc/nri/conf.d
 SYSTEMD_DIR    ?= /etc/systemd/system
 CONFIG_DIR     ?= /etc/nri-gpu
 
-.PHONY: all build image test test-arm64 arm64-tools lint unit e2e e2e-tools e2e-cluster bench demo demo-cluster bench-e2e bench-cluster bench-scale bench-scale-smoke bench-agent clean install install-systemd fuzz fuzz-short soak
+.PHONY: all build image test test-arm64 arm64-tools lint unit e2e e2e-tools e2e-cluster e2e-peer bench demo demo-cluster bench-e2e bench-cluster bench-scale bench-scale-smoke bench-agent clean install install-systemd fuzz fuzz-short soak
 
 all: build
 
@@ -148,7 +149,7 @@ test-arm64: arm64-tools
 e2e: e2e-tools build image
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && NRI_GPU_IMAGE=$(abspath $(IMAGE_TAR)) $(GO) test -v -count=1 -timeout 10m ./releaseimage/
-	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
+	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/ ./nvidiadra/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.4.2 NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-1.7.36 $(GO) test -v -count=1 -timeout 30m ./suite/
@@ -156,7 +157,7 @@ e2e: e2e-tools build image
 	$(MAKE) --no-print-directory e2e-cluster
 
 e2e-tools:
-	NRI_GPU_E2E_KUBELET=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" test/e2e/install-tools.sh
+	NRI_GPU_E2E_KUBELET=1 NRI_GPU_E2E_NVIDIA_DRA=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" test/e2e/install-tools.sh
 
 # The cluster phase (TestCluster): nri-gpu installed with kubectl apply -k
 # and Helm on a real two-node cluster (containerd and CRI-O), once per
@@ -164,10 +165,23 @@ e2e-tools:
 # serves, and the oldest with resource.k8s.io/v1). Each version's binaries
 # are built into the e2e cache on first use (install-cluster.sh).
 # CLUSTER_VERSIONS=v1.37.2 runs only the newest; CLUSTER_VERSIONS= none.
+# Then, at the first of them, NVIDIA's own DRA driver's ResourceSlices
+# against nri-gpu's (TestClusterPeer/slices; make e2e-peer runs the rest).
 CLUSTER_VERSIONS ?= v1.37.2 v1.34.4
 e2e-cluster: e2e-tools
-	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" $(GO) test -v -count=1 -timeout 60m -run '^TestCluster$$' ./suite/; \
+	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" $(GO) test -v -count=1 -timeout 60m -run '^TestCluster$$' ./suite/ && \
+		NRI_GPU_E2E_PEER=$(firstword $(CLUSTER_VERSIONS)) $(GO) test -v -count=1 -timeout 20m -run '^TestClusterPeer$$/^slices$$' ./suite/; \
 	else echo "make e2e-cluster: CLUSTER_VERSIONS is empty: no cluster phase"; fi
+
+# NVIDIA's own DRA driver (gpu-kubelet-plugin v0.5.0, built from its Go
+# module into the e2e cache on first use) beside nri-gpu's on a cluster of
+# two simulated MIG nodes (TestClusterPeer; root): their ResourceSlices
+# device by device, NVIDIA's quickstart claims on both, the GpuConfig
+# table, prepare and restart side by side (docs/dra.md, "Beside NVIDIA's
+# driver").
+e2e-peer:
+	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CRIO=0 NRI_GPU_E2E_NVIDIA_DRA=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
+	cd test/e2e && NRI_GPU_E2E_PEER=$(CLUSTER_VERSION) $(GO) test -v -count=1 -timeout 40m -run '^TestClusterPeer$$' ./suite/
 
 # One command to a working demo on a machine without a GPU (root).
 # RUNTIME=containerd-2.2.9, containerd-1.7.36 or crio-1.34.0 runs it on another runtime.
@@ -265,7 +279,7 @@ bench-e2e: build
 # make e2e-cluster. BENCH_ROUNDS=5 for a quick run.
 BENCH_ROUNDS ?= 50
 bench-cluster:
-	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CRIO=0 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
+	CONTAINERD_VERSIONS=v2.4.2 NRI_GPU_E2E_CRIO=0 NRI_GPU_E2E_NVIDIA_DRA=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" test/e2e/install-tools.sh
 	cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSION)" NRI_GPU_E2E_CLUSTER_BENCH=$(BENCH_ROUNDS) $(GO) test -v -count=1 -timeout 90m -run '^TestClusterPodStart$$' ./suite/
 
 # A thousand GPU nodes (root; docs/benchmarks.md): the suite's control

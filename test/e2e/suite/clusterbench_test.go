@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/nri-gpu/nri-gpu/test/e2e/bench"
-	"github.com/nri-gpu/nri-gpu/test/e2e/cmd/nvidia-dra-standin/standin"
 	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -37,11 +35,11 @@ const (
 	pathPlainB = "no GPU (nv-a)"
 	pathNVIDIA = "nvidia.com/gpu: 1 through NVIDIA's device plugin (envvar) + nvidia-container-runtime (nv-a)"
 	pathClaimA = "claim of 1 GPU through nri-gpu's DRA driver (gpu-a)"
-	pathClaimB = "claim of 1 GPU through NVIDIA's DRA driver's way: per-claim CDI spec, nvidia-cdi-hook (nv-a)"
+	pathClaimB = "claim of 1 GPU through NVIDIA's DRA driver v0.5.0 (nv-a)"
 )
 
 // nvidiaDriver is the driver name (and DeviceClass) of NVIDIA's DRA
-// driver for GPUs, which test/e2e/cmd/nvidia-dra-standin serves on nv-a.
+// driver for GPUs, which runs on nv-a (startNVIDIADRA).
 const nvidiaDriver = "gpu.nvidia.com"
 
 // nvidiaClaimSpec is the path, as nv-a sees it, of the CDI spec
@@ -239,12 +237,13 @@ spec:
 // ResourceClaimTemplate); on nv-a (same runtime and kubelet, no nri-gpu),
 // a GPU-less pod, a 1-GPU pod through NVIDIA's device plugin (a stand-in
 // answering as its envvar strategy) plus nvidia-container-runtime as a
-// runtime class, and a pod with a 1-GPU claim of gpu.nvidia.com served
-// the way NVIDIA's DRA driver serves it (test/e2e/cmd/nvidia-dra-standin:
-// a per-claim CDI spec with the toolkit's driver mounts and nvidia-cdi-hook
-// hooks, which containerd applies through runc). It prints each path's
-// median and the paired ratios with their 95% intervals
-// (docs/benchmarks.md).
+// runtime class, and a pod with a 1-GPU claim of gpu.nvidia.com served by
+// NVIDIA's own DRA driver (gpu-kubelet-plugin, startNVIDIADRA: a
+// per-claim CDI spec with the toolkit's driver mounts and nvidia-cdi-hook
+// hooks, which containerd applies through runc), with the CPU weight of
+// nri-gpu's container. It prints each path's median, the paired ratios
+// with their 95% intervals, and each driver's prepare as its node's
+// kubelet timed it (docs/benchmarks.md).
 func TestClusterPodStart(t *testing.T) {
 	rounds, _ := strconv.Atoi(os.Getenv(clusterBenchOptIn))
 	if rounds <= 0 {
@@ -254,8 +253,7 @@ func TestClusterPodStart(t *testing.T) {
 	if v := strings.Fields(os.Getenv(clusterOptIn)); len(v) > 0 {
 		version = v[0]
 	}
-	standIn, err := harness.BuildE2ECommand(context.Background(), "nvidia-dra-standin", t.TempDir())
-	if err != nil {
+	if _, err := harness.InstallNVIDIADRA(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	nodes := []harness.NodeOptions{harness.GPUNodes()[0], nvidiaNode(t)}
@@ -277,7 +275,7 @@ func TestClusterPodStart(t *testing.T) {
 		q := n.Status.Allocatable["nvidia.com/gpu"]
 		return q.String() == "4", q.String(), nil
 	})
-	startNVIDIADRAStandIn(t, c, nv, standIn, nriGPUContainerCgroup(k))
+	startNVIDIADRA(t, c, nv, nvidiaDRAOptions{cgroup: nriGPUContainerCgroup(k)})
 	k.wait(time.Minute, "the ResourceSlices of gpu-a's 3 DRA GPUs and nv-a's 4", func() (bool, string, error) {
 		got, err := sliceDeviceCounts(k)
 		return err == nil && got[draDriver+"/gpu-a"] == 3 && got[nvidiaDriver+"/nv-a"] == 4, fmt.Sprint(got, err), nil
@@ -359,6 +357,18 @@ spec:
 		m, lo, hi := res.Ratio(q[0], q[1], bench.Create)
 		t.Logf("%s / %s: %.3f (95%% interval %.3f-%.3f), %d rounds", q[0], q[1], m, lo, hi, rounds)
 	}
+	// The drivers' prepare and unprepare as each node's kubelet timed
+	// them (the warm-up round included).
+	for _, d := range []struct{ node, driver string }{{"gpu-a", draDriver}, {"nv-a", nvidiaDriver}} {
+		stats, err := kubeletDRAMetrics(k, d.node)
+		if err != nil {
+			t.Errorf("node %s: the kubelet's metrics: %v", d.node, err)
+			continue
+		}
+		for _, op := range []string{"NodePrepareResources", "NodeUnprepareResources"} {
+			t.Logf("%s on %s: %s: %s", d.driver, d.node, op, stats[d.driver+" "+op])
+		}
+	}
 }
 
 // startClusterStandIn serves NVIDIA's device plugin stand-in (envvar
@@ -399,17 +409,18 @@ func nriGPUContainerCgroup(k kc) string {
 		return nil
 	})
 	if found == "" {
-		k.t.Logf("no CPU cgroup of nri-gpu's container %s under %s: the NVIDIA stand-in runs in the test's", id, root)
+		k.t.Logf("no CPU cgroup of nri-gpu's container %s under %s: NVIDIA's DRA driver runs in the test's", id, root)
 	}
 	return found
 }
 
-// standInCgroup moves pid into a sibling of nri-gpu's container's CPU
-// cgroup ctr with its CPU weight (the DaemonSet's cpu request), so that
-// the two drivers get the same share of a loaded machine; it returns the
-// new cgroup, to be removed once pid ends.
-func standInCgroup(ctr string, pid int) (string, error) {
-	dir := filepath.Join(filepath.Dir(ctr), "nri-gpu-e2e-nvidia-dra-standin")
+// driverCgroup moves pid (NVIDIA's DRA driver) into a sibling of
+// nri-gpu's container's CPU cgroup ctr with its CPU weight (the
+// DaemonSet's cpu request), so that the two drivers get the same share of
+// a loaded machine; it returns the new cgroup, to be removed once pid
+// ends.
+func driverCgroup(ctr string, pid int) (string, error) {
+	dir := filepath.Join(filepath.Dir(ctr), "nri-gpu-e2e-nvidia-dra")
 	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 		return "", err
 	}
@@ -421,59 +432,6 @@ func standInCgroup(ctr string, pid int) (string, error) {
 		}
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
-}
-
-// startNVIDIADRAStandIn runs test/e2e/cmd/nvidia-dra-standin (the binary
-// bin) in node n's namespaces as NVIDIA's DRA driver for n's GPUs: its
-// kubelet plugin directories, the node's CDI directory, n's toolkit spec
-// (nvidiaNode) for the claims' edits; with nri-gpu's container's CPU
-// weight when its cgroup cg is known (standInCgroup).
-func startNVIDIADRAStandIn(t *testing.T, c *harness.Cluster, n *harness.Node, bin, cg string) {
-	t.Helper()
-	cfg := standin.Config{DriverName: nvidiaDriver, NodeName: n.Name, Kubeconfig: c.Kubeconfig,
-		PluginDir: "/var/lib/kubelet/plugins/" + nvidiaDriver, RegistrarDir: "/var/lib/kubelet/plugins_registry",
-		CDIDir: harness.NodeCDIDir, ToolkitSpec: filepath.Join(n.NS.Dir, "cdi-nvidia", "nvidia.json")}
-	for _, g := range n.GPU.GPUs {
-		// The simulated GPUs are H100 80GB HBM3s: 81559 MiB, as NVML says.
-		cfg.GPUs = append(cfg.GPUs, standin.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID, ProductName: g.Model, PCIBusID: g.BusID, MemoryMiB: 81559})
-	}
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(n.NS.Dir, "nvidia-dra-standin.json")
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.Create(filepath.Join(n.NS.Dir, "nvidia-dra-standin.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := n.NS.NS.Command(context.Background(), bin, path)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	own := ""
-	if cg != "" {
-		if own, err = standInCgroup(cg, cmd.Process.Pid); err != nil {
-			t.Fatalf("the stand-in's cgroup: %v", err)
-		}
-		w, _ := os.ReadFile(filepath.Join(own, "cpu.shares"))
-		t.Logf("nvidia-dra-standin in %s (cpu.shares %s, nri-gpu's container's)", own, strings.TrimSpace(string(w)))
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if own != "" {
-			_ = os.Remove(own)
-		}
-		log.Close()
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("--- node %s: nvidia-dra-standin's log ---\n%s", n.Name, out)
-		}
-	})
 }
 
 // sliceDeviceCounts counts the ResourceSlices' devices by driver/node.
