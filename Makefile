@@ -5,8 +5,9 @@ LDFLAGS := -X main.Version=$(VERSION)
 PKGS    := ./...
 # Modules with their own go.mod, checked like the product module: the e2e
 # suite, the protocol tests (test/integration, which need runtime-tools)
-# and deploy/ (the manifests' test, which needs k8s.io/api).
-SUBMODULES := test/e2e test/integration deploy
+# and deploy/ (the manifests' test, which needs k8s.io/api), and our
+# stand-in for NVIDIA's go-nvfm (test/e2e/nvidiadra/go-nvfm).
+SUBMODULES := test/e2e test/integration deploy test/e2e/nvidiadra/go-nvfm
 
 # make install: where things go. DESTDIR stages into a directory (packages,
 # tests); PREFIX is where the binary lives on the node.
@@ -95,7 +96,7 @@ unit:
 e2e: e2e-tools build image
 	cd test/integration && NRI_GPU_BIN=$(CURDIR)/bin/nri-gpu NRI_GPU_MEASURE_RSS=1 $(GO) test -count=1 -run '^TestMeasureRSS$$' -bench CreateContainerCost -benchtime 20x .
 	cd test/e2e && NRI_GPU_IMAGE=$(abspath $(IMAGE_TAR)) $(GO) test -v -count=1 -timeout 10m ./releaseimage/
-	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/
+	cd test/e2e && $(GO) test -count=1 -timeout 30m ./harness/ ./bench/ ./nvidiadra/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.4.2 NRI_GPU_E2E_KUBELET=1 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-2.2.9 $(GO) test -v -count=1 -timeout 30m ./suite/
 	cd test/e2e && NRI_GPU_E2E_RUNTIME=containerd-1.7.36 $(GO) test -v -count=1 -timeout 30m ./suite/

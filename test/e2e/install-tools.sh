@@ -15,6 +15,7 @@
 #                              the cluster's v1.34.4 build below has one
 #   NRI_GPU_E2E_CLUSTER="v1.37.2 ..."  also build the cluster phase's binaries for these
 #                              Kubernetes versions, etcd and Helm (install-cluster.sh)
+#   NRI_GPU_E2E_NVIDIA_DRA=1   also build NVIDIA's DRA driver (gpu-kubelet-plugin; ~5 min)
 #
 # Layout: <cache>/containerd-<v>/{containerd,containerd-shim-runc-v2,ctr}  (v2.4.2, v2.2.9, v1.7.36)
 #         <cache>/runc-v1.5.3/runc              (built with -tags seccomp)
@@ -25,6 +26,9 @@
 #                                               (only with NRI_GPU_E2E_CLUSTER)
 #         <cache>/crio-v1.34.0/{crio,pinns}     (NRI_GPU_E2E_CRIO=0 skips it; conmon and
 #                                               skopeo come from apt when missing)
+#         <cache>/nvidia-dra-driver-gpu-v0.5.0/gpu-kubelet-plugin
+#                                               (only with NRI_GPU_E2E_NVIDIA_DRA=1: NVIDIA's
+#                                               DRA driver, for the cluster phase's comparison)
 set -euo pipefail
 
 cache="${1:-${NRI_GPU_E2E_CACHE:-$HOME/.cache/nri-gpu-e2e}}"
@@ -203,5 +207,39 @@ if [ "${NRI_GPU_E2E_CRIO:-1}" != 0 ]; then
     mv "$d/.crio.tmp" "$d/crio"
     rm -rf "$src"
     echo "done    $d/crio in $((SECONDS - t0))s"
+  fi
+fi
+
+# NVIDIA's DRA driver (gpu-kubelet-plugin v0.5.0), for the cluster phase's
+# comparison with nri-gpu's and the pod-start bench (NRI_GPU_E2E_NVIDIA_DRA=1;
+# keep in sync with harness.InstallNVIDIADRA). Its go.mod names it
+# sigs.k8s.io/dra-driver-nvidia-gpu, so it builds in its module directory.
+# The proxy refuses two of its requirements: k8s.io/kubernetes v1.37.0-rc.0
+# (replaced by v1.37.2) and github.com/NVIDIA/go-nvfm (replaced by our
+# stand-in, test/e2e/nvidiadra/go-nvfm: the fabric manager path is an alpha
+# gate, off). About 5 min on 2 cores.
+nvidia_dra_version="v0.5.0"
+if [ "${NRI_GPU_E2E_NVIDIA_DRA:-0}" = 1 ]; then
+  d="$cache/nvidia-dra-driver-gpu-$nvidia_dra_version"
+  if [ -x "$d/gpu-kubelet-plugin" ]; then
+    echo "cached  $d/gpu-kubelet-plugin"
+  else
+    t0=$SECONDS
+    mkdir -p "$d"
+    src="$(mktemp -d "$d/.src-XXXXXX")"
+    nvfm="$(cd "$(dirname "$0")/nvidiadra/go-nvfm" && pwd)"
+    echo "build   github.com/NVIDIA/k8s-dra-driver-gpu@$nvidia_dra_version cmd/gpu-kubelet-plugin -> $d"
+    moddir="$(cd /tmp && go mod download -json "github.com/NVIDIA/k8s-dra-driver-gpu@$nvidia_dra_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    cp -r "$moddir/." "$src/"
+    chmod -R u+w "$src"
+    (
+      cd "$src"
+      go mod edit -replace k8s.io/kubernetes=k8s.io/kubernetes@v1.37.2 -replace "github.com/NVIDIA/go-nvfm=$nvfm"
+      # (cgo prints go-nvml's deprecation warnings; they are harmless)
+      GOFLAGS=-mod=mod CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$d/.gpu-kubelet-plugin.tmp" ./cmd/gpu-kubelet-plugin
+    )
+    mv "$d/.gpu-kubelet-plugin.tmp" "$d/gpu-kubelet-plugin"
+    rm -rf "$src"
+    echo "done    $d/gpu-kubelet-plugin in $((SECONDS - t0))s"
   fi
 fi

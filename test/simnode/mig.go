@@ -150,6 +150,35 @@ func H100MIG(gi, ci, slices int) MIG {
 	return m
 }
 
+// ProfileMIG returns the MIG device of GPU instance gi, with a compute
+// instance of all its slices, of profile (as nvidia-smi mig -lgip names
+// it) on a GPU of model, with the memory NVML reports for that profile;
+// ok is false when model has no such profile.
+func ProfileMIG(model, profile string, gi int) (m MIG, ok bool) {
+	p, ok := ProfileOf(MIGProfiles(model), MIG{Profile: profile})
+	if !ok {
+		return MIG{}, false
+	}
+	return MIG{GI: gi, GISlices: p.Slices, CISlices: p.Slices, MemoryMiB: p.MemoryMiB, Profile: p.Name}, true
+}
+
+// A100HalfBalanced is the MIG layout NVIDIA's DRA driver's quickstart puts
+// on an A100 40GB with nvidia-mig-parted's "half-balanced" configuration:
+// two 1g.5gb, one 2g.10gb and one 3g.20gb, placed as nvidia-smi places
+// them (3g.20gb on memory slices 4 to 7: GPU instance 2; 2g.10gb on 0 and
+// 1: 3; the 1g.5gb on 2 and 3: 9 and 10, by MIGPlacementStart's rule).
+func A100HalfBalanced() []MIG {
+	var out []MIG
+	for _, p := range []struct {
+		name string
+		gi   int
+	}{{"3g.20gb", 2}, {"2g.10gb", 3}, {"1g.5gb", 9}, {"1g.5gb", 10}} {
+		m, _ := ProfileMIG(A100Model, p.name, p.gi)
+		out = append(out, m)
+	}
+	return out
+}
+
 // MixedMIG is the MIG layout of the tests: GPU 0 in seven 1g.10gb
 // devices (GPU instances 7 to 13, as nvidia-smi places them), GPU 1 in
 // three 2g.20gb (GPU instances 3 to 5) and one 1g.10gb (13), the other

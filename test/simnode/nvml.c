@@ -93,6 +93,7 @@ struct sim_dev {
 	char name[96];
 	unsigned long long mem;
 	int mig_mode;
+	int minor; /* the GPU's device minor; -1: not known */
 	int err; /* every query fails with this code (0: none) */
 	unsigned int gi, ci, gi_slices, ci_slices;
 	int nmig;
@@ -101,6 +102,7 @@ struct sim_dev {
 
 static struct sim_dev gpus[SIM_MAX_GPUS];
 static struct sim_dev migs[SIM_MAX_GPUS * SIM_MAX_MIG];
+/* initialized counts the nvmlInit* calls not yet shut down. */
 static int ngpus, nmigs, from_state, initialized;
 /* fail_count: the code nvmlDeviceGetCount_v2 fails with; init_delay_ms:
  * how long nvmlInit_v2 takes; waiting: event waits in progress. */
@@ -183,6 +185,7 @@ static void load(void)
 			snprintf(g->name, sizeof g->name, "%s", line + n);
 			g->mem = mem;
 			g->mig_mode = mig;
+			g->minor = -1;
 			g->err = err;
 			continue;
 		}
@@ -222,7 +225,7 @@ static void violation(const char *what)
 	fclose(f);
 }
 
-static int is_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_SEQ_CST); }
+static int is_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_SEQ_CST) > 0; }
 
 /* next_event finds the first XID event after seq for a device registered
  * in s, reading the state file again. */
@@ -274,20 +277,42 @@ const char *nvmlErrorString(nvmlReturn_t r)
 	return "Unknown Error";
 }
 
+/* nvmlInit_v2 reads the state again and counts a reference, as the real
+ * library does: each nvmlInit* needs its nvmlShutdown, and only the last
+ * shutdown uninitializes (NVIDIA's DRA driver nests them). */
 int nvmlInit_v2(void)
 {
 	load();
 	for (int waited = 0; waited < init_delay_ms; waited += 10)
 		usleep(10000);
-	__atomic_store_n(&initialized, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&initialized, 1, __ATOMIC_SEQ_CST);
 	return NVML_SUCCESS;
+}
+
+/* nvmlInitWithFlags is nvmlInit_v2; its flags (NVML_INIT_FLAG_NO_GPUS,
+ * NO_ATTACH) change nothing on a node whose GPUs all answer. */
+int nvmlInitWithFlags(unsigned int flags)
+{
+	(void)flags;
+	return nvmlInit_v2();
+}
+
+/* nvmlInit is the first version of nvmlInit_v2, which the real library
+ * still exports. */
+int nvmlInit(void)
+{
+	return nvmlInit_v2();
 }
 
 int nvmlShutdown(void)
 {
-	if (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) > 0)
+	int n = __atomic_load_n(&initialized, __ATOMIC_SEQ_CST);
+	do {
+		if (n == 0)
+			return NVML_ERROR_UNINITIALIZED;
+	} while (!__atomic_compare_exchange_n(&initialized, &n, n - 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+	if (n == 1 && __atomic_load_n(&waiting, __ATOMIC_SEQ_CST) > 0)
 		violation("nvmlShutdown while nvmlEventSetWait_v2 waits");
-	__atomic_store_n(&initialized, 0, __ATOMIC_SEQ_CST);
 	return NVML_SUCCESS;
 }
 
@@ -578,7 +603,7 @@ static unsigned int compute_mode_of(const char *uuid)
 
 int nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
-	if (!initialized)
+	if (!is_initialized())
 		return NVML_ERROR_UNINITIALIZED;
 	if (uuid == NULL || device == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
@@ -587,6 +612,13 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 	for (int i = 0; i < ngpus; i++) {
 		if (strcasecmp(gpus[i].uuid, uuid) == 0) {
 			*device = &gpus[i];
+			return NVML_SUCCESS;
+		}
+	}
+	/* A MIG device's UUID gives its handle, as with the real library. */
+	for (int i = 0; i < nmigs; i++) {
+		if (strcasecmp(migs[i].uuid, uuid) == 0) {
+			*device = &migs[i];
 			return NVML_SUCCESS;
 		}
 	}
@@ -710,25 +742,79 @@ struct sim_gi {
 	unsigned int id, start, size, sm;
 	int profile;
 };
+#define SIM_CI_PROFILES 0x9 /* NVML_COMPUTE_INSTANCE_PROFILE_COUNT */
+#define SIM_MAX_PLACEMENTS 8 /* memory slices of a GPU */
+
+/* A GPU instance profile's placements: where its instances can lie. */
+struct sim_gipp {
+	int n;
+	unsigned int start[SIM_MAX_PLACEMENTS], size[SIM_MAX_PLACEMENTS];
+};
+/* A compute instance profile of a GPU instance profile; its engines are
+ * the GPU instance's, shared. */
+struct sim_cip {
+	int used;
+	unsigned int id, slices, instances, sm;
+};
+/* A compute instance: the one of a MIG device. */
+struct sim_ci {
+	int used;
+	struct sim_gi *gi;
+	unsigned int id, start, size;
+	int profile;
+};
 static struct sim_props props[SIM_MAX_GPUS];
 static struct sim_gip gips[SIM_MAX_GPUS][SIM_GI_PROFILES];
-/* gis[i] is the GPU instance of migs[i]. */
+static struct sim_gipp gipps[SIM_MAX_GPUS][SIM_GI_PROFILES];
+static struct sim_cip cips[SIM_MAX_GPUS][SIM_GI_PROFILES][SIM_CI_PROFILES];
+/* gis[i] and cis[i] are the GPU and compute instance of migs[i]. */
 static struct sim_gi gis[SIM_MAX_GPUS * SIM_MAX_MIG];
+static struct sim_ci cis[SIM_MAX_GPUS * SIM_MAX_MIG];
 
 static void props_reset(void)
 {
 	memset(gips, 0, sizeof gips);
+	memset(gipps, 0, sizeof gipps);
+	memset(cips, 0, sizeof cips);
 	memset(gis, 0, sizeof gis);
+	memset(cis, 0, sizeof cis);
 	for (int i = 0; i < SIM_MAX_GPUS; i++)
 		props[i] = (struct sim_props){-1, -1, -1, -1, -1, 0};
 }
 
-/* props_line takes a props, gip or migp line of the state file. */
+/* props_line takes a minor, props, gip, gipp, cip, migp or migc line of
+ * the state file. */
 static int props_line(const char *line)
 {
-	int g, idx, k, a[6];
+	int g, idx, k, c, a[6];
 	unsigned int u[10];
 	unsigned long long mem;
+	if (sscanf(line, "minor %d %d", &g, &a[0]) == 2) {
+		if (g >= 0 && g < ngpus)
+			gpus[g].minor = a[0];
+		return 1;
+	}
+	if (sscanf(line, "gipp %d %d %u %u", &g, &idx, &u[0], &u[1]) == 4) {
+		if (g >= 0 && g < SIM_MAX_GPUS && idx >= 0 && idx < SIM_GI_PROFILES && gipps[g][idx].n < SIM_MAX_PLACEMENTS) {
+			struct sim_gipp *p = &gipps[g][idx];
+			p->start[p->n] = u[0];
+			p->size[p->n] = u[1];
+			p->n++;
+		}
+		return 1;
+	}
+	if (sscanf(line, "cip %d %d %d %u %u %u %u", &g, &idx, &c, &u[0], &u[1], &u[2], &u[3]) == 7) {
+		if (g >= 0 && g < SIM_MAX_GPUS && idx >= 0 && idx < SIM_GI_PROFILES && c >= 0 && c < SIM_CI_PROFILES)
+			cips[g][idx][c] = (struct sim_cip){1, u[0], u[1], u[2], u[3]};
+		return 1;
+	}
+	if (sscanf(line, "migc %d %d %d %u %u", &g, &k, &c, &u[0], &u[1]) == 5) {
+		if (g < 0 || g >= ngpus || k < 0 || k >= gpus[g].nmig || c < 0 || c >= SIM_CI_PROFILES)
+			return 1;
+		struct sim_dev *m = gpus[g].mig[k];
+		cis[m - migs] = (struct sim_ci){1, &gis[m - migs], m->ci, u[0], u[1], c};
+		return 1;
+	}
 	if (sscanf(line, "props %d %d %d %d %d %d %d", &g, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) == 7) {
 		if (g >= 0 && g < SIM_MAX_GPUS)
 			props[g] = (struct sim_props){a[0], a[1], a[2], a[3], a[4], a[5]};
@@ -912,4 +998,188 @@ int nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info)
 	info->placement.size = gi->size;
 	return NVML_SUCCESS;
 }
+
+/*
+ * MIG placements and compute instances, as NVIDIA's DRA driver walks them:
+ * nvmlDeviceGetGpuInstancePossiblePlacements_v2 (every placement of a
+ * profile, whether taken or not, as the real library answers),
+ * nvmlGpuInstanceGetComputeInstanceProfileInfo,
+ * nvmlGpuInstanceGetComputeInstanceById and nvmlComputeInstanceGetInfo_v2.
+ * The profiles' placements and compute instance profiles are the state
+ * file's, from simnode's tables (nvmlprops.go):
+ *
+ *   gipp <gpu> <profile index> <placement start> <placement size>
+ *   cip <gpu> <gi profile index> <ci profile index> <id> <slices> <instances> <SMs>
+ *   migc <gpu> <k> <ci profile index> <placement start> <placement size>
+ *
+ * migc: the compute instance of the k-th MIG device of the GPU.
+ */
+typedef struct sim_ci *nvmlComputeInstance_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_st {
+	unsigned int id;
+	unsigned int sliceCount;
+	unsigned int instanceCount;
+	unsigned int multiprocessorCount;
+	unsigned int sharedCopyEngineCount;
+	unsigned int sharedDecoderCount;
+	unsigned int sharedEncoderCount;
+	unsigned int sharedJpegCount;
+	unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct nvmlComputeInstancePlacement_st {
+	unsigned int start;
+	unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct nvmlComputeInstanceInfo_st {
+	nvmlDevice_t device;
+	nvmlGpuInstance_t gpuInstance;
+	unsigned int id;
+	unsigned int profileId;
+	nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+_Static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36, "nvmlComputeInstanceProfileInfo_t");
+_Static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32 && offsetof(nvmlComputeInstanceInfo_t, placement) == 24, "nvmlComputeInstanceInfo_t");
+
+/* gi_ok checks a GPU instance handle: 0 when it is none of the library's. */
+static int gi_ok(const struct sim_gi *gi)
+{
+	return gi != NULL && gi >= gis && gi < gis + sizeof gis / sizeof gis[0] && gi->used;
+}
+
+int nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t d, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count)
+{
+	int r;
+	if (d != NULL && d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (prop_of(d, count, &r) == NULL)
+		return r;
+	if (d->mig_mode < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	int g = gpu_of(d);
+	for (int i = 0; i < SIM_GI_PROFILES; i++) {
+		if (!gips[g][i].used || gips[g][i].id != profileId)
+			continue;
+		const struct sim_gipp *p = &gipps[g][i];
+		if (placements == NULL) {
+			*count = (unsigned int)p->n;
+			return NVML_SUCCESS;
+		}
+		if (*count < (unsigned int)p->n) {
+			*count = (unsigned int)p->n;
+			return NVML_ERROR_INSUFFICIENT_SIZE;
+		}
+		for (int k = 0; k < p->n; k++)
+			placements[k] = (nvmlGpuInstancePlacement_t){p->start[k], p->size[k]};
+		*count = (unsigned int)p->n;
+		return NVML_SUCCESS;
+	}
+	return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+int nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info)
+{
+	if (!is_initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (!gi_ok(gi) || info == NULL || profile >= SIM_CI_PROFILES || engProfile >= 1)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (gi->parent->err)
+		return gi->parent->err;
+	int g = (int)(gi->parent - gpus);
+	const struct sim_cip *c = &cips[g][gi->profile][profile];
+	if (!c->used)
+		return NVML_ERROR_NOT_SUPPORTED;
+	const struct sim_gip *p = &gips[g][gi->profile];
+	*info = (nvmlComputeInstanceProfileInfo_t){c->id, c->slices, c->instances, c->sm, p->ce, p->dec, p->enc, p->jpeg, p->ofa};
+	return NVML_SUCCESS;
+}
+
+int nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gi, unsigned int id, nvmlComputeInstance_t *ci)
+{
+	if (!is_initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (!gi_ok(gi) || ci == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (gi->parent->err)
+		return gi->parent->err;
+	/* Any MIG device of the GPU instance's id whose compute instance has
+	 * this id: the GPU instance handle is the first of its devices'. */
+	const struct sim_dev *parent = gi->parent;
+	for (int k = 0; k < parent->nmig; k++) {
+		int i = (int)(parent->mig[k] - migs);
+		if (gis[i].used && gis[i].id == gi->id && cis[i].used && cis[i].id == id) {
+			*ci = &cis[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+int nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlComputeInstanceInfo_t *info)
+{
+	if (!is_initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (ci == NULL || info == NULL || ci < cis || ci >= cis + sizeof cis / sizeof cis[0] || !ci->used)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (ci->gi->parent->err)
+		return ci->gi->parent->err;
+	int g = (int)(ci->gi->parent - gpus);
+	info->device = &migs[ci - cis];
+	info->gpuInstance = ci->gi;
+	info->id = ci->id;
+	info->profileId = cips[g][ci->gi->profile][ci->profile].id;
+	info->placement.start = ci->start;
+	info->placement.size = ci->size;
+	return NVML_SUCCESS;
+}
 #endif
+
+/*
+ * What a device is: its minor, its index, whether it is a MIG device.
+ */
+int nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor)
+{
+	if (!is_initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (gpu_of(d) < 0 || minor == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->is_mig)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (d->err)
+		return d->err;
+	if (d->minor < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*minor = (unsigned int)d->minor;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index)
+{
+	if (!is_initialized())
+		return NVML_ERROR_UNINITIALIZED;
+	if (gpu_of(d) < 0 || index == NULL || d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->err)
+		return d->err;
+	*index = (unsigned int)d->index;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *isMig)
+{
+	if (gpu_of(d) < 0 || isMig == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*isMig = (unsigned int)d->is_mig;
+	return NVML_SUCCESS;
+}
+
+/* NVML_SIM_STUBS, which nvml.go defines, lists as SIM_STUB(name) every
+ * other function of NVML (nvml_symbols.txt): each is exported and answers
+ * NVML_ERROR_NOT_SUPPORTED, as the real library does for what a GPU does
+ * not have, where a missing symbol would kill its caller. */
+#define SIM_STUB(name) \
+	int name(void) { return NVML_ERROR_NOT_SUPPORTED; }
+NVML_SIM_STUBS

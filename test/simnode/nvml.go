@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -34,10 +35,62 @@ var nvmlC string
 // nvmlDeviceSetComputeMode writes it, as root only).
 const ComputeModeFile = "compute-mode"
 
-// nvmlSource is nvml.c with the state file's variable and path it reads.
+// nvmlSymbolsTxt lists every function of NVML that NVIDIA's go-nvml binds
+// (nvml_symbols.txt).
+//
+//go:embed nvml_symbols.txt
+var nvmlSymbolsTxt string
+
+// nvmlSource is nvml.c with the state file's variable and path it reads,
+// and the functions it does not implement as NOT_SUPPORTED stubs.
 var nvmlSource = "#define NRI_GPU_SIM_NVML_STATE_ENV \"" + NVMLStateEnv + "\"\n" +
 	"#define NRI_GPU_SIM_NVML_STATE_PATH \"" + NVMLStatePath + "\"\n" +
-	"#define NRI_GPU_SIM_COMPUTE_MODE_FILE \"" + ComputeModeFile + "\"\n" + nvmlC
+	"#define NRI_GPU_SIM_COMPUTE_MODE_FILE \"" + ComputeModeFile + "\"\n" +
+	"#define NVML_SIM_STUBS " + nvmlStubs() + "\n" + nvmlC
+
+// NVMLSymbols returns the functions of NVML the simulated library exports:
+// every one NVIDIA's go-nvml binds (v0.13.3-1, what NVIDIA's DRA driver
+// v0.5.0 builds with). Those nvml.c does not implement answer
+// NVML_ERROR_NOT_SUPPORTED.
+func NVMLSymbols() []string {
+	var out []string
+	for _, line := range strings.Split(nvmlSymbolsTxt, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// nvmlDefined matches a function nvml.c defines.
+var nvmlDefined = regexp.MustCompile(`(?m)^(?:int |const char \*)(nvml\w+)\(`)
+
+// NVMLImplemented returns the functions nvml.c implements (the others of
+// NVMLSymbols are stubs). With Options.NVMLWithoutProps some of them are
+// left out, and their stubs with them.
+func NVMLImplemented() []string {
+	var out []string
+	for _, m := range nvmlDefined.FindAllStringSubmatch(nvmlC, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// nvmlStubs renders SIM_STUB(name) for each of NVMLSymbols nvml.c does not
+// define.
+func nvmlStubs() string {
+	defined := map[string]bool{}
+	for _, f := range NVMLImplemented() {
+		defined[f] = true
+	}
+	var b strings.Builder
+	for _, f := range NVMLSymbols() {
+		if !defined[f] {
+			b.WriteString(" SIM_STUB(" + f + ")")
+		}
+	}
+	return b.String()
+}
 
 // MIG is one simulated MIG device: a compute instance CI of GPU instance
 // GI of its GPU.
@@ -154,6 +207,7 @@ func (n *Node) WriteNVMLState(st NVMLState) error {
 			code = nvmlErrorGPUIsLost
 		}
 		fmt.Fprintf(&b, "gpu %d %s 0000%s %d %d %d %s\n", g.Index, g.UUID, strings.ToUpper(g.BusID), mem, ng.MIGMode, code, g.Model)
+		fmt.Fprintf(&b, "minor %d %d\n", g.Index, g.Minor)
 		b.WriteString(propsLines(g, ng))
 		for k, m := range ng.MIG {
 			uuid := m.UUID
