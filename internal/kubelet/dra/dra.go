@@ -39,6 +39,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
+	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 )
 
 // NodeNameEnv is the environment variable the node's name is read from:
@@ -72,6 +73,9 @@ type Options struct {
 	// changes. At start and after an Unprepare it is told with no claim,
 	// and its error is only logged.
 	Book func(prepared *claims.Prepared, claim string) error
+	// MIG makes MIG devices on demand on the GPUs of dra.dynamicMIG
+	// (NVML); nil: they are not published.
+	MIG nvml.MIGMaker
 }
 
 // publisher publishes ResourceSlices (the helper's PublishResources).
@@ -108,6 +112,14 @@ type Driver struct {
 	// shareable by memory (no DRAConsumableCapacity): such devices are
 	// then published whole.
 	noShares atomic.Bool
+	// noPartitions is set once the API server dropped counter sets (no
+	// DRAPartitionableDevices): GPUs of dra.dynamicMIG are then not
+	// published at all (whole and MIG devices without counters would be
+	// allocated together).
+	noPartitions atomic.Bool
+	// profiles caches each dynamic-MIG GPU's MIG profiles, by UUID
+	// (migProfiles); guarded by mu.
+	profiles map[string][]nvml.ProfilePlacements
 	// sharesLogged is set once publishing said which GPUs it shares.
 	sharesLogged atomic.Bool
 	// pub is the helper once Serve started it; roots caches pcieRoot by
@@ -292,9 +304,13 @@ func (d *Driver) publish(ctx context.Context) {
 func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 	var devs []resourceapi.Device
 	var shared []string
+	sets, parts := d.partitionsOf(st)
 	if st != nil {
 		snap := st.Snapshot()
 		for _, u := range units(st) {
+			if u.gpu.MIG != nil && parts[u.parent.UUID] != nil {
+				continue // made on demand: published as its placement
+			}
 			taints := taintsFor(st.Unhealthy[u.gpu.UUID])
 			if taints != nil && d.noTaints.Load() {
 				continue
@@ -312,8 +328,8 @@ func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 			"memory request policy defaulting to the whole GPU); an API server without " + ConsumableCapacityGate + " drops them, and they are published whole")
 	}
 	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{}}}}
-	if len(devs) > 0 {
-		pool.Slices = nil
+	if len(devs) > 0 || len(sets) > 0 {
+		pool.Slices = partitionSlices(sets, parts)
 		for len(devs) > 0 {
 			n := min(len(devs), maxSliceDevices)
 			pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs[:n]})
@@ -351,6 +367,14 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 			known = true
 			if !d.noTaints.Swap(true) {
 				d.log.Info("DRA: the API server has no device taints (DRADeviceTaints): unhealthy devices are left out of the ResourceSlices")
+				go d.publish(ctx)
+			}
+		}
+		if slices.Contains(dropped.DisabledFeatures(), PartitionableGate) {
+			known = true
+			if !d.noPartitions.Swap(true) {
+				d.log.Warn("DRA: the API server has no partitionable devices (feature gate " + PartitionableGate + ", beta and on by default in Kubernetes 1.37, " +
+					"alpha and off in 1.34): the GPUs of dra.dynamicMIG are not published")
 				go d.publish(ctx)
 			}
 		}
