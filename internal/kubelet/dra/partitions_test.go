@@ -180,7 +180,10 @@ func memOverlap(t *testing.T, a, b string) bool {
 	return sa < sb+nb && sb < sa+na
 }
 
-func isMe(name string) bool { m := partitionNameRE.FindStringSubmatch(name); return m != nil && m[2] == "20" }
+func isMe(name string) bool {
+	m := partitionNameRE.FindStringSubmatch(name)
+	return m != nil && m[2] == "20"
+}
 
 // TestPartitionSliceSize measures the ResourceSlices' size, as JSON (what
 // the API server stores), of one H100 published whole and MIG devices
@@ -207,4 +210,3 @@ func TestPartitionSliceSize(t *testing.T) {
 		t.Errorf("sizes: whole %d, dynamic %d", whole, dynamic)
 	}
 }
-
