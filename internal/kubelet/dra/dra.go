@@ -158,6 +158,9 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 		log: log.WithField("component", "dra"), roots: map[string]string{}, watchReady: watchReady}
 	d.install(ckpt)
 	d.tell(d.prepared.Load())
+	if err := d.reconcilePartitions(); err != nil {
+		return nil, fmt.Errorf("start DRA: %w", err)
+	}
 	if err := d.reconcileSpecs(); err != nil {
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
