@@ -36,8 +36,9 @@ func simulatedMaker(t *testing.T) (nvml.MIGMaker, string) {
 }
 
 // partitionedResources publishes testSnapshot with GPU 1 (in MIG mode)
-// in dra.dynamicMIG, its profiles from the simulated NVML.
-func partitionedResources(t *testing.T) resourceslice.DriverResources {
+// in dra.dynamicMIG, its profiles from the simulated NVML; unhealthy are
+// the node's unhealthy devices.
+func partitionedResources(t *testing.T, unhealthy ...string) resourceslice.DriverResources {
 	t.Helper()
 	mk, uuid := simulatedMaker(t)
 	snap := testSnapshot()
@@ -48,7 +49,31 @@ func partitionedResources(t *testing.T) resourceslice.DriverResources {
 	cfg := draConfig()
 	cfg.DRA.DynamicMIG.Devices = []string{"1"}
 	d := &Driver{nodeName: testNode, roots: map[string]string{}, log: quietLog().WithField("test", t.Name()), opts: Options{MIG: mk}}
-	return d.resources(stateOf(snap, cfg))
+	st := stateOf(snap, cfg)
+	if len(unhealthy) > 0 {
+		st.Unhealthy = map[string]string{}
+		for _, u := range unhealthy {
+			st.Unhealthy[u] = "XID 79 (GPU has fallen off the bus)"
+		}
+	}
+	return d.resources(st)
+}
+
+// TestPartitionHealth: health stays on for a dra.dynamicMIG GPU: an XID
+// on it taints the GPU and every placement, as NVIDIA's driver taints
+// (its DynamicMIG gate cannot be combined with its health checks).
+func TestPartitionHealth(t *testing.T) {
+	_, uuid := simulatedMaker(t) // simnode's UUIDs follow the bus id: the same GPU as partitionedResources's
+	res := partitionedResources(t, uuid)
+	devs := res.Pools[testNode].Slices[1].Devices
+	for _, d := range devs {
+		if len(d.Taints) != 1 || d.Taints[0].Key != TaintXID || d.Taints[0].Value != "79" {
+			t.Errorf("%s: taints %v, want the XID's", d.Name, d.Taints)
+		}
+	}
+	if len(devs) != 26 {
+		t.Errorf("%d devices", len(devs))
+	}
 }
 
 // counterFits reports whether devs can be allocated together from set:
