@@ -37,7 +37,7 @@ type dynEnv struct {
 	d      *Driver
 }
 
-func newDynEnv(t *testing.T) *dynEnv {
+func newDynEnv(t testing.TB) *dynEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: NVML creates GPU instances for root only, and the nvidia-caps nodes are made with mknod; CI runs as root")
@@ -72,7 +72,7 @@ func newDynEnv(t *testing.T) *dynEnv {
 }
 
 // start makes a Driver as nri-gpu run does at each start (New).
-func (e *dynEnv) start(t *testing.T) {
+func (e *dynEnv) start(t testing.TB) {
 	t.Helper()
 	d, err := New(e.opts, e.n, e.client, quietLog())
 	if err != nil {
@@ -81,7 +81,7 @@ func (e *dynEnv) start(t *testing.T) {
 	e.d = d
 }
 
-func (e *dynEnv) claim(t *testing.T, name, uid string, devices ...string) *resourceapi.ResourceClaim {
+func (e *dynEnv) claim(t testing.TB, name, uid string, devices ...string) *resourceapi.ResourceClaim {
 	t.Helper()
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(uid)}}
 	c.Status.Allocation = &resourceapi.AllocationResult{}
@@ -101,7 +101,7 @@ func (e *dynEnv) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 	return out[c.UID], time.Since(start)
 }
 
-func (e *dynEnv) unprepare(t *testing.T, cs ...*resourceapi.ResourceClaim) {
+func (e *dynEnv) unprepare(t testing.TB, cs ...*resourceapi.ResourceClaim) {
 	t.Helper()
 	var objs []kubeletplugin.NamespacedObject
 	for _, c := range cs {
@@ -247,34 +247,27 @@ func TestDynamicMIGCrash(t *testing.T) {
 	}
 }
 
-// TestDynamicMIGPrepareTime logs the time to prepare a claim of a MIG
-// device made on demand (NVML's creations, the ledger, the rediscovery,
-// the nodes, the checkpoint and the spec) beside a claim of a MIG device
-// that exists, on the same node, in one run (docs/benchmarks.md).
-func TestDynamicMIGPrepareTime(t *testing.T) {
-	e := newDynEnv(t)
-	const rounds = 5
-	var dyn, static []time.Duration
-	for i := 0; i < rounds; i++ {
-		c := e.claim(t, fmt.Sprintf("d%d", i), fmt.Sprintf("uid-d%d", i), fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", e.sim.GPUs[0].Minor))
-		r, took := e.prepare(c)
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		dyn = append(dyn, took)
-		e.unprepare(t, c)
-		s := e.claim(t, fmt.Sprintf("s%d", i), fmt.Sprintf("uid-s%d", i), fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", e.sim.GPUs[1].Minor))
-		r, took = e.prepare(s)
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		static = append(static, took)
-		e.unprepare(t, s)
+// BenchmarkPrepareMIG prepares (and unprepares) a claim of a MIG device
+// made on demand (NVML's creations, the ledger, the rediscovery, the
+// nodes, the checkpoint and the spec; destroyed at unprepare) and one of
+// a MIG device that exists, on the same simulated node, side by side
+// (docs/benchmarks.md). Root, as the tests of MIG made on demand.
+func BenchmarkPrepareMIG(b *testing.B) {
+	e := newDynEnv(b)
+	for _, c := range []struct {
+		name string
+		gpu  simnode.GPU
+	}{{"made-on-demand", e.sim.GPUs[0]}, {"existing", e.sim.GPUs[1]}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				cl := e.claim(b, fmt.Sprintf("%s-%d", c.name, i), fmt.Sprintf("uid-%s-%d", c.name, i), fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", c.gpu.Minor))
+				if r, _ := e.prepare(cl); r.Err != nil {
+					b.Fatal(r.Err)
+				}
+				e.unprepare(b, cl)
+			}
+		})
 	}
-	slices.Sort(dyn)
-	slices.Sort(static)
-	t.Logf("prepare, median of %d: made on demand %v, existing MIG device %v (%.1fx)", rounds, dyn[rounds/2], static[rounds/2],
-		float64(dyn[rounds/2])/float64(static[rounds/2]))
 }
 
 // readSpec reads the CDI spec of claim uid; nil without one.
