@@ -138,6 +138,16 @@ func (d *Driver) wantedPartitions(c *resourceapi.ResourceClaim, st *node.State, 
 // then, and how to undo it all (the claim is not prepared after all). On
 // an error, what it made is destroyed. The caller holds mu.
 func (d *Driver) makePartitions(c *resourceapi.ResourceClaim, st *node.State, byName map[string]unit) (*node.State, func(), error) {
+	if c.Status.Allocation != nil {
+		for _, g := range dynamicGPUs(st) {
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == deviceName(g, g) {
+					return nil, nil, fmt.Errorf("prepare claim %s/%s: request %s: device %s is a GPU of dra.dynamicMIG, in MIG mode: "+
+						"nri-gpu does not switch MIG mode off for a claim of the whole GPU; claim one of its MIG devices", c.Namespace, c.Name, r.Request, r.Device)
+				}
+			}
+		}
+	}
 	want := d.wantedPartitions(c, st, byName)
 	if len(want) == 0 {
 		return st, func() {}, nil

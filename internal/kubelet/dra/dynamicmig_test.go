@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,6 +190,11 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	if got := e.instances(t); len(got) != 2 || len(e.ledger(t)) != 2 || readSpec(t, e.opts.CDIDir, "uid-c") != nil {
 		t.Errorf("after the refusal: instances %v, ledger %v", got, e.ledger(t))
 	}
+	// The GPU whole: published, and refused at prepare, saying why.
+	whole := e.claim(t, "whole", "uid-w", fmt.Sprintf("gpu-%d", g0.Minor))
+	if r, _ := e.prepare(whole); r.Err == nil || !strings.Contains(r.Err.Error(), "is a GPU of dra.dynamicMIG, in MIG mode") {
+		t.Errorf("a claim of the whole GPU: %v", r.Err)
+	}
 	// A restart adopts what prepared claims hold.
 	e.start(t)
 	if got := e.instances(t); len(got) != 2 || len(e.ledger(t)) != 2 {
@@ -254,13 +260,15 @@ func TestDynamicMIGCrash(t *testing.T) {
 // (docs/benchmarks.md). Root, as the tests of MIG made on demand.
 func BenchmarkPrepareMIG(b *testing.B) {
 	e := newDynEnv(b)
+	n := 0 // claim names, unique across -count's runs
 	for _, c := range []struct {
 		name string
 		gpu  simnode.GPU
 	}{{"made-on-demand", e.sim.GPUs[0]}, {"existing", e.sim.GPUs[1]}} {
 		b.Run(c.name, func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				cl := e.claim(b, fmt.Sprintf("%s-%d", c.name, i), fmt.Sprintf("uid-%s-%d", c.name, i), fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", c.gpu.Minor))
+			for b.Loop() {
+				n++
+				cl := e.claim(b, fmt.Sprintf("%s-%d", c.name, n), fmt.Sprintf("uid-%s-%d", c.name, n), fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", c.gpu.Minor))
 				if r, _ := e.prepare(cl); r.Err != nil {
 					b.Fatal(r.Err)
 				}
