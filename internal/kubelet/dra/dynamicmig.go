@@ -336,8 +336,19 @@ func (d *Driver) reconcilePartitions() error {
 			changed = true
 		}
 	}
-	if len(known) > 0 {
-		changed = true // recorded, and gone
+	dynamic := map[string]bool{}
+	for _, g := range gpus {
+		dynamic[g.UUID] = true
+	}
+	for _, m := range known {
+		if dynamic[m.GPU] {
+			changed = true // recorded, and gone
+			continue
+		}
+		// A GPU that is not one of dra.dynamicMIG's now (taken out of
+		// the list, or out of MIG mode): its record stays, for when it
+		// is again.
+		keep.Made = append(keep.Made, m)
 	}
 	if !changed {
 		return nil

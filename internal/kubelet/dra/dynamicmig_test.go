@@ -179,8 +179,13 @@ func TestDynamicMIGPrepare(t *testing.T) {
 			t.Errorf("%s: %v, %v; want a character device, 0444", p, fi, err)
 		}
 	}
-	if l := e.ledger(t); len(l) != 2 || l[0].Claim != "uid-a" || l[1].Claim != "uid-b" {
-		t.Errorf("ledger %+v", l)
+	l := e.ledger(t)
+	if len(l) != 2 || l[0].Claim != "uid-a" || l[1].Claim != "uid-b" {
+		t.Fatalf("ledger %+v", l)
+	}
+	// The request path sees the made devices as the claims'.
+	if h := e.d.Prepared().Holdings(); h[l[0].UUID] != "uid-a" || h[l[1].UUID] != "uid-b" {
+		t.Errorf("holdings %v, want %s for uid-a and %s for uid-b", h, l[0].UUID, l[1].UUID)
 	}
 	// Over the 1g.10gb: NVML refuses, nothing is left, the claim fails.
 	bad := e.claim(t, "four", "uid-c", fmt.Sprintf("gpu-%d-mig-4g40gb-5-0", g0.Minor))
@@ -231,7 +236,9 @@ func TestDynamicMIGCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := ledger{Made: []madeMIG{{GPU: g0.UUID, GI: in.GI, CI: in.CI, ProfileID: 14, Start: 4, Size: 2, UUID: in.UUID, Claim: "uid-gone"}}}
+	// And a record of a GPU not in dra.dynamicMIG now: kept for when it is.
+	other := madeMIG{GPU: e.sim.GPUs[1].UUID, GI: 3, CI: 0, ProfileID: 14, Start: 0, Size: 2, UUID: "MIG-other", Claim: "uid-other"}
+	l := ledger{Made: []madeMIG{{GPU: g0.UUID, GI: in.GI, CI: in.CI, ProfileID: 14, Start: 4, Size: 2, UUID: in.UUID, Claim: "uid-gone"}, other}}
 	if err := l.write(e.opts.PluginDir); err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +252,8 @@ func TestDynamicMIGCrash(t *testing.T) {
 	if got := e.instances(t); !slices.Equal(got, []string{"7/0"}) {
 		t.Errorf("after the restart: instances %v, want the kept claim's 7/0 only", got)
 	}
-	if l := e.ledger(t); len(l) != 1 || l[0].Claim != "uid-k" {
-		t.Errorf("ledger %+v", l)
+	if l := e.ledger(t); len(l) != 2 || l[0].Claim != "uid-k" || l[1] != other {
+		t.Errorf("ledger %+v, want the kept claim's and the other GPU's", l)
 	}
 	if s := e.n.State().Snapshot(); len(s.MIG) != 2 {
 		t.Errorf("the node has %d MIG devices, want the kept claim's and GPU 1's", len(s.MIG))
