@@ -221,6 +221,40 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	}
 }
 
+// TestDynamicMIGSharing: a made MIG device takes a claim's GpuConfig as
+// any MIG device does: TimeSlicing is prepared; MPS, which nri-gpu serves
+// on whole GPUs only, is refused naming the field, and the instance made
+// for the claim is destroyed again.
+func TestDynamicMIGSharing(t *testing.T) {
+	e := newDynEnv(t)
+	withConfig := func(name, uid, raw string) *resourceapi.ResourceClaim {
+		c := e.claim(t, name, uid, fmt.Sprintf("gpu-%d-mig-2g20gb-14-2", e.sim.GPUs[0].Minor))
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}
+		if _, err := e.client.ResourceV1().ResourceClaims("ml").Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	m := withConfig("infer", "uid-mps", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}`)
+	if r, _ := e.prepare(m); r.Err == nil || !strings.Contains(r.Err.Error(), "sharing strategy MPS is supported by nri-gpu for whole GPUs only") {
+		t.Fatalf("prepare with MPS: %v", r.Err)
+	}
+	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
+		t.Errorf("after the refusal: instances %v, ledger %v", got, e.ledger(t))
+	}
+	ts := withConfig("share", "uid-ts", gpuConfigHead+`, "sharing": {"strategy": "TimeSlicing"}}`)
+	if r, _ := e.prepare(ts); r.Err != nil {
+		t.Fatalf("prepare with TimeSlicing: %v", r.Err)
+	}
+	if devs := e.d.Prepared().Devices(); len(devs) != 1 || !devs[0].MIG || devs[0].Sharing != StrategyTimeSlicing {
+		t.Errorf("the request path's view: %+v", devs)
+	}
+	e.unprepare(t, ts)
+	if got := e.instances(t); len(got) != 0 {
+		t.Errorf("after unprepare: %v", got)
+	}
+}
+
 // TestDynamicMIGCrash: what a crash leaves is cleaned up at the next
 // start: an instance made and not recorded (a crash between NVML's create
 // and the ledger), and one recorded for a claim the checkpoint does not
