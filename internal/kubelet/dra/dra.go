@@ -308,11 +308,15 @@ func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 	var devs []resourceapi.Device
 	var shared []string
 	sets, parts := d.partitionsOf(st)
+	dynamic := map[string]bool{}
+	for _, g := range dynamicGPUs(st) {
+		dynamic[g.UUID] = true
+	}
 	if st != nil {
 		snap := st.Snapshot()
 		for _, u := range units(st) {
-			if u.gpu.MIG != nil && parts[u.parent.UUID] != nil {
-				continue // made on demand: published as its placement
+			if u.gpu.MIG != nil && dynamic[u.parent.UUID] {
+				continue // made on demand: published as its placement, or not at all
 			}
 			taints := taintsFor(st.Unhealthy[u.gpu.UUID])
 			if taints != nil && d.noTaints.Load() {

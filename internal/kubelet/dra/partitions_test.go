@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
@@ -40,6 +42,13 @@ func simulatedMaker(t *testing.T) (nvml.MIGMaker, string) {
 // the node's unhealthy devices.
 func partitionedResources(t *testing.T, unhealthy ...string) resourceslice.DriverResources {
 	t.Helper()
+	d, st := partitionedDriver(t, unhealthy...)
+	return d.resources(st)
+}
+
+// partitionedDriver is partitionedResources's driver and state.
+func partitionedDriver(t *testing.T, unhealthy ...string) (*Driver, *node.State) {
+	t.Helper()
 	mk, uuid := simulatedMaker(t)
 	snap := testSnapshot()
 	snap.GPUs[1].UUID = uuid
@@ -56,7 +65,34 @@ func partitionedResources(t *testing.T, unhealthy ...string) resourceslice.Drive
 			st.Unhealthy[u] = "XID 79 (GPU has fallen off the bus)"
 		}
 	}
-	return d.resources(st)
+	return d, st
+}
+
+// TestPartitionsWithoutTheGate: an API server without
+// DRAPartitionableDevices (1.34) drops the counter sets; the dynamic GPU
+// is then left out of the slices altogether, the other GPUs stay.
+func TestPartitionsWithoutTheGate(t *testing.T) {
+	d, st := partitionedDriver(t)
+	sl := d.resources(st).Pools[testNode].Slices
+	desired := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: sl[0].SharedCounters}}
+	actual := &resourceapi.ResourceSlice{}
+	d.HandleError(context.Background(), &resourceslice.DroppedFieldsError{PoolName: testNode, DesiredSlice: desired, ActualSlice: actual}, "publish")
+	if !d.noPartitions.Load() {
+		t.Fatalf("the dropped counter sets were not taken as a missing %s", PartitionableGate)
+	}
+	again := d.resources(st).Pools[testNode].Slices
+	var names []string
+	for _, s := range again {
+		if len(s.SharedCounters) > 0 {
+			t.Errorf("counter sets published: %v", s.SharedCounters)
+		}
+		for _, dv := range s.Devices {
+			names = append(names, dv.Name)
+		}
+	}
+	if !slices.Equal(names, []string{"gpu-0", "gpu-2"}) {
+		t.Errorf("published %v, want gpu-0 and gpu-2 only", names)
+	}
 }
 
 // TestPartitionHealth: health stays on for a dra.dynamicMIG GPU: an XID
