@@ -318,7 +318,16 @@ func (d *Driver) reconcilePartitions() error {
 	for _, g := range gpus {
 		insts, err := d.opts.MIG.Instances(g.UUID)
 		if err != nil {
-			return fmt.Errorf("dra.dynamicMIG: GPU %s: %w", g.UUID, err)
+			// A GPU NVML cannot answer for (lost) does not keep the
+			// driver from starting: its records stay for the next start.
+			d.log.WithField("gpu", g.UUID).WithError(err).Warn("DRA: dra.dynamicMIG: the GPU's MIG devices cannot be listed; what was made on it is left as it is")
+			for k, m := range known {
+				if m.GPU == g.UUID {
+					keep.Made = append(keep.Made, m)
+					delete(known, k)
+				}
+			}
+			continue
 		}
 		for _, in := range insts {
 			m, ok := known[[3]string{g.UUID, strconv.Itoa(in.GI), strconv.Itoa(in.CI)}]
@@ -331,7 +340,7 @@ func (d *Driver) reconcilePartitions() error {
 			}
 			d.log.WithFields(logrus.Fields{"gpu": g.UUID, "gi": in.GI, "ci": in.CI, "uuid": in.UUID}).Info("DRA: destroying a MIG device made on demand that no prepared claim holds")
 			if err := d.opts.MIG.DestroyMIG(g.UUID, in.GI, in.CI); err != nil {
-				return fmt.Errorf("dra.dynamicMIG: GPU %s: %w", g.UUID, err)
+				d.log.WithField("gpu", g.UUID).WithError(err).Warn("DRA: dra.dynamicMIG: a MIG device no claim holds cannot be destroyed")
 			}
 			changed = true
 		}
