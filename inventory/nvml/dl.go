@@ -113,6 +113,9 @@ type dl struct {
 	compute computeFuncs
 	// props are the functions of the properties (props.go).
 	props propFuncs
+	// make are the functions of MIG made on demand, bound on first use
+	// (migcreate.go).
+	make migFuncs
 }
 
 // Open loads the NVML library at path (an absolute path found by
@@ -491,6 +494,9 @@ var (
 
 	sizeGIProfileInfo  = unsafe.Sizeof(gpuInstanceProfileInfo{})
 	sizeGIInfo         = unsafe.Sizeof(gpuInstanceInfo{})
+	sizeCIProfileInfo  = unsafe.Sizeof(computeInstanceProfileInfo{})
+	sizeCIInfo         = unsafe.Sizeof(computeInstanceInfo{})
+	sizePlacement      = unsafe.Sizeof(placement32{})
 	sizeAddressingMode = unsafe.Sizeof(addressingMode{})
 )
 

@@ -17,6 +17,9 @@ func TestStructLayouts(t *testing.T) {
 		{"nvmlGpuInstanceProfileInfo_t", sizeGIProfileInfo, 48},
 		{"nvmlGpuInstanceInfo_t", sizeGIInfo, 24},
 		{"nvmlDeviceAddressingMode_v1_t", sizeAddressingMode, 8},
+		{"nvmlComputeInstanceProfileInfo_t", sizeCIProfileInfo, 36},
+		{"nvmlComputeInstanceInfo_t", sizeCIInfo, 32},
+		{"nvmlGpuInstancePlacement_t", sizePlacement, 8},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %d bytes, nvml.h has %d", c.name, c.got, c.want)

@@ -141,6 +141,10 @@ static int state_path(char *out, size_t n)
 
 static void props_reset(void);
 static int props_line(const char *line);
+/* MIG made on demand (nvml_migcreate.c). */
+static void mig_dyn_load(void);
+struct sim_gi;
+static int mig_dyn_gi_by_id(const struct sim_dev *d, unsigned int id, struct sim_gi **gi);
 
 /* load reads the state file; without one, GPUs are counted from /dev. */
 static void load(void)
@@ -209,6 +213,7 @@ static void load(void)
 		}
 	}
 	fclose(f);
+	mig_dyn_load();
 }
 
 /* violation records a misuse of the library (see the top). */
@@ -980,7 +985,7 @@ int nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id, nvmlGpuInstanc
 			return NVML_SUCCESS;
 		}
 	}
-	return NVML_ERROR_NOT_FOUND;
+	return mig_dyn_gi_by_id(d, id, gi);
 }
 
 int nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info)

@@ -35,6 +35,19 @@ var nvmlC string
 // nvmlDeviceSetComputeMode writes it, as root only).
 const ComputeModeFile = "compute-mode"
 
+// nvmlMIGCreateC is the simulated NVML's MIG made on demand
+// (nvml_migcreate.c): GPU and compute instances created and destroyed
+// with the driver's placement rules, appended to nvml.c.
+//
+//go:embed nvml_migcreate.c
+var nvmlMIGCreateC string
+
+// MIGInstancesFile is the file, beside the NVML state file, where the
+// simulated NVML keeps the GPU and compute instances made through it
+// ("dgi" and "dci" lines, nvml_migcreate.c), as the driver keeps them
+// until the GPU is reset.
+const MIGInstancesFile = "mig-instances"
+
 // nvmlSymbolsTxt lists every function of NVML that NVIDIA's go-nvml binds
 // (nvml_symbols.txt).
 //
@@ -46,7 +59,8 @@ var nvmlSymbolsTxt string
 var nvmlSource = "#define NRI_GPU_SIM_NVML_STATE_ENV \"" + NVMLStateEnv + "\"\n" +
 	"#define NRI_GPU_SIM_NVML_STATE_PATH \"" + NVMLStatePath + "\"\n" +
 	"#define NRI_GPU_SIM_COMPUTE_MODE_FILE \"" + ComputeModeFile + "\"\n" +
-	"#define NVML_SIM_STUBS " + nvmlStubs() + "\n" + nvmlC
+	"#define NRI_GPU_SIM_MIG_INSTANCES_FILE \"" + MIGInstancesFile + "\"\n" +
+	"#define NVML_SIM_STUBS " + nvmlStubs() + "\n" + nvmlC + nvmlMIGCreateC
 
 // NVMLSymbols returns the functions of NVML the simulated library exports:
 // every one NVIDIA's go-nvml binds (v0.13.3-1, what NVIDIA's DRA driver
@@ -70,7 +84,7 @@ var nvmlDefined = regexp.MustCompile(`(?m)^(?:int |const char \*)(nvml\w+)\(`)
 // left out, and their stubs with them.
 func NVMLImplemented() []string {
 	var out []string
-	for _, m := range nvmlDefined.FindAllStringSubmatch(nvmlC, -1) {
+	for _, m := range nvmlDefined.FindAllStringSubmatch(nvmlC+nvmlMIGCreateC, -1) {
 		out = append(out, m[1])
 	}
 	return out

@@ -44,6 +44,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
+	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 )
 
 // NodeNameEnv is the environment variable the node's name is read from:
@@ -80,6 +81,9 @@ type Options struct {
 	// HealthResend is how often the devices' health is sent to the
 	// kubelet unchanged; zero: DefaultHealthResend.
 	HealthResend time.Duration
+	// MIG makes MIG devices on demand on the GPUs of dra.dynamicMIG
+	// (NVML); nil: they are not published.
+	MIG nvml.MIGMaker
 }
 
 // publisher publishes ResourceSlices (the helper's PublishResources).
@@ -119,6 +123,14 @@ type Driver struct {
 	// shareable by memory (no DRAConsumableCapacity): such devices are
 	// then published whole.
 	noShares atomic.Bool
+	// noPartitions is set once the API server dropped counter sets (no
+	// DRAPartitionableDevices): GPUs of dra.dynamicMIG are then not
+	// published at all (whole and MIG devices without counters would be
+	// allocated together).
+	noPartitions atomic.Bool
+	// profiles caches each dynamic-MIG GPU's MIG profiles, by UUID
+	// (migProfiles); guarded by mu.
+	profiles map[string][]nvml.ProfilePlacements
 	// sharesLogged is set once publishing said which GPUs it shares.
 	sharesLogged atomic.Bool
 	// pub is the helper once Serve started it; roots caches pcieRoot by
@@ -161,6 +173,9 @@ func New(opts Options, n *node.Node, client kubernetes.Interface, log *logrus.Lo
 	d.install(d.ckpt, d.files)
 	d.tell(d.prepared.Load())
 	d.reconcileMetadata()
+	if err := d.reconcilePartitions(); err != nil {
+		return nil, fmt.Errorf("start DRA: %w", err)
+	}
 	if err := d.reconcileSpecs(); err != nil {
 		return nil, fmt.Errorf("start DRA: %w", err)
 	}
@@ -310,9 +325,17 @@ func (d *Driver) publish(ctx context.Context) {
 func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 	var devs []resourceapi.Device
 	var shared []string
+	sets, parts := d.partitionsOf(st)
+	dynamic := map[string]bool{}
+	for _, g := range dynamicGPUs(st) {
+		dynamic[g.UUID] = true
+	}
 	if st != nil {
 		snap := st.Snapshot()
 		for _, u := range units(st) {
+			if u.gpu.MIG != nil && dynamic[u.parent.UUID] {
+				continue // made on demand: published as its placement, or not at all
+			}
 			taints := taintsFor(st.Unhealthy[u.gpu.UUID])
 			if taints != nil && d.noTaints.Load() {
 				continue
@@ -330,8 +353,8 @@ func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 			"memory request policy defaulting to the whole GPU); an API server without " + ConsumableCapacityGate + " drops them, and they are published whole")
 	}
 	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{}}}}
-	if len(devs) > 0 {
-		pool.Slices = nil
+	if len(devs) > 0 || len(sets) > 0 {
+		pool.Slices = partitionSlices(sets, parts)
 		for len(devs) > 0 {
 			n := min(len(devs), maxSliceDevices)
 			pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs[:n]})
@@ -381,6 +404,14 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 			known = true
 			if !d.noTaints.Swap(true) {
 				d.log.Info("DRA: the API server has no device taints (DRADeviceTaints): unhealthy devices are left out of the ResourceSlices")
+				go d.publish(ctx)
+			}
+		}
+		if slices.Contains(dropped.DisabledFeatures(), PartitionableGate) {
+			known = true
+			if !d.noPartitions.Swap(true) {
+				d.log.Warn("DRA: the API server has no partitionable devices (feature gate " + PartitionableGate + ", beta and on by default in Kubernetes 1.37, " +
+					"alpha and off in 1.34): the GPUs of dra.dynamicMIG are not published")
 				go d.publish(ctx)
 			}
 		}

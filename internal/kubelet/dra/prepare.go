@@ -41,7 +41,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.Re
 		for _, u := range units(st) {
 			byName[u.name] = u
 		}
-		devs, err := d.prepareOne(ctx, c, byName, st)
+		devs, err := d.prepareMade(ctx, c, byName, st)
 		d.mu.Unlock()
 		if err == nil {
 			// Under MPS, the claim stays prepared while its daemon
@@ -72,6 +72,35 @@ func (d *Driver) result(devs []claims.Device) []kubeletplugin.Device {
 		out = append(out, kd)
 	}
 	return out
+}
+
+// prepareMade prepares one claim as prepareOne does, the MIG devices it
+// was allocated on GPUs of dra.dynamicMIG made first (and destroyed
+// again when it cannot be prepared); the caller holds mu.
+func (d *Driver) prepareMade(ctx context.Context, c *resourceapi.ResourceClaim, byName map[string]unit, st *node.State) ([]claims.Device, error) {
+	now, undo, err := d.makePartitions(c, st, byName)
+	if err != nil {
+		return nil, err
+	}
+	if now != st {
+		st, byName = now, map[string]unit{}
+		for _, u := range units(st) {
+			byName[u.name] = u
+		}
+	}
+	devs, err := d.prepareOne(ctx, c, byName, st)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	if len(dynamicGPUs(st)) > 0 {
+		uuids := make([]string, 0, len(devs))
+		for _, dv := range devs {
+			uuids = append(uuids, dv.UUID)
+		}
+		d.adoptPartitions(string(c.UID), uuids)
+	}
+	return devs, nil
 }
 
 // prepareOne prepares one claim, without waiting for its MPS daemon; the
@@ -346,8 +375,13 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, cs []kubeletplugin.N
 		d.install(next, d.files.without(uids...))
 		d.tell(d.prepared.Load())
 	}
+	gone := make(map[string]bool, len(cs))
 	for _, c := range cs {
 		out[c.UID] = errors.Join(removeSpec(d.opts.CDIDir, d.opts.DriverName, string(c.UID)), removeMetadata(d.opts.PluginDir, string(c.UID)))
+		gone[string(c.UID)] = true
+	}
+	if len(dynamicGPUs(d.node.State())) > 0 {
+		d.destroyClaimPartitions(gone)
 	}
 	return out, nil
 }

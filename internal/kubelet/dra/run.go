@@ -12,6 +12,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
+	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 )
 
 // Run runs the DRA kubelet plugin of n's configuration until ctx ends:
@@ -29,6 +30,8 @@ func Run(ctx context.Context, n *node.Node, log *logrus.Logger, book func(*claim
 	if err != nil {
 		return fmt.Errorf("start DRA: %w", err)
 	}
+	mig, closeMIG := openMIG(st, log)
+	defer closeMIG()
 	d, err := New(Options{
 		DriverName:      cfg.DRA.DriverName,
 		NodeName:        os.Getenv(NodeNameEnv),
@@ -39,6 +42,7 @@ func Run(ctx context.Context, n *node.Node, log *logrus.Logger, book func(*claim
 		SysRoot:         filepath.Join(cfg.HostRoot, "sys"),
 		MPSRoot:         cfg.DevicePlugin.MPSRoot,
 		Book:            book,
+		MIG:             mig,
 	}, n, client, log)
 	if err != nil {
 		return err
@@ -53,4 +57,29 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, err
 	}
 	return newClientset(cfg)
+}
+
+// openMIG opens NVML for dra.dynamicMIG: nil (and a warning) when it is
+// off, or NVML cannot be opened or make MIG devices; the GPUs of
+// dra.dynamicMIG are then not published.
+func openMIG(st *node.State, log *logrus.Logger) (nvml.MIGMaker, func()) {
+	if !st.Config.DRA.DynamicMIG.Enabled() {
+		return nil, func() {}
+	}
+	path := node.NVMLPath(st.Config, st.Snapshot())
+	if path == "" {
+		log.Warn("DRA: dra.dynamicMIG: discovery found no libnvidia-ml.so.1; MIG devices are not made on demand")
+		return nil, func() {}
+	}
+	lib, err := nvml.Open(path)
+	if err != nil {
+		log.WithError(err).Warn("DRA: dra.dynamicMIG: NVML cannot be opened; MIG devices are not made on demand")
+		return nil, func() {}
+	}
+	mk, ok := lib.(nvml.MIGMaker)
+	if !ok {
+		_ = lib.Close()
+		return nil, func() {}
+	}
+	return mk, func() { _ = lib.Close() }
 }

@@ -37,6 +37,9 @@ type DRA struct {
 	// MemoryShares publishes GPUs as shareable by memory through DRA's
 	// consumable capacity (off by default; see DRAMemoryShares).
 	MemoryShares DRAMemoryShares `json:"memoryShares,omitempty"`
+	// DynamicMIG makes MIG devices on demand (partitionable devices; see
+	// DRADynamicMIG).
+	DynamicMIG DRADynamicMIG `json:"dynamicMIG,omitempty"`
 }
 
 // Defaults of the dra key.
@@ -92,6 +95,9 @@ func (d DRA) validate() error {
 	}
 	if d.MemoryShares.Enabled() && !d.Enabled {
 		return fmt.Errorf("key dra.memoryShares.devices: set without dra.enabled: GPUs are shared by memory through nri-gpu's DRA driver only (set dra.enabled: true, or remove dra.memoryShares)")
+	}
+	if err := d.DynamicMIG.validate(d); err != nil {
+		return err
 	}
 	return d.MemoryShares.validate()
 }

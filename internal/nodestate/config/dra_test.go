@@ -31,7 +31,7 @@ func TestDRA(t *testing.T) {
 		{"dra:\n  devices: [\"0000:38:00.0\", \"0000:38:00.0\"]\n", `key dra.devices: "0000:38:00.0" is listed twice`},
 		{"dra:\n  devices: [\"0000:38:00.9\"]\n", `key dra.devices: "0000:38:00.9": bad PCI bus id`},
 		{"devicePlugin:\n  devices: [\"01\"]\n", `key devicePlugin.devices: "01" is not a GPU`},
-		{"dra:\n  enable: true\n", `key dra: unknown field "enable" (valid keys: enabled, driverName, pluginDir, registrationDir, cdiDir, kubeconfig, devices, memoryShares)`},
+		{"dra:\n  enable: true\n", `key dra: unknown field "enable" (valid keys: enabled, driverName, pluginDir, registrationDir, cdiDir, kubeconfig, devices, memoryShares, dynamicMIG)`},
 		// One allocator: both on needs both lists, disjoint.
 		{"dra:\n  enabled: true\ndevicePlugin:\n  enabled: true\n", `keys dra.enabled and devicePlugin.enabled are both true, and dra.devices and devicePlugin.devices (empty) offers every GPU`},
 		{"dra:\n  enabled: true\n  devices: [\"0\"]\ndevicePlugin:\n  enabled: true\n", `and devicePlugin.devices (empty) offers every GPU: a GPU is offered by one allocator only`},

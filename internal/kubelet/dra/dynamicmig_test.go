@@ -1,0 +1,334 @@
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/inventory/nvml"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// dynEnv is a Driver over a simulated node, discovered as nri-gpu run
+// discovers it: GPU 0 in MIG mode with no MIG device, in dra.dynamicMIG;
+// GPU 1 in MIG mode with one 1g.10gb an operator made (GPU instance 7);
+// NVML the simulated library through the real binding.
+type dynEnv struct {
+	sim    *simnode.Node
+	n      *node.Node
+	mk     nvml.MIGMaker
+	opts   Options
+	client *fake.Clientset
+	d      *Driver
+}
+
+func newDynEnv(t testing.TB) *dynEnv {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: NVML creates GPU instances for root only, and the nvidia-caps nodes are made with mknod; CI runs as root")
+	}
+	sim, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetMIG(simnode.NVMLState{GPUs: []simnode.NVMLGPU{{MIGMode: 1}, {MIGMode: 1, MIG: []simnode.MIG{simnode.H100MIG(7, 0, 1)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := draConfig()
+	cfg.HostRoot, cfg.DriverRoot, cfg.DriverRootMount = sim.Root, sim.Root, sim.Root
+	cfg.DRA.DynamicMIG.Devices = []string{"0"}
+	n, err := node.New(cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := nvml.Open(filepath.Join(sim.Root, sim.LibDir, "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lib.Close() })
+	root := t.TempDir()
+	e := &dynEnv{sim: sim, n: n, mk: lib.(nvml.MIGMaker),
+		client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}}),
+		opts: Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
+			RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev"}}
+	e.opts.MIG = e.mk
+	e.start(t)
+	return e
+}
+
+// start makes a Driver as nri-gpu run does at each start (New).
+func (e *dynEnv) start(t testing.TB) {
+	t.Helper()
+	d, err := New(e.opts, e.n, e.client, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d = d
+}
+
+func (e *dynEnv) claim(t testing.TB, name, uid string, devices ...string) *resourceapi.ResourceClaim {
+	t.Helper()
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(uid)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: testDriver, Pool: testNode, Device: d})
+	}
+	if _, err := e.client.ResourceV1().ResourceClaims("ml").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (e *dynEnv) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, time.Duration) {
+	start := time.Now()
+	out, _ := e.d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	return out[c.UID], time.Since(start)
+}
+
+func (e *dynEnv) unprepare(t testing.TB, cs ...*resourceapi.ResourceClaim) {
+	t.Helper()
+	var objs []kubeletplugin.NamespacedObject
+	for _, c := range cs {
+		objs = append(objs, kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID})
+	}
+	out, err := e.d.UnprepareResourceClaims(context.Background(), objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uid, err := range out {
+		if err != nil {
+			t.Fatalf("unprepare %s: %v", uid, err)
+		}
+	}
+}
+
+// instances lists the GPU instances of GPU 0 as "<gi>/<ci>".
+func (e *dynEnv) instances(t *testing.T) []string {
+	t.Helper()
+	insts, err := e.mk.Instances(e.sim.GPUs[0].UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, in := range insts {
+		out = append(out, fmt.Sprintf("%d/%d", in.GI, in.CI))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *dynEnv) ledger(t *testing.T) []madeMIG {
+	t.Helper()
+	l, err := readLedger(e.opts.PluginDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Made
+}
+
+// TestDynamicMIGPrepare: a claim of a placement on a dra.dynamicMIG GPU
+// gets its MIG device made when it is prepared (GPU and compute instance
+// through NVML, its nvidia-caps nodes, the ledger, then the checkpoint
+// and the CDI spec), a 1g.10gb and a 3g.40gb side by side; a restart
+// adopts them; unprepare destroys them. A 4g.40gb over the 1g.10gb's
+// memory slice fails in NVML and leaves nothing.
+func TestDynamicMIGPrepare(t *testing.T) {
+	e := newDynEnv(t)
+	g0 := e.sim.GPUs[0]
+	small := fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", g0.Minor)
+	half := fmt.Sprintf("gpu-%d-mig-3g40gb-9-4", g0.Minor)
+	a, b := e.claim(t, "small", "uid-a", small), e.claim(t, "half", "uid-b", half)
+	for _, c := range []*resourceapi.ResourceClaim{a, b} {
+		if r, _ := e.prepare(c); r.Err != nil || len(r.Devices) != 1 {
+			t.Fatalf("prepare %s: %+v", c.Name, r)
+		}
+	}
+	if got := e.instances(t); !slices.Equal(got, []string{"2/0", "7/0"}) {
+		t.Errorf("NVML has GPU/compute instances %v, want 2/0 and 7/0", got)
+	}
+	spec := readSpec(t, e.opts.CDIDir, "uid-b")
+	gi, ci := simnode.GIMinor(g0.Minor, 2), simnode.CIMinor(g0.Minor, 2, 0)
+	var nodes []string
+	for _, dn := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		nodes = append(nodes, fmt.Sprintf("%s %d", dn.Path, dn.Minor))
+	}
+	want := []string{fmt.Sprintf("/dev/nvidia%d %d", g0.Minor, g0.Minor), fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d %d", gi, gi), fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d %d", ci, ci)}
+	if !slices.Equal(nodes, want) {
+		t.Errorf("the 3g.40gb's CDI device nodes %v, want %v", nodes, want)
+	}
+	for _, minor := range []int{gi, ci} {
+		p := e.sim.HostPath(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor))
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&os.ModeCharDevice == 0 || fi.Mode().Perm() != 0o444 {
+			t.Errorf("%s: %v, %v; want a character device, 0444", p, fi, err)
+		}
+	}
+	l := e.ledger(t)
+	if len(l) != 2 || l[0].Claim != "uid-a" || l[1].Claim != "uid-b" {
+		t.Fatalf("ledger %+v", l)
+	}
+	// The request path sees the made devices as the claims'.
+	if h := e.d.Prepared().Holdings(); h[l[0].UUID] != "uid-a" || h[l[1].UUID] != "uid-b" {
+		t.Errorf("holdings %v, want %s for uid-a and %s for uid-b", h, l[0].UUID, l[1].UUID)
+	}
+	// Over the 1g.10gb: NVML refuses, nothing is left, the claim fails.
+	bad := e.claim(t, "four", "uid-c", fmt.Sprintf("gpu-%d-mig-4g40gb-5-0", g0.Minor))
+	if r, _ := e.prepare(bad); r.Err == nil {
+		t.Error("a 4g.40gb over the 1g.10gb was prepared")
+	}
+	if got := e.instances(t); len(got) != 2 || len(e.ledger(t)) != 2 || readSpec(t, e.opts.CDIDir, "uid-c") != nil {
+		t.Errorf("after the refusal: instances %v, ledger %v", got, e.ledger(t))
+	}
+	// The GPU whole: published, and refused at prepare, saying why.
+	whole := e.claim(t, "whole", "uid-w", fmt.Sprintf("gpu-%d", g0.Minor))
+	if r, _ := e.prepare(whole); r.Err == nil || !strings.Contains(r.Err.Error(), "is a GPU of dra.dynamicMIG, in MIG mode") {
+		t.Errorf("a claim of the whole GPU: %v", r.Err)
+	}
+	// A restart adopts what prepared claims hold.
+	e.start(t)
+	if got := e.instances(t); len(got) != 2 || len(e.ledger(t)) != 2 {
+		t.Errorf("after a restart: instances %v, ledger %v", got, e.ledger(t))
+	}
+	if r, _ := e.prepare(a); r.Err != nil { // the kubelet asks again
+		t.Errorf("prepare again: %v", r.Err)
+	}
+	e.unprepare(t, a)
+	if got := e.instances(t); !slices.Equal(got, []string{"2/0"}) {
+		t.Errorf("after unprepare of the 1g.10gb: %v", got)
+	}
+	e.unprepare(t, b, a)
+	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
+		t.Errorf("after unprepare of both: instances %v, ledger %v", got, e.ledger(t))
+	}
+	if s := e.n.State().Snapshot(); len(s.MIG) != 1 {
+		t.Errorf("the node still has %d MIG devices, want GPU 1's one", len(s.MIG))
+	}
+}
+
+// TestDynamicMIGSharing: a made MIG device takes a claim's GpuConfig as
+// any MIG device does: TimeSlicing is prepared; MPS, which nri-gpu serves
+// on whole GPUs only, is refused naming the field, and the instance made
+// for the claim is destroyed again.
+func TestDynamicMIGSharing(t *testing.T) {
+	e := newDynEnv(t)
+	withConfig := func(name, uid, raw string) *resourceapi.ResourceClaim {
+		c := e.claim(t, name, uid, fmt.Sprintf("gpu-%d-mig-2g20gb-14-2", e.sim.GPUs[0].Minor))
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}
+		if _, err := e.client.ResourceV1().ResourceClaims("ml").Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	m := withConfig("infer", "uid-mps", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}`)
+	if r, _ := e.prepare(m); r.Err == nil || !strings.Contains(r.Err.Error(), "sharing strategy MPS is supported by nri-gpu for whole GPUs only") {
+		t.Fatalf("prepare with MPS: %v", r.Err)
+	}
+	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
+		t.Errorf("after the refusal: instances %v, ledger %v", got, e.ledger(t))
+	}
+	ts := withConfig("share", "uid-ts", gpuConfigHead+`, "sharing": {"strategy": "TimeSlicing"}}`)
+	if r, _ := e.prepare(ts); r.Err != nil {
+		t.Fatalf("prepare with TimeSlicing: %v", r.Err)
+	}
+	if devs := e.d.Prepared().Devices(); len(devs) != 1 || !devs[0].MIG || devs[0].Sharing != StrategyTimeSlicing {
+		t.Errorf("the request path's view: %+v", devs)
+	}
+	e.unprepare(t, ts)
+	if got := e.instances(t); len(got) != 0 {
+		t.Errorf("after unprepare: %v", got)
+	}
+}
+
+// TestDynamicMIGCrash: what a crash leaves is cleaned up at the next
+// start: an instance made and not recorded (a crash between NVML's create
+// and the ledger), and one recorded for a claim the checkpoint does not
+// have (a crash before the claim's record); GPU 1's MIG device, which an
+// operator made on a GPU not in dra.dynamicMIG, stays.
+func TestDynamicMIGCrash(t *testing.T) {
+	e := newDynEnv(t)
+	g0 := e.sim.GPUs[0]
+	if _, err := e.mk.CreateMIG(g0.UUID, 19, nvml.Range{Start: 3, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := e.mk.CreateMIG(g0.UUID, 14, nvml.Range{Start: 4, Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And a record of a GPU not in dra.dynamicMIG now: kept for when it is.
+	other := madeMIG{GPU: e.sim.GPUs[1].UUID, GI: 3, CI: 0, ProfileID: 14, Start: 0, Size: 2, UUID: "MIG-other", Claim: "uid-other"}
+	l := ledger{Made: []madeMIG{{GPU: g0.UUID, GI: in.GI, CI: in.CI, ProfileID: 14, Start: 4, Size: 2, UUID: in.UUID, Claim: "uid-gone"}, other}}
+	if err := l.write(e.opts.PluginDir); err != nil {
+		t.Fatal(err)
+	}
+	kept := e.claim(t, "kept", "uid-k", fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", g0.Minor))
+	if r, _ := e.prepare(kept); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// Both leftovers block nothing of the kept claim's; the next start
+	// finds them.
+	e.start(t)
+	if got := e.instances(t); !slices.Equal(got, []string{"7/0"}) {
+		t.Errorf("after the restart: instances %v, want the kept claim's 7/0 only", got)
+	}
+	if l := e.ledger(t); len(l) != 2 || l[0].Claim != "uid-k" || l[1] != other {
+		t.Errorf("ledger %+v, want the kept claim's and the other GPU's", l)
+	}
+	if s := e.n.State().Snapshot(); len(s.MIG) != 2 {
+		t.Errorf("the node has %d MIG devices, want the kept claim's and GPU 1's", len(s.MIG))
+	}
+}
+
+// BenchmarkPrepareMIG prepares (and unprepares) a claim of a MIG device
+// made on demand (NVML's creations, the ledger, the rediscovery, the
+// nodes, the checkpoint and the spec; destroyed at unprepare) and one of
+// a MIG device that exists, on the same simulated node, side by side
+// (docs/benchmarks.md). Root, as the tests of MIG made on demand.
+func BenchmarkPrepareMIG(b *testing.B) {
+	e := newDynEnv(b)
+	n := 0 // claim names, unique across -count's runs
+	for _, c := range []struct {
+		name string
+		gpu  simnode.GPU
+	}{{"made-on-demand", e.sim.GPUs[0]}, {"existing", e.sim.GPUs[1]}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				n++
+				cl := e.claim(b, fmt.Sprintf("%s-%d", c.name, n), fmt.Sprintf("uid-%s-%d", c.name, n), fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", c.gpu.Minor))
+				if r, _ := e.prepare(cl); r.Err != nil {
+					b.Fatal(r.Err)
+				}
+				e.unprepare(b, cl)
+			}
+		})
+	}
+}
+
+// readSpec reads the CDI spec of claim uid; nil without one.
+func readSpec(t *testing.T, dir, uid string) *specs.Spec {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, specFile(testDriver, uid)))
+	if err != nil {
+		return nil
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
