@@ -157,7 +157,7 @@ e2e: e2e-tools build image
 	$(MAKE) --no-print-directory e2e-cluster
 
 e2e-tools:
-	NRI_GPU_E2E_KUBELET=1 NRI_GPU_E2E_NVIDIA_DRA=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" test/e2e/install-tools.sh
+	NRI_GPU_E2E_KUBELET=1 NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" test/e2e/install-tools.sh
 
 # The cluster phase (TestCluster): nri-gpu installed with kubectl apply -k
 # and Helm on a real two-node cluster (containerd and CRI-O), once per
@@ -165,12 +165,11 @@ e2e-tools:
 # serves, and the oldest with resource.k8s.io/v1). Each version's binaries
 # are built into the e2e cache on first use (install-cluster.sh).
 # CLUSTER_VERSIONS=v1.37.2 runs only the newest; CLUSTER_VERSIONS= none.
-# Then, at the first of them, NVIDIA's own DRA driver's ResourceSlices
-# against nri-gpu's (TestClusterPeer/slices; make e2e-peer runs the rest).
+# NVIDIA's own DRA driver beside nri-gpu's is make e2e-peer's: its build
+# (about 7.5 min on 2 cores) does not fit CI's budget beside the rest.
 CLUSTER_VERSIONS ?= v1.37.2 v1.34.4
 e2e-cluster: e2e-tools
-	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" $(GO) test -v -count=1 -timeout 60m -run '^TestCluster$$' ./suite/ && \
-		NRI_GPU_E2E_PEER=$(firstword $(CLUSTER_VERSIONS)) $(GO) test -v -count=1 -timeout 20m -run '^TestClusterPeer$$/^slices$$' ./suite/; \
+	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && NRI_GPU_E2E_CLUSTER="$(CLUSTER_VERSIONS)" $(GO) test -v -count=1 -timeout 60m -run '^TestCluster$$' ./suite/; \
 	else echo "make e2e-cluster: CLUSTER_VERSIONS is empty: no cluster phase"; fi
 
 # NVIDIA's own DRA driver (gpu-kubelet-plugin v0.5.0, built from its Go
