@@ -143,9 +143,6 @@ func testDRATopology(k kc) {
 			t.Fatalf("gpu-a's GPU %d is held by %v", g.Index, h)
 		}
 	}
-	t.Cleanup(func() {
-		_, _ = k.c.Kubectl(k.ctx, "delete", "pod", "-n", draNS, "aligned", "misaligned", "numa", "--ignore-not-found", "--wait=true", "--timeout=2m")
-	})
 	k.wait(time.Minute, "gpu-a's DRA GPUs published with their PCIe roots and NUMA nodes", func() (bool, string, error) {
 		devs, err := sliceDevices(k, "gpu-a")
 		if err != nil {
@@ -173,6 +170,13 @@ func testDRATopology(k kc) {
 	nic0, nic1 := nicBeside(g1.BusID), nicBeside(g3.BusID)
 	step := time.Now()
 	startNICDriver(k, a, []simnode.PCIDevice{{BusID: nic0, NUMANode: g1.NUMANode}, {BusID: nic1, NUMANode: g3.NUMANode}})
+	// Registered after the NIC driver's, so it runs first: the pods go
+	// while the NIC driver still runs to unprepare their NICs (stopped
+	// first, their deletion hung for its whole timeout and left GPUs 1
+	// and 2 held for the checks after this one).
+	t.Cleanup(func() {
+		_, _ = k.c.Kubectl(k.ctx, "delete", "pod", "-n", draNS, "aligned", "misaligned", "numa", "--ignore-not-found", "--wait=true", "--timeout=2m")
+	})
 	k.wait(time.Minute, "the NIC driver's slice: nic-0 on GPU 1's root, nic-1 on GPU 3's", func() (bool, string, error) {
 		var list resourceapi.ResourceSliceList
 		if err := k.c.GetJSON(k.ctx, &list, "resourceslices"); err != nil {
