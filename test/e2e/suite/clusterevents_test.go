@@ -67,8 +67,9 @@ spec:
 	} {
 		checkEvent(k, w)
 	}
-	if p, err := k.c.GetPod(k.ctx, eventsClosedNS, "voided"); err != nil || p.Status.Phase != corev1.PodRunning {
-		t.Errorf("the voided pod does not run: %v %v", err, p)
+	// The Event is sent at CreateContainer, before the container starts.
+	if _, err := k.c.WaitPodRunning(k.ctx, eventsClosedNS, "voided", time.Minute); err != nil {
+		t.Errorf("the voided pod does not run: %v", err)
 	}
 	out := k.run("describe", "pod", "-n", eventsNS, "over-request")
 	if !strings.Contains(out, "GPURequestRefused") || !strings.Contains(out, "count 9 exceeds the node's") || !strings.Contains(out, "nri-gpu") {

@@ -158,6 +158,9 @@ func testMigrate(t *testing.T, version string) {
 		},
 	}})
 	k := kc{t: t, c: c, ctx: context.Background()}
+	// The chart is installed with the suite's helm-values.yaml, whose
+	// ServiceMonitor and PrometheusRule need prometheus-operator's CRDs.
+	installMonitoringCRDs(k)
 	m := newMigration(k, c.Node(migrateNode))
 
 	// The toolkit's way: nvidia-ctk registers nvidia-container-runtime as
