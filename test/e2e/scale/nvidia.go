@@ -198,7 +198,7 @@ const CapturedEnv = "NRI_GPU_SCALE_NVIDIA_SLICES"
 // Captured replaces the variants of s that dir holds slices of (see
 // CapturedEnv) with their devices, and says which in s.Source.
 func Captured(s *Shape, dir string) error {
-	var used []string
+	got := map[Variant][]resourceapi.Device{}
 	for _, v := range Variants {
 		p := filepath.Join(dir, string(v)+".json")
 		data, err := os.ReadFile(p)
@@ -215,13 +215,34 @@ func Captured(s *Shape, dir string) error {
 		if len(devs) == 0 {
 			return fmt.Errorf("%s: no device of driver %s", p, s.Driver)
 		}
+		got[v] = devs
+	}
+	UseCaptured(s, got, "captured in "+dir)
+	return nil
+}
+
+// UseCaptured replaces the variants of s that got holds with got's
+// devices (NVIDIA's real driver's, captured as how says) and says in
+// s.Source which variants are real captures and which remain as
+// NVIDIA's source publishes them.
+func UseCaptured(s *Shape, got map[Variant][]resourceapi.Device, how string) {
+	var used, rest []string
+	for _, v := range Variants {
+		devs, ok := got[v]
+		if !ok {
+			rest = append(rest, string(v))
+			continue
+		}
 		s.devices[v] = devs
 		used = append(used, fmt.Sprintf("%s (%d devices)", v, len(devs)))
 	}
-	if len(used) > 0 {
-		s.Source = fmt.Sprintf("NVIDIA's real driver's slices captured in %s for %s; the rest as its source publishes it", dir, strings.Join(used, ", "))
+	if len(used) == 0 {
+		return
 	}
-	return nil
+	s.Source = fmt.Sprintf("NVIDIA's real driver's slices (%s) for %s", how, strings.Join(used, ", "))
+	if len(rest) > 0 {
+		s.Source += fmt.Sprintf("; %s as its source publishes it (test/e2e/scale/nvidia.go)", strings.Join(rest, ", "))
+	}
 }
 
 // capturedDevices are the devices of driver in data: a ResourceSliceList

@@ -3,12 +3,16 @@ package scale
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nri-gpu/nri-gpu/test/e2e/bench"
+	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
 )
 
 // scaleOptIn is the env var that runs TestSchedulerScale: the node
@@ -21,6 +25,11 @@ const (
 	scaleRoundsEnv = "NRI_GPU_SCALE_ROUNDS"
 	scaleOutEnv    = "NRI_GPU_SCALE_OUT"
 )
+
+// scaleCaptureEnv set to 0 keeps NVIDIA's shape as its source publishes
+// it; else TestSchedulerScale captures NVIDIA's real driver's slices
+// first (captureNVIDIA), unless CapturedEnv names captured ones.
+const scaleCaptureEnv = "NRI_GPU_SCALE_NVIDIA_CAPTURE"
 
 // scaleFeaturesEnv and scaleFillsEnv narrow a run (a big node count on a
 // loaded machine): the claim kinds by key (plain cel share mig; default
@@ -126,6 +135,9 @@ func TestSchedulerScale(t *testing.T) {
 	sh := shapes(t)
 	ctx := context.Background()
 	c := startCluster(t, ctx, counts[0], sh)
+	if os.Getenv(scaleCaptureEnv) != "0" && os.Getenv(CapturedEnv) == "" {
+		captureNVIDIA(t, ctx, c, sh[1])
+	}
 	var all []Result
 	for _, n := range counts {
 		if err := c.AddNodes(ctx, n); err != nil {
@@ -141,6 +153,39 @@ func TestSchedulerScale(t *testing.T) {
 		t.Logf("%d nodes: %s, load average %s before, %s after", n, time.Since(start).Round(time.Second), load, LoadAvg())
 	}
 	t.Logf("\n%s", Table(all, sh[0].Name, sh[1].Name))
+}
+
+// captureNVIDIA runs NVIDIA's real driver on the simulated nodes against
+// c (Cluster.CaptureInto) and makes its slices nv's devices, logging how
+// they differ from the source-read shape; the slices and the comparison
+// go to $NRI_GPU_SCALE_OUT/nvidia-slices (or a temporary directory).
+func captureNVIDIA(t *testing.T, ctx context.Context, c *Cluster, nv *Shape) {
+	t.Helper()
+	bin, err := harness.InstallNVIDIADRA(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if out := os.Getenv(scaleOutEnv); out != "" {
+		dir = filepath.Join(out, "nvidia-slices")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only written into the CDI specs of prepares, which the capture
+	// makes none of.
+	hook := filepath.Join(harness.DefaultCacheDir(), "nvidia-container-toolkit-"+bench.ToolkitVersion, "nvidia-cdi-hook")
+	diffs, err := c.CaptureInto(ctx, nv, discover(t), bin, hook, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Variants {
+		t.Logf("NVIDIA's captured %s devices against the source-read shape: %d differences", v, len(diffs[v]))
+		for _, d := range diffs[v] {
+			t.Logf("  %s", d)
+		}
+	}
+	t.Logf("shape %s: %s", nv.Name, nv.Source)
 }
 
 // startCluster starts the bench's cluster of n nodes with the shapes'
@@ -185,7 +230,11 @@ func writeResults(t *testing.T, rs []Result, sh []*Shape) {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(Table(rs, sh[0].Name, sh[1].Name)), 0o644); err != nil {
+	var src strings.Builder
+	for _, s := range sh {
+		fmt.Fprintf(&src, "Source, %s: %s\n", s.Name, s.Source)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(src.String()+"\n"+Table(rs, sh[0].Name, sh[1].Name)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -78,6 +78,9 @@ type Shape struct {
 // discovers it (the simulated NVML through the real binding).
 type Inventory struct {
 	whole, shares, mig *node.State
+	// roots are the simulated nodes' trees by variant (Shares shares
+	// Whole's): where CaptureNVIDIA runs NVIDIA's driver.
+	roots map[Variant]string
 }
 
 // Discover lays out the two simulated nodes under dir and discovers them.
@@ -106,7 +109,7 @@ func Discover(dir string) (*Inventory, error) {
 	if err := migNode.SetMIG(st); err != nil {
 		return nil, err
 	}
-	inv := &Inventory{}
+	inv := &Inventory{roots: map[Variant]string{Whole: wholeNode.Root, Shares: wholeNode.Root, MIG: migNode.Root}}
 	all := make([]string, GPUsPerNode)
 	for i := range all {
 		all[i] = fmt.Sprint(i)
