@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 )
@@ -118,5 +119,20 @@ func TestPoolComplete(t *testing.T) {
 		if got := poolComplete(c.slices, NVIDIADriver); got != c.want {
 			t.Errorf("%d slices: %v, want %v", len(c.slices), got, c.want)
 		}
+	}
+}
+
+// TestPlanBudget: without a budget every round runs; with one, a round
+// starts only where the slowest so far would end within it.
+func TestPlanBudget(t *testing.T) {
+	if !(Plan{}).another(time.Hour, time.Hour) {
+		t.Error("no budget: a round refused")
+	}
+	p := Plan{Budget: 25 * time.Minute}
+	if !p.another(10*time.Minute, 12*time.Minute) {
+		t.Error("10 min in, 12 min rounds, 25 min budget: refused")
+	}
+	if p.another(14*time.Minute, 12*time.Minute) {
+		t.Error("14 min in, 12 min rounds, 25 min budget: allowed")
 	}
 }

@@ -21,6 +21,16 @@ type Plan struct {
 	Rounds int
 	// Pods is how many pods one measurement creates.
 	Pods int
+	// Budget, when set, ends the rounds early: no round starts that the
+	// slowest round so far would carry past Budget from the first's
+	// start (at least one round runs).
+	Budget time.Duration
+}
+
+// another reports whether a round fits in p's budget, started after
+// elapsed with rounds so far the slowest of which took slowest.
+func (p Plan) another(elapsed, slowest time.Duration) bool {
+	return p.Budget <= 0 || elapsed+slowest <= p.Budget
 }
 
 // settle is how long the bench waits after allocating a fill for the
@@ -41,7 +51,13 @@ func (c *Cluster) Run(ctx context.Context, p Plan, shapes []*Shape) ([]Result, e
 	if _, err := c.Measure(ctx, nil, Baseline, p.Pods); err != nil {
 		return out, err
 	}
+	start, slowest := time.Now(), time.Duration(0)
 	for round := range p.Rounds {
+		if round > 0 && !p.another(time.Since(start), slowest) {
+			c.Logf("%d rounds of %d in %s: another would pass the budget of %s", round, p.Rounds, time.Since(start).Round(time.Second), p.Budget)
+			break
+		}
+		began := time.Now()
 		if err := c.Publish(ctx, nil, ""); err != nil {
 			return out, err
 		}
@@ -71,6 +87,7 @@ func (c *Cluster) Run(ctx context.Context, p Plan, shapes []*Shape) ([]Result, e
 				}
 			}
 		}
+		slowest = max(slowest, time.Since(began))
 	}
 	return out, c.Publish(ctx, nil, "")
 }

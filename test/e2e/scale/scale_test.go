@@ -31,6 +31,11 @@ const (
 // first (captureNVIDIA), unless CapturedEnv names captured ones.
 const scaleCaptureEnv = "NRI_GPU_SCALE_NVIDIA_CAPTURE"
 
+// scaleBudgetEnv, a Go duration ("25m"), ends each node count's rounds
+// early where another would pass it (Plan.Budget): as many rounds as
+// fit.
+const scaleBudgetEnv = "NRI_GPU_SCALE_BUDGET"
+
 // scaleFeaturesEnv and scaleFillsEnv narrow a run (a big node count on a
 // loaded machine): the claim kinds by key (plain cel share mig; default
 // all) and the fills in percent (default "0 50 90").
@@ -132,6 +137,13 @@ func TestSchedulerScale(t *testing.T) {
 		}
 	}
 	feats, fills := scalePlan(t)
+	var budget time.Duration
+	if v := os.Getenv(scaleBudgetEnv); v != "" {
+		var err error
+		if budget, err = time.ParseDuration(v); err != nil || budget <= 0 {
+			t.Fatalf("%s=%q: not a duration (25m)", scaleBudgetEnv, v)
+		}
+	}
 	sh := shapes(t)
 	ctx := context.Background()
 	c := startCluster(t, ctx, counts[0], sh)
@@ -144,7 +156,7 @@ func TestSchedulerScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		start, load := time.Now(), LoadAvg()
-		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n)}, sh)
+		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n), Budget: budget}, sh)
 		all = append(all, rs...)
 		writeResults(t, all, sh)
 		if err != nil {
