@@ -31,10 +31,37 @@ const (
 // first (captureNVIDIA), unless CapturedEnv names captured ones.
 const scaleCaptureEnv = "NRI_GPU_SCALE_NVIDIA_CAPTURE"
 
-// scaleBudgetEnv, a Go duration ("25m"), ends each node count's rounds
-// early where another would pass it (Plan.Budget): as many rounds as
-// fit.
+// scaleBudgetEnv, Go durations ("25m"), ends a node count's rounds early
+// where another would pass its budget (Plan.Budget): as many rounds as
+// fit. One duration is every node count's; several are one a node count
+// in order, 0 for none ("0 14m": every round at the first count, 14
+// minutes' worth at the second).
 const scaleBudgetEnv = "NRI_GPU_SCALE_BUDGET"
+
+// scaleBudgets reads scaleBudgetEnv for n node counts.
+func scaleBudgets(t *testing.T, n int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, n)
+	f := strings.Fields(os.Getenv(scaleBudgetEnv))
+	if len(f) == 0 {
+		return out
+	}
+	if len(f) != 1 && len(f) != n {
+		t.Fatalf("%s=%q: one duration, or one for each of the %d node counts", scaleBudgetEnv, os.Getenv(scaleBudgetEnv), n)
+	}
+	for i := range out {
+		v := f[min(i, len(f)-1)]
+		d, err := time.ParseDuration(v)
+		if v == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 {
+			t.Fatalf("%s=%q: %q is not a duration (25m)", scaleBudgetEnv, os.Getenv(scaleBudgetEnv), v)
+		}
+		out[i] = d
+	}
+	return out
+}
 
 // scaleFeaturesEnv and scaleFillsEnv narrow a run (a big node count on a
 // loaded machine): the claim kinds by key (plain cel share mig; default
@@ -137,13 +164,7 @@ func TestSchedulerScale(t *testing.T) {
 		}
 	}
 	feats, fills := scalePlan(t)
-	var budget time.Duration
-	if v := os.Getenv(scaleBudgetEnv); v != "" {
-		var err error
-		if budget, err = time.ParseDuration(v); err != nil || budget <= 0 {
-			t.Fatalf("%s=%q: not a duration (25m)", scaleBudgetEnv, v)
-		}
-	}
+	budgets := scaleBudgets(t, len(counts))
 	sh := shapes(t)
 	ctx := context.Background()
 	c := startCluster(t, ctx, counts[0], sh)
@@ -151,12 +172,12 @@ func TestSchedulerScale(t *testing.T) {
 		captureNVIDIA(t, ctx, c, sh[1])
 	}
 	var all []Result
-	for _, n := range counts {
+	for i, n := range counts {
 		if err := c.AddNodes(ctx, n); err != nil {
 			t.Fatal(err)
 		}
 		start, load := time.Now(), LoadAvg()
-		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n), Budget: budget}, sh)
+		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n), Budget: budgets[i]}, sh)
 		all = append(all, rs...)
 		writeResults(t, all, sh)
 		if err != nil {
