@@ -96,8 +96,11 @@ func (c *Cluster) CaptureNVIDIA(ctx context.Context, inv *Inventory, bin, hook, 
 
 // captureOne is CaptureNVIDIA's run of the plugin for one variant.
 func (c *Cluster) captureOne(ctx context.Context, v Variant, root, bin, hook, work string) ([]resourceapi.Device, error) {
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		return nil, err
+	// Its directories must be there: it binds its sockets in them.
+	for _, d := range []string{"cdi", "plugins_registry", "plugins"} {
+		if err := os.MkdirAll(filepath.Join(work, d), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	logPath := filepath.Join(work, "gpu-kubelet-plugin.log")
 	logf, err := os.Create(logPath)
