@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -93,6 +94,15 @@ func BenchmarkAllocate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// NVIDIA's real driver's slices where CapturedEnv names a capture
+	// (TestSchedulerScale writes one to $NRI_GPU_SCALE_OUT/nvidia-slices).
+	nv := NVIDIA(inv)
+	if dir := os.Getenv(CapturedEnv); dir != "" {
+		if err := Captured(nv, dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("shape %s: %s", nv.Name, nv.Source)
 	var nodes []string
 	var nodeObjs []*v1.Node
 	for i := range allocNodes {
@@ -102,7 +112,7 @@ func BenchmarkAllocate(b *testing.B) {
 	}
 	for _, f := range allFeatures {
 		for _, fill := range []float64{0, 0.5, 0.9} {
-			for _, s := range []*Shape{nri, NVIDIA(inv)} {
+			for _, s := range []*Shape{nri, nv} {
 				v := f.Variant()
 				var slices []*resourceapi.ResourceSlice
 				for i, n := range nodes {
