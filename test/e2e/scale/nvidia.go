@@ -11,6 +11,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/nri-gpu/nri-gpu/inventory"
 )
@@ -59,20 +60,20 @@ func NVIDIA(inv *Inventory) *Shape {
 		Source: "NVIDIA's DRA driver v0.5.0's shape as its source publishes it (test/e2e/scale/nvidia.go) over the same discovered node"}
 	s.Classes = classes(s.Driver, s.GPUClass, s.MIGClass, "nvidia.com/gpu")
 	for _, v := range Variants {
-		s.devices[v] = nvidiaDevices(inv.state(v).Snapshot(), v == Shares)
+		s.devices[v] = nvidiaDevices(inv.state(v).Snapshot(), inv.sysRoot(v), v == Shares)
 	}
 	return s
 }
 
 // nvidiaDevices are the snapshot's devices as NVIDIA's driver publishes
 // them, by name (its static path's order is a map's; sorted here).
-func nvidiaDevices(snap *inventory.Snapshot, shares bool) []resourceapi.Device {
+func nvidiaDevices(snap *inventory.Snapshot, sysRoot string, shares bool) []resourceapi.Device {
 	var out []resourceapi.Device
 	for _, g := range snap.GPUs {
 		if g.MIGEnabled || g.Props == nil {
 			continue
 		}
-		d := resourceapi.Device{Name: fmt.Sprintf("gpu-%d", g.Minor), Attributes: nvidiaAttrs(g, snap, "gpu"),
+		d := resourceapi.Device{Name: fmt.Sprintf("gpu-%d", g.Minor), Attributes: nvidiaAttrs(g, snap, sysRoot, "gpu"),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: quantity(int64(g.Props.MemoryBytes))}}}
 		d.Attributes["uuid"] = str(g.UUID)
 		if shares {
@@ -86,7 +87,7 @@ func nvidiaDevices(snap *inventory.Snapshot, shares bool) []resourceapi.Device {
 			continue
 		}
 		d := resourceapi.Device{Name: fmt.Sprintf("gpu-%d-mig-%s-%d-%d", p.Minor, nvidiaProfileName(m.Profile), m.Placement.ProfileID, m.Placement.Start),
-			Attributes: nvidiaAttrs(p, snap, "mig")}
+			Attributes: nvidiaAttrs(p, snap, sysRoot, "mig")}
 		d.Attributes["parentUUID"], d.Attributes["profile"], d.Attributes["uuid"] = str(p.UUID), str(m.Profile), str(m.UUID)
 		e := m.Engines
 		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
@@ -104,8 +105,9 @@ func nvidiaDevices(snap *inventory.Snapshot, shares bool) []resourceapi.Device {
 }
 
 // nvidiaAttrs are the attributes a whole GPU and its MIG devices share
-// (uuid aside), typ being "gpu" or "mig".
-func nvidiaAttrs(g inventory.GPU, snap *inventory.Snapshot, typ string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+// (uuid aside), typ being "gpu" or "mig"; the PCIe root from sysRoot's
+// sysfs, as its nvlib.go reads it through the same library.
+func nvidiaAttrs(g inventory.GPU, snap *inventory.Snapshot, sysRoot, typ string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	p := g.Props
 	a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"type": str(typ), "productName": str(p.ProductName), "brand": str(p.Brand), "architecture": str(p.Architecture),
@@ -121,6 +123,11 @@ func nvidiaAttrs(g inventory.GPU, snap *inventory.Snapshot, typ string) map[reso
 	}
 	if g.BusID != "" {
 		a["resource.kubernetes.io/pciBusID"] = str(g.BusID)
+	}
+	if g.BusID != "" && sysRoot != "" {
+		if r, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(g.BusID, deviceattribute.WithFSFromRoot(sysRoot)); err == nil && r.Value.StringValue != nil {
+			a["resource.kubernetes.io/pcieRoot"] = str(*r.Value.StringValue)
+		}
 	}
 	if g.NUMANode >= 0 {
 		n := int64(g.NUMANode)

@@ -147,6 +147,15 @@ func hgxGPUs() []simnode.GPU {
 	return out
 }
 
+// sysRoot is variant v's simulated node's sysfs ("" if unknown): where
+// both shapes read each GPU's PCIe root, as their drivers do on a node.
+func (inv *Inventory) sysRoot(v Variant) string {
+	if inv.roots[v] == "" {
+		return ""
+	}
+	return filepath.Join(inv.roots[v], "sys")
+}
+
 func (inv *Inventory) state(v Variant) *node.State {
 	switch v {
 	case Shares:
@@ -173,7 +182,7 @@ func NRIGPU(inv *Inventory) (*Shape, error) {
 		Source: "nri-gpu's internal/kubelet/dra.NodeResources over the discovered simulated node"}
 	s.Classes = classes(s.Driver, s.GPUClass, s.MIGClass, "")
 	for _, v := range Variants {
-		res := dra.NodeResources(inv.state(v), "template", "", quietLog())
+		res := dra.NodeResources(inv.state(v), "template", inv.sysRoot(v), quietLog())
 		pool, ok := res.Pools["template"]
 		if !ok || len(pool.Slices) != 1 {
 			return nil, fmt.Errorf("nri-gpu's resources for %s: %d pools, want one pool of one slice", v, len(res.Pools))

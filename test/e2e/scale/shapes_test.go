@@ -55,6 +55,15 @@ func TestShapes(t *testing.T) {
 		if nri.DeviceCount(v) != want || nv.DeviceCount(v) != want {
 			t.Errorf("%s: nri-gpu %d devices, NVIDIA %d, want %d", v, nri.DeviceCount(v), nv.DeviceCount(v), want)
 		}
+		// Both read the simulated node's sysfs for the PCIe root, as both
+		// drivers do on a node (NVIDIA's real one publishes it).
+		for _, s := range []*Shape{nri, nv} {
+			for _, d := range s.Devices(v, 3) {
+				if _, ok := d.Attributes["resource.kubernetes.io/pcieRoot"]; !ok {
+					t.Errorf("%s: %s %s: no resource.kubernetes.io/pcieRoot", v, s.Name, d.Name)
+				}
+			}
+		}
 		if diff := cmp.Diff(byName(nv.Devices(v, 3)), byName(nri.Devices(v, 3))); diff != "" {
 			t.Errorf("%s: node 3's devices (-NVIDIA +nri-gpu):\n%s", v, diff)
 		}
