@@ -8,9 +8,10 @@
 // nri-gpu's devices come from nri-gpu's own publishing code
 // (internal/kubelet/dra.NodeResources: the functions its driver publishes
 // with) over a simulated node discovered as `nri-gpu run` discovers one.
-// NVIDIA's come from the same discovered inventory in the shape NVIDIA's
-// driver publishes (nvidia.go), or from slices captured from NVIDIA's real
-// driver (Captured).
+// NVIDIA's are the slices NVIDIA's real driver publishes for the same
+// simulated node, captured in the bench's run (capture.go), or else the
+// same discovered inventory in the shape NVIDIA's source publishes
+// (nvidia.go; Captured replaces it with slices captured before).
 package scale
 
 import (
