@@ -284,7 +284,9 @@ bench-cluster:
 # A thousand GPU nodes (root; docs/benchmarks.md): the suite's control
 # plane with SCALE_NODES simulated GPU nodes (Node objects that kwok
 # serves), each with the ResourceSlices nri-gpu publishes for 8 H100s and
-# with NVIDIA's DRA driver's shape of the same node, and the scheduler's
+# with the slices NVIDIA's real DRA driver (gpu-kubelet-plugin, built into
+# the e2e cache when missing) publishes for the same node, captured first
+# in the same run, and the scheduler's
 # claim pods a second over them at 0, 50 and 90% fill, SCALE_ROUNDS
 # interleaved rounds; tables in bin/bench-scale. Not in CI: kwok's build
 # (its own Kubernetes libraries, up to 29 min on a loaded 2-core machine)
