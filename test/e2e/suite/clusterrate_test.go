@@ -198,6 +198,10 @@ type rateStream struct {
 	pods        map[string]*ratePod
 	claims      map[string]string // claim name -> allocated device
 	errs        []string
+	// start is when the stream began; backlog, sampled every 5 s, the
+	// pods created and not yet Running then.
+	start   time.Time
+	backlog []int
 }
 
 // run streams pods for d at rate a second; it returns nri-gpu's peak RSS
@@ -214,6 +218,7 @@ func (s *rateStream) run(d time.Duration, rate float64, cg string) [2]int64 {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	end := time.After(d)
+	s.start = time.Now()
 	var wg sync.WaitGroup
 	for i := 0; ; i++ {
 		select {
@@ -224,6 +229,7 @@ func (s *rateStream) run(d time.Duration, rate float64, cg string) [2]int64 {
 		case <-sample.C:
 			r := cgroupRSS(cg)
 			rss[0], rss[1] = max(rss[0], r), r
+			s.sampleBacklog()
 			i--
 			continue
 		case <-tick.C:
@@ -260,6 +266,19 @@ func (s *rateStream) one(ctx context.Context, p *ratePod) {
 	if err := s.cs.CoreV1().Pods(rateNS).Delete(context.WithoutCancel(ctx), p.name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		s.fail("pod %s: delete: %v", p.name, err)
 	}
+}
+
+// sampleBacklog records how many pods are created and not yet Running.
+func (s *rateStream) sampleBacklog() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.pods {
+		if !p.created.IsZero() && p.running.IsZero() {
+			n++
+		}
+	}
+	s.backlog = append(s.backlog, n)
 }
 
 func (s *rateStream) fail(format string, args ...any) {
@@ -506,11 +525,16 @@ func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration,
 		d := byKind[kind]
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s |\n", kind, len(d), checked[kind], ms(pct(d, 0.5)), ms(pct(d, 0.99)))
 	}
-	prep := prepareTimes(s.k)
+	b.WriteString(s.sustained(rate))
+	log := nriGPULog(s.k)
+	prep := logTimes(log, tookRE)
 	fmt.Fprintf(&b, "nri-gpu PrepareResourceClaims (its log, %d claims): p50 %s, p99 %s\n", len(prep), ms(pct(prep, 0.5)), ms(pct(prep, 0.99)))
 	count := after["count"] - before["count"]
 	fmt.Fprintf(&b, "nri-gpu CreateContainer (nri_gpu_request_duration_seconds, %d requests): p50 %s, p99 %s (histogram buckets, interpolated)\n",
 		int(count), histQuantile(before, after, 0.5), histQuantile(before, after, 0.99))
+	inj := logTimes(log, injectedRE)
+	fmt.Fprintf(&b, "nri-gpu CreateContainer of the GPU containers (its log's injected took=, %d requests): p50 %s, p99 %s, max %s\n",
+		len(inj), us(pct(inj, 0.5)), us(pct(inj, 0.99)), us(pct(inj, 1)))
 	fmt.Fprintf(&b, "nri-gpu CPU %.1f%% of one core (%s in %s); RSS peak %.1f MiB, at the end %.1f MiB; wrong answers: %d",
 		100*cpu.Seconds()/wall.Seconds(), cpu.Round(time.Millisecond), wall.Round(time.Second), float64(rss[0])/(1<<20), float64(rss[1])/(1<<20), wrong)
 	t.Logf("node rate:\n%s", b.String())
@@ -535,22 +559,34 @@ func pct(d []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 
-var tookRE = regexp.MustCompile(`DRA: claim prepared.*took=([0-9.]+[µm]?s)`)
+func us(d time.Duration) string { return d.Round(time.Microsecond).String() }
 
-// prepareTimes are the prepare times nri-gpu logged ("DRA: claim
-// prepared ... took=").
-func prepareTimes(k kc) []time.Duration {
+// tookRE and injectedRE find the times nri-gpu logs for a claim's
+// prepare ("DRA: claim prepared ... took=") and for a CreateContainer it
+// answered with devices ("injected ... took=").
+var (
+	tookRE     = regexp.MustCompile(`DRA: claim prepared.*took="?([0-9.]+[µm]?s)`)
+	injectedRE = regexp.MustCompile(`msg=injected .*took="?([0-9.]+[µm]?s)`)
+)
+
+// nriGPULog is nri-gpu's pod's log.
+func nriGPULog(k kc) string {
 	pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
 	if err != nil || len(pods) != 1 {
 		k.t.Errorf("nri-gpu's pod: %v (%d)", err, len(pods))
-		return nil
+		return ""
 	}
 	out, err := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", pods[0].Name)
 	if err != nil {
 		k.t.Errorf("nri-gpu's log: %v", err)
 	}
+	return out
+}
+
+// logTimes are the times of re's matches in log.
+func logTimes(log string, re *regexp.Regexp) []time.Duration {
 	var d []time.Duration
-	for _, m := range tookRE.FindAllStringSubmatch(out, -1) {
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
 		if v, err := time.ParseDuration(m[1]); err == nil {
 			d = append(d, v)
 		}
@@ -689,4 +725,43 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// sustained says whether the stream's rate was sustained, a line of
+// figures and a verdict: creation to Running (every kind) p50 and p99 of
+// the pods created in each third of the stream, and the mean backlog
+// (pods created, not yet Running, sampled every 5 s) in each third.
+// Sustained: the last third's p99 at most 1.5 times the first's, and its
+// mean backlog at most 1.5 times the first's plus one pod (no queue
+// building up); caller holds s.mu.
+func (s *rateStream) sustained(rate float64) string {
+	var d [3][]time.Duration
+	var span time.Duration
+	for _, p := range s.pods {
+		span = max(span, p.created.Sub(s.start))
+	}
+	for _, p := range s.pods {
+		if p.running.IsZero() || span <= 0 {
+			continue
+		}
+		i := min(int(3*float64(p.created.Sub(s.start))/float64(span)), 2)
+		d[i] = append(d[i], p.running.Sub(p.created))
+	}
+	var bl [3]float64
+	for i := range 3 {
+		part := s.backlog[i*len(s.backlog)/3 : (i+1)*len(s.backlog)/3]
+		for _, n := range part {
+			bl[i] += float64(n) / float64(len(part))
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "by third of the stream: creation to Running p50/p99")
+	for i := range 3 {
+		fmt.Fprintf(&b, " %s/%s", ms(pct(d[i], 0.5)), ms(pct(d[i], 0.99)))
+	}
+	fmt.Fprintf(&b, "; backlog (created, not Running) mean %.1f %.1f %.1f, max %d",
+		bl[0], bl[1], bl[2], slices.Max(append([]int{0}, s.backlog...)))
+	ok := pct(d[2], 0.99) <= pct(d[0], 0.99)*3/2 && bl[2] <= 1.5*bl[0]+1
+	fmt.Fprintf(&b, "; sustained at %.2f a second: %v\n", rate, ok)
+	return b.String()
 }
