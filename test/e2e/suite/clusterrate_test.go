@@ -28,8 +28,9 @@ import (
 
 // nodeRateOptIn is the env var that runs TestNodeRate: its minutes of
 // pod starts (make bench-agent: 10). nodeRatePodsEnv is the pod starts a
-// second (default 1), nodeRateLifeEnv each pod's life in seconds
-// (default 20).
+// second (default 1; several, "2 3 4", run one after the other on the
+// same node, each for the minutes: a probe for the highest sustained),
+// nodeRateLifeEnv each pod's life in seconds (default 20).
 const (
 	nodeRateOptIn   = "NRI_GPU_E2E_NODE_RATE"
 	nodeRatePodsEnv = "NRI_GPU_E2E_NODE_RATE_PODS"
@@ -99,7 +100,17 @@ func TestNodeRate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs a cluster with real runtimes, kubelets and namespaces (CI runs as root)")
 	}
-	rate := envFloat(t, nodeRatePodsEnv, 1)
+	rates := []float64{1}
+	if v := strings.Fields(os.Getenv(nodeRatePodsEnv)); len(v) > 0 {
+		rates = nil
+		for _, f := range v {
+			r, err := strconv.ParseFloat(f, 64)
+			if err != nil || r <= 0 {
+				t.Fatalf("%s=%q: %q is not a positive number", nodeRatePodsEnv, os.Getenv(nodeRatePodsEnv), f)
+			}
+			rates = append(rates, r)
+		}
+	}
 	life := time.Duration(envFloat(t, nodeRateLifeEnv, 20) * float64(time.Second))
 	c := startTestCluster(t, harness.KubernetesVersion, []harness.NodeOptions{rateNode()})
 	k := kc{t: t, c: c, ctx: t.Context()}
@@ -141,15 +152,17 @@ spec:
 		t.Fatal(err)
 	}
 	cg := nriGPUContainerCgroup(k)
-	before := nriGPUMetrics(k)
-	cpu0, t0 := cgroupCPU(cg), time.Now()
-	load0 := loadAvg()
-	s := &rateStream{k: k, cs: cs, n: n, migByDevice: migByDevice, life: life, pods: map[string]*ratePod{}}
-	rss := s.run(time.Duration(minutes*float64(time.Minute)), rate, cg)
-	wall := time.Since(t0)
-	cpu := cgroupCPU(cg) - cpu0
-	after := nriGPUMetrics(k)
-	s.report(t, rate, wall, cpu, rss, load0, before, after)
+	for step, rate := range rates {
+		before := nriGPUMetrics(k)
+		cpu0, t0 := cgroupCPU(cg), time.Now()
+		load0 := loadAvg()
+		s := &rateStream{k: k, cs: cs, n: n, migByDevice: migByDevice, life: life, pods: map[string]*ratePod{}, prefix: fmt.Sprintf("r%d", step)}
+		rss := s.run(time.Duration(minutes*float64(time.Minute)), rate, cg)
+		wall := time.Since(t0)
+		cpu := cgroupCPU(cg) - cpu0
+		after := nriGPUMetrics(k)
+		s.report(t, rate, wall, cpu, rss, load0, before, after, t0)
+	}
 }
 
 func envFloat(t *testing.T, name string, def float64) float64 {
@@ -202,6 +215,9 @@ type rateStream struct {
 	// pods created and not yet Running then.
 	start   time.Time
 	backlog []int
+	// prefix starts the stream's pod names (a stream of its own each
+	// rate).
+	prefix string
 }
 
 // run streams pods for d at rate a second; it returns nri-gpu's peak RSS
@@ -234,7 +250,7 @@ func (s *rateStream) run(d time.Duration, rate float64, cg string) [2]int64 {
 			continue
 		case <-tick.C:
 		}
-		p := &ratePod{name: fmt.Sprintf("r-%05d", i), kind: rateKinds[i%len(rateKinds)]}
+		p := &ratePod{name: fmt.Sprintf("%s-%05d", s.prefix, i), kind: rateKinds[i%len(rateKinds)]}
 		s.mu.Lock()
 		s.pods[p.name] = p
 		s.mu.Unlock()
@@ -498,7 +514,7 @@ func (s *rateStream) drain(ctx context.Context) {
 }
 
 // report logs the stream's figures and fails on its errors.
-func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration, rss [2]int64, load0 string, before, after map[string]float64) {
+func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration, rss [2]int64, load0 string, before, after map[string]float64, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	byKind := map[string][]time.Duration{}
@@ -526,7 +542,7 @@ func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration,
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s |\n", kind, len(d), checked[kind], ms(pct(d, 0.5)), ms(pct(d, 0.99)))
 	}
 	b.WriteString(s.sustained(rate))
-	log := nriGPULog(s.k)
+	log := nriGPULog(s.k, since)
 	prep := logTimes(log, tookRE)
 	fmt.Fprintf(&b, "nri-gpu PrepareResourceClaims (its log, %d claims): p50 %s, p99 %s\n", len(prep), ms(pct(prep, 0.5)), ms(pct(prep, 0.99)))
 	count := after["count"] - before["count"]
@@ -569,14 +585,14 @@ var (
 	injectedRE = regexp.MustCompile(`msg=injected .*took="?([0-9.]+[µm]?s)`)
 )
 
-// nriGPULog is nri-gpu's pod's log.
-func nriGPULog(k kc) string {
+// nriGPULog is nri-gpu's pod's log since t (whole seconds).
+func nriGPULog(k kc, t time.Time) string {
 	pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
 	if err != nil || len(pods) != 1 {
 		k.t.Errorf("nri-gpu's pod: %v (%d)", err, len(pods))
 		return ""
 	}
-	out, err := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", pods[0].Name)
+	out, err := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", "--since-time", t.UTC().Truncate(time.Second).Format(time.RFC3339), pods[0].Name)
 	if err != nil {
 		k.t.Errorf("nri-gpu's log: %v", err)
 	}
