@@ -163,9 +163,8 @@ e2e: e2e-tools build image
 # itself (a Ready condition and a renewed Lease, as a kubelet does), each
 # with nri-gpu's and NVIDIA's ResourceSlices; every claim kind at 90%
 # fill on both shapes, every pod bound (none runs: no kubelet) and every
-# allocation checked. About 45 s and 25 s to compile; only with
-# CLUSTER_VERSIONS (whose
-# e2e-tools build the control plane).
+# allocation checked. About 45 s, and 25 s to compile; only with
+# CLUSTER_VERSIONS (whose e2e-tools build the control plane).
 e2e-scale:
 	@if [ -n "$(CLUSTER_VERSIONS)" ]; then cd test/e2e && $(GO) test -tags nobench -v -count=1 -timeout 10m -run '^TestScaleSmoke$$' ./scale/; \
 	else echo "make e2e-scale: CLUSTER_VERSIONS is empty: no scale smoke"; fi
