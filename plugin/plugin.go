@@ -259,10 +259,12 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	took := time.Since(start)
 	p.observeRequest(&res, adj, err, took)
 	p.report(pod, ctr, &res, err)
+	// took: the answer's time, exact where the histogram's buckets end.
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
 		"container": ctr.GetName(),
+		"took":      took.Round(time.Microsecond),
 	}
 	for _, w := range res.Warnings {
 		p.log.WithFields(fields).Warn(w)
@@ -298,8 +300,6 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 			}
 			fields["claims"] = strings.Join(names, ",")
 		}
-		// The answer's time, exact where the histogram's buckets end.
-		fields["took"] = took.Round(time.Microsecond)
 		p.log.WithFields(fields).Info("injected")
 		if res.BinariesAtUsrBin && p.pathWarned.CompareAndSwap(false, true) {
 			// Once per connection: the runtime does it for every image

@@ -549,7 +549,7 @@ func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration,
 	fmt.Fprintf(&b, "nri-gpu CreateContainer (nri_gpu_request_duration_seconds, %d requests): p50 %s, p99 %s (histogram buckets, interpolated)\n",
 		int(count), histQuantile(before, after, 0.5), histQuantile(before, after, 0.99))
 	inj := logTimes(log, injectedRE)
-	fmt.Fprintf(&b, "nri-gpu CreateContainer of the GPU containers (its log's injected took=, %d requests): p50 %s, p99 %s, max %s\n",
+	fmt.Fprintf(&b, "nri-gpu CreateContainer of the GPU containers (its log's took=, %d requests): p50 %s, p99 %s, max %s\n",
 		len(inj), us(pct(inj, 0.5)), us(pct(inj, 0.99)), us(pct(inj, 1)))
 	fmt.Fprintf(&b, "nri-gpu CPU %.1f%% of one core (%s in %s); RSS peak %.1f MiB, at the end %.1f MiB; wrong answers: %d",
 		100*cpu.Seconds()/wall.Seconds(), cpu.Round(time.Millisecond), wall.Round(time.Second), float64(rss[0])/(1<<20), float64(rss[1])/(1<<20), wrong)
@@ -579,10 +579,11 @@ func us(d time.Duration) string { return d.Round(time.Microsecond).String() }
 
 // tookRE and injectedRE find the times nri-gpu logs for a claim's
 // prepare ("DRA: claim prepared ... took=") and for a CreateContainer it
-// answered with devices ("injected ... took=").
+// answered with devices or a note (an info line of a container, took=;
+// logrus sorts the fields, and a value with a µ is quoted).
 var (
 	tookRE     = regexp.MustCompile(`DRA: claim prepared.*took="?([0-9.]+[µm]?s)`)
-	injectedRE = regexp.MustCompile(`msg=injected .*took="?([0-9.]+[µm]?s)`)
+	injectedRE = regexp.MustCompile(`level=info msg=.* container=\S+ .*took="?([0-9.]+[µm]?s)`)
 )
 
 // nriGPULog is nri-gpu's pod's log since t (whole seconds).
