@@ -88,8 +88,10 @@ type ratePod struct {
 // $NRI_GPU_E2E_NODE_RATE minutes, half of them GPU pods (a MIG claim, a
 // MIG device of the device plugin, in turn), half without GPU, each
 // deleted after $NRI_GPU_E2E_NODE_RATE_LIFE seconds. It reports creation
-// to Running by kind (p50, p99), nri-gpu's PrepareResourceClaims (its log)
-// and CreateContainer (its histogram) times, its CPU and RSS; and fails on
+// to Running by kind (p50, p99) and by third of the stream with the
+// backlog (whether the rate was sustained), nri-gpu's PrepareResourceClaims
+// and CreateContainer times (its log; its histogram), its CPU and RSS; and
+// fails on
 // any container that sees other devices than it was given (its device
 // nodes and NVIDIA_VISIBLE_DEVICES, from its log).
 func TestNodeRate(t *testing.T) {
