@@ -256,12 +256,15 @@ func unknownHolding(st *node.State, u *unknownClaims) []alloc.Holding {
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	adj, res, err := p.Handle(ctx, pod, ctr)
-	p.observeRequest(&res, adj, err, time.Since(start))
+	took := time.Since(start)
+	p.observeRequest(&res, adj, err, took)
 	p.report(pod, ctr, &res, err)
+	// took: the answer's time, exact where the histogram's buckets end.
 	fields := logrus.Fields{
 		"namespace": pod.GetNamespace(),
 		"pod":       pod.GetName(),
 		"container": ctr.GetName(),
+		"took":      took.Round(time.Microsecond),
 	}
 	for _, w := range res.Warnings {
 		p.log.WithFields(fields).Warn(w)

@@ -1,3 +1,9 @@
+// CI's smoke (make e2e-scale) builds without this file (-tags nobench):
+// BenchmarkAllocate needs the scheduler's CEL and allocator, about 100
+// packages more to compile.
+
+//go:build !nobench
+
 package scale
 
 import (

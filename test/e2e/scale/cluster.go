@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,11 @@ type Cluster struct {
 	Nodes  []string
 	Logf   func(format string, args ...any)
 	seq    atomic.Int64
+	// BoundOnly: no kwok, the bench keeps the nodes Ready itself
+	// (StartClusterBound); pods are bound, never Running.
+	BoundOnly bool
+	stopBeat  context.CancelFunc
+	mu        sync.Mutex // guards Nodes against the heartbeat's reads
 }
 
 // StartCluster starts the control plane at the suite's Kubernetes
@@ -72,7 +78,9 @@ func (c *Cluster) start(ctx context.Context, kwok *harness.Kwok, n int) error {
 	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if err := c.StartKwokLease(kwok, leaseSeconds); err != nil {
+	if kwok == nil {
+		c.startHeartbeat(ctx)
+	} else if err := c.StartKwokLease(kwok, leaseSeconds); err != nil {
 		return err
 	}
 	return c.AddNodes(ctx, n)
@@ -82,11 +90,20 @@ func (c *Cluster) start(ctx context.Context, kwok *harness.Kwok, n int) error {
 func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 	start := time.Now()
 	from := len(c.Nodes)
+	c.mu.Lock()
 	for i := from; i < n; i++ {
 		c.Nodes = append(c.Nodes, fmt.Sprintf("gpu-%05d", i))
 	}
+	c.mu.Unlock()
 	err := parallel(ctx, n-from, func(ctx context.Context, j int) error {
-		_, err := c.Client.CoreV1().Nodes().Create(ctx, simNode(c.Nodes[from+j], from+j), metav1.CreateOptions{})
+		node := simNode(c.Nodes[from+j], from+j)
+		if c.BoundOnly {
+			if err := c.renewLease(ctx, node.Name); err != nil {
+				return err
+			}
+			node = readyNode(node)
+		}
+		_, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
@@ -105,11 +122,21 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 		}
 		return ready >= n, fmt.Sprintf("%d of %d Ready", ready, n), nil
 	})
-	if err != nil {
+	if err != nil && !c.BoundOnly {
 		return fmt.Errorf("%w\n--- tail of kwok's log ---\n%s", err, c.LogTail("kwok", 3000))
+	}
+	if err != nil {
+		return err
 	}
 	c.Logf("%d nodes Ready in %s", n-from, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// nodeNames are the cluster's nodes now.
+func (c *Cluster) nodeNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.Nodes)
 }
 
 // simNode is node i, which kwok serves: an 8-GPU machine's CPU, memory

@@ -102,7 +102,8 @@ type Result struct {
 	// paused meanwhile).
 	CreatedPerSec float64 `json:"createdPerSec"`
 	// BoundP50, BoundP99: the scheduler's resume to each pod bound;
-	// RunningP50, RunningP99: to each pod Running (kwok).
+	// RunningP50, RunningP99: to each pod Running (kwok; 0 on a
+	// BoundOnly cluster).
 	BoundP50   time.Duration `json:"boundP50"`
 	BoundP99   time.Duration `json:"boundP99"`
 	RunningP50 time.Duration `json:"runningP50"`
@@ -165,8 +166,7 @@ func (p *podTimes) count(m map[string]time.Time) int {
 // Measure creates n pods of feature f on shape s (nil for Baseline),
 // their claims first, then the pods from createParallelism goroutines
 // with the scheduler paused, and times each from the scheduler's resume
-// to bound and to Running;
-// then it deletes them and their claims and waits until the claims are
+// to bound and (unless the cluster is BoundOnly) to Running; then it deletes them and their claims and waits until the claims are
 // gone (their devices free again).
 func (c *Cluster) Measure(ctx context.Context, s *Shape, f Feature, n int) (Result, error) {
 	ns := fmt.Sprintf("m-%d", c.seq.Add(1))
@@ -246,9 +246,11 @@ func (c *Cluster) Measure(ctx context.Context, s *Shape, f Feature, n int) (Resu
 		w.Stop()
 		return r, ctx.Err()
 	}
-	err = c.waitCount(ctx, fmt.Sprintf("%d pods of %s on %s bound and Running", n, f, r.Shape), n, func(context.Context) (int, error) {
-		return t.count(t.running), nil
-	})
+	if !c.BoundOnly {
+		err = c.waitCount(ctx, fmt.Sprintf("%d pods of %s on %s bound and Running", n, f, r.Shape), n, func(context.Context) (int, error) {
+			return t.count(t.running), nil
+		})
+	}
 	w.Stop()
 	if err != nil {
 		return r, fmt.Errorf("%w (%d bound)\n--- tail of the scheduler's log ---\n%s", err, t.count(t.bound), c.LogTail("kube-scheduler", 3000))
@@ -313,7 +315,9 @@ func (r *Result) summarize(t *podTimes) {
 			last = b
 		}
 		bound = append(bound, b.Sub(t.resumed))
-		running = append(running, t.running[name].Sub(t.resumed))
+		if run, ok := t.running[name]; ok {
+			running = append(running, run.Sub(t.resumed))
+		}
 	}
 	r.PodsPerSec = float64(len(t.created)) / last.Sub(t.resumed).Seconds()
 	r.CreatedPerSec = float64(len(t.created)) / lastCreated.Sub(first).Seconds()
@@ -351,7 +355,7 @@ func (c *Cluster) allocations(ctx context.Context, ns string) (map[string][]devi
 	out := map[string][]deviceID{}
 	for _, cl := range l.Items {
 		if cl.Status.Allocation == nil {
-			return nil, fmt.Errorf("claim %s/%s: not allocated, though its pod runs", ns, cl.Name)
+			return nil, fmt.Errorf("claim %s/%s: not allocated, though its pod is bound", ns, cl.Name)
 		}
 		for _, res := range cl.Status.Allocation.Devices.Results {
 			id := deviceID{driver: res.Driver, pool: res.Pool, device: res.Device}

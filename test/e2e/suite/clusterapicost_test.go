@@ -287,7 +287,7 @@ func atNodes(events []harness.AuditEvent, d time.Duration, nodes int) string {
 	// n requests a node over d, lat their summed latency: nodes*n/d a
 	// second, each lat/n long, so nodes*lat/d in flight.
 	inflight := func(lat time.Duration) float64 { return float64(nodes) * lat.Seconds() / d.Seconds() }
-	return fmt.Sprintf("at %d nodes doing the same at once: %.1f requests a second (%.1f mutating), %.2f read-only in flight of %d, %.2f mutating of %d; %d watches opened",
+	return fmt.Sprintf("at %d nodes doing the same at once: %.1f requests a second besides watches (%.1f mutating), %.2f read-only in flight of %d, %.2f mutating of %d; %d watches opened",
 		nodes, float64(nodes*(read+mutate))/d.Seconds(), float64(nodes*mutate)/d.Seconds(),
 		inflight(readLat), defaultReadInflight, inflight(mutateLat), defaultMutateInflight, nodes*watches)
 }

@@ -28,8 +28,9 @@ import (
 
 // nodeRateOptIn is the env var that runs TestNodeRate: its minutes of
 // pod starts (make bench-agent: 10). nodeRatePodsEnv is the pod starts a
-// second (default 1), nodeRateLifeEnv each pod's life in seconds
-// (default 20).
+// second (default 1; several, "2 3 4", run one after the other on the
+// same node, each for the minutes: a probe for the highest sustained),
+// nodeRateLifeEnv each pod's life in seconds (default 20).
 const (
 	nodeRateOptIn   = "NRI_GPU_E2E_NODE_RATE"
 	nodeRatePodsEnv = "NRI_GPU_E2E_NODE_RATE_PODS"
@@ -87,8 +88,10 @@ type ratePod struct {
 // $NRI_GPU_E2E_NODE_RATE minutes, half of them GPU pods (a MIG claim, a
 // MIG device of the device plugin, in turn), half without GPU, each
 // deleted after $NRI_GPU_E2E_NODE_RATE_LIFE seconds. It reports creation
-// to Running by kind (p50, p99), nri-gpu's PrepareResourceClaims (its log)
-// and CreateContainer (its histogram) times, its CPU and RSS; and fails on
+// to Running by kind (p50, p99) and by third of the stream with the
+// backlog (whether the rate was sustained), nri-gpu's PrepareResourceClaims
+// and CreateContainer times (its log; its histogram), its CPU and RSS; and
+// fails on
 // any container that sees other devices than it was given (its device
 // nodes and NVIDIA_VISIBLE_DEVICES, from its log).
 func TestNodeRate(t *testing.T) {
@@ -99,7 +102,17 @@ func TestNodeRate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs a cluster with real runtimes, kubelets and namespaces (CI runs as root)")
 	}
-	rate := envFloat(t, nodeRatePodsEnv, 1)
+	rates := []float64{1}
+	if v := strings.Fields(os.Getenv(nodeRatePodsEnv)); len(v) > 0 {
+		rates = nil
+		for _, f := range v {
+			r, err := strconv.ParseFloat(f, 64)
+			if err != nil || r <= 0 {
+				t.Fatalf("%s=%q: %q is not a positive number", nodeRatePodsEnv, os.Getenv(nodeRatePodsEnv), f)
+			}
+			rates = append(rates, r)
+		}
+	}
 	life := time.Duration(envFloat(t, nodeRateLifeEnv, 20) * float64(time.Second))
 	c := startTestCluster(t, harness.KubernetesVersion, []harness.NodeOptions{rateNode()})
 	k := kc{t: t, c: c, ctx: t.Context()}
@@ -141,15 +154,17 @@ spec:
 		t.Fatal(err)
 	}
 	cg := nriGPUContainerCgroup(k)
-	before := nriGPUMetrics(k)
-	cpu0, t0 := cgroupCPU(cg), time.Now()
-	load0 := loadAvg()
-	s := &rateStream{k: k, cs: cs, n: n, migByDevice: migByDevice, life: life, pods: map[string]*ratePod{}}
-	rss := s.run(time.Duration(minutes*float64(time.Minute)), rate, cg)
-	wall := time.Since(t0)
-	cpu := cgroupCPU(cg) - cpu0
-	after := nriGPUMetrics(k)
-	s.report(t, rate, wall, cpu, rss, load0, before, after)
+	for step, rate := range rates {
+		before := nriGPUMetrics(k)
+		cpu0, t0 := cgroupCPU(cg), time.Now()
+		load0 := loadAvg()
+		s := &rateStream{k: k, cs: cs, n: n, migByDevice: migByDevice, life: life, pods: map[string]*ratePod{}, prefix: fmt.Sprintf("r%d", step)}
+		rss := s.run(time.Duration(minutes*float64(time.Minute)), rate, cg)
+		wall := time.Since(t0)
+		cpu := cgroupCPU(cg) - cpu0
+		after := nriGPUMetrics(k)
+		s.report(t, rate, wall, cpu, rss, load0, before, after, t0)
+	}
 }
 
 func envFloat(t *testing.T, name string, def float64) float64 {
@@ -198,6 +213,13 @@ type rateStream struct {
 	pods        map[string]*ratePod
 	claims      map[string]string // claim name -> allocated device
 	errs        []string
+	// start is when the stream began; backlog, sampled every 5 s, the
+	// pods created and not yet Running then.
+	start   time.Time
+	backlog []int
+	// prefix starts the stream's pod names (a stream of its own each
+	// rate).
+	prefix string
 }
 
 // run streams pods for d at rate a second; it returns nri-gpu's peak RSS
@@ -214,6 +236,7 @@ func (s *rateStream) run(d time.Duration, rate float64, cg string) [2]int64 {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	end := time.After(d)
+	s.start = time.Now()
 	var wg sync.WaitGroup
 	for i := 0; ; i++ {
 		select {
@@ -224,11 +247,12 @@ func (s *rateStream) run(d time.Duration, rate float64, cg string) [2]int64 {
 		case <-sample.C:
 			r := cgroupRSS(cg)
 			rss[0], rss[1] = max(rss[0], r), r
+			s.sampleBacklog()
 			i--
 			continue
 		case <-tick.C:
 		}
-		p := &ratePod{name: fmt.Sprintf("r-%05d", i), kind: rateKinds[i%len(rateKinds)]}
+		p := &ratePod{name: fmt.Sprintf("%s-%05d", s.prefix, i), kind: rateKinds[i%len(rateKinds)]}
 		s.mu.Lock()
 		s.pods[p.name] = p
 		s.mu.Unlock()
@@ -260,6 +284,19 @@ func (s *rateStream) one(ctx context.Context, p *ratePod) {
 	if err := s.cs.CoreV1().Pods(rateNS).Delete(context.WithoutCancel(ctx), p.name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		s.fail("pod %s: delete: %v", p.name, err)
 	}
+}
+
+// sampleBacklog records how many pods are created and not yet Running.
+func (s *rateStream) sampleBacklog() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.pods {
+		if !p.created.IsZero() && p.running.IsZero() {
+			n++
+		}
+	}
+	s.backlog = append(s.backlog, n)
 }
 
 func (s *rateStream) fail(format string, args ...any) {
@@ -479,7 +516,7 @@ func (s *rateStream) drain(ctx context.Context) {
 }
 
 // report logs the stream's figures and fails on its errors.
-func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration, rss [2]int64, load0 string, before, after map[string]float64) {
+func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration, rss [2]int64, load0 string, before, after map[string]float64, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	byKind := map[string][]time.Duration{}
@@ -506,11 +543,16 @@ func (s *rateStream) report(t *testing.T, rate float64, wall, cpu time.Duration,
 		d := byKind[kind]
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s |\n", kind, len(d), checked[kind], ms(pct(d, 0.5)), ms(pct(d, 0.99)))
 	}
-	prep := prepareTimes(s.k)
+	b.WriteString(s.sustained(rate))
+	log := nriGPULog(s.k, since)
+	prep := logTimes(log, tookRE)
 	fmt.Fprintf(&b, "nri-gpu PrepareResourceClaims (its log, %d claims): p50 %s, p99 %s\n", len(prep), ms(pct(prep, 0.5)), ms(pct(prep, 0.99)))
 	count := after["count"] - before["count"]
 	fmt.Fprintf(&b, "nri-gpu CreateContainer (nri_gpu_request_duration_seconds, %d requests): p50 %s, p99 %s (histogram buckets, interpolated)\n",
 		int(count), histQuantile(before, after, 0.5), histQuantile(before, after, 0.99))
+	inj := logTimes(log, injectedRE)
+	fmt.Fprintf(&b, "nri-gpu CreateContainer of the GPU containers (its log's took=, %d requests): p50 %s, p99 %s, max %s\n",
+		len(inj), us(pct(inj, 0.5)), us(pct(inj, 0.99)), us(pct(inj, 1)))
 	fmt.Fprintf(&b, "nri-gpu CPU %.1f%% of one core (%s in %s); RSS peak %.1f MiB, at the end %.1f MiB; wrong answers: %d",
 		100*cpu.Seconds()/wall.Seconds(), cpu.Round(time.Millisecond), wall.Round(time.Second), float64(rss[0])/(1<<20), float64(rss[1])/(1<<20), wrong)
 	t.Logf("node rate:\n%s", b.String())
@@ -535,22 +577,35 @@ func pct(d []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 
-var tookRE = regexp.MustCompile(`DRA: claim prepared.*took=([0-9.]+[µm]?s)`)
+func us(d time.Duration) string { return d.Round(time.Microsecond).String() }
 
-// prepareTimes are the prepare times nri-gpu logged ("DRA: claim
-// prepared ... took=").
-func prepareTimes(k kc) []time.Duration {
+// tookRE and injectedRE find the times nri-gpu logs for a claim's
+// prepare ("DRA: claim prepared ... took=") and for a CreateContainer it
+// answered with devices or a note (an info line of a container, took=;
+// logrus sorts the fields, and a value with a µ is quoted).
+var (
+	tookRE     = regexp.MustCompile(`DRA: claim prepared.*took="?([0-9.]+[µm]?s)`)
+	injectedRE = regexp.MustCompile(`level=info msg=.* container=\S+ .*took="?([0-9.]+[µm]?s)`)
+)
+
+// nriGPULog is nri-gpu's pod's log since t (whole seconds).
+func nriGPULog(k kc, t time.Time) string {
 	pods, err := k.c.ListPods(k.ctx, "nri-gpu", "app.kubernetes.io/name=nri-gpu")
 	if err != nil || len(pods) != 1 {
 		k.t.Errorf("nri-gpu's pod: %v (%d)", err, len(pods))
-		return nil
+		return ""
 	}
-	out, err := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", pods[0].Name)
+	out, err := k.c.Kubectl(k.ctx, "logs", "-n", "nri-gpu", "--since-time", t.UTC().Truncate(time.Second).Format(time.RFC3339), pods[0].Name)
 	if err != nil {
 		k.t.Errorf("nri-gpu's log: %v", err)
 	}
+	return out
+}
+
+// logTimes are the times of re's matches in log.
+func logTimes(log string, re *regexp.Regexp) []time.Duration {
 	var d []time.Duration
-	for _, m := range tookRE.FindAllStringSubmatch(out, -1) {
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
 		if v, err := time.ParseDuration(m[1]); err == nil {
 			d = append(d, v)
 		}
@@ -689,4 +744,43 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// sustained says whether the stream's rate was sustained, a line of
+// figures and a verdict: creation to Running (every kind) p50 and p99 of
+// the pods created in each third of the stream, and the mean backlog
+// (pods created, not yet Running, sampled every 5 s) in each third.
+// Sustained: the last third's p99 at most 1.5 times the first's, and its
+// mean backlog at most 1.5 times the first's plus one pod (no queue
+// building up); caller holds s.mu.
+func (s *rateStream) sustained(rate float64) string {
+	var d [3][]time.Duration
+	var span time.Duration
+	for _, p := range s.pods {
+		span = max(span, p.created.Sub(s.start))
+	}
+	for _, p := range s.pods {
+		if p.running.IsZero() || span <= 0 {
+			continue
+		}
+		i := min(int(3*float64(p.created.Sub(s.start))/float64(span)), 2)
+		d[i] = append(d[i], p.running.Sub(p.created))
+	}
+	var bl [3]float64
+	for i := range 3 {
+		part := s.backlog[i*len(s.backlog)/3 : (i+1)*len(s.backlog)/3]
+		for _, n := range part {
+			bl[i] += float64(n) / float64(len(part))
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "by third of the stream: creation to Running p50/p99")
+	for i := range 3 {
+		fmt.Fprintf(&b, " %s/%s", ms(pct(d[i], 0.5)), ms(pct(d[i], 0.99)))
+	}
+	fmt.Fprintf(&b, "; backlog (created, not Running) mean %.1f %.1f %.1f, max %d",
+		bl[0], bl[1], bl[2], slices.Max(append([]int{0}, s.backlog...)))
+	ok := pct(d[2], 0.99) <= pct(d[0], 0.99)*3/2 && bl[2] <= 1.5*bl[0]+1
+	fmt.Fprintf(&b, "; sustained at %.2f a second: %v\n", rate, ok)
+	return b.String()
 }
