@@ -147,7 +147,8 @@ func (e *dynEnv) ledger(t *testing.T) []madeMIG {
 // gets its MIG device made when it is prepared (GPU and compute instance
 // through NVML, its nvidia-caps nodes, the ledger, then the checkpoint
 // and the CDI spec), a 1g.10gb and a 3g.40gb side by side; a restart
-// adopts them; unprepare destroys them. A 4g.40gb over the 1g.10gb's
+// adopts them; unprepare destroys them and removes their nvidia-caps
+// nodes. A 4g.40gb over the 1g.10gb's
 // memory slice fails in NVML and leaves nothing.
 func TestDynamicMIGPrepare(t *testing.T) {
 	e := newDynEnv(t)
@@ -215,6 +216,16 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	e.unprepare(t, b, a)
 	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
 		t.Errorf("after unprepare of both: instances %v, ledger %v", got, e.ledger(t))
+	}
+	// Their nvidia-caps nodes went with them; GPU 1's operator-made
+	// device keeps its own.
+	for _, minor := range []int{gi, ci, simnode.GIMinor(g0.Minor, 7), simnode.CIMinor(g0.Minor, 7, 0)} {
+		if p := e.sim.HostPath(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor)); fileExists(p) {
+			t.Errorf("after unprepare: %s is left", p)
+		}
+	}
+	if g1 := e.sim.GPUs[1]; !fileExists(e.sim.HostPath(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", simnode.CIMinor(g1.Minor, 7, 0)))) {
+		t.Error("the operator's MIG device lost its nvidia-caps node")
 	}
 	if s := e.n.State().Snapshot(); len(s.MIG) != 1 {
 		t.Errorf("the node still has %d MIG devices, want GPU 1's one", len(s.MIG))
@@ -331,4 +342,9 @@ func readSpec(t *testing.T, dir, uid string) *specs.Spec {
 		t.Fatal(err)
 	}
 	return &s
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
