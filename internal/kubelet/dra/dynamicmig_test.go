@@ -1,17 +1,21 @@
 package dra
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -347,4 +351,39 @@ func readSpec(t *testing.T, dir, uid string) *specs.Spec {
 func fileExists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// TestWarnWithoutSysAdmin: without CAP_SYS_ADMIN (dropped from this
+// thread's effective set) nri-gpu's start says that MIG devices made on
+// demand will fail, and what grants it; with it, nothing is said.
+func TestWarnWithoutSysAdmin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the capability is dropped from a root thread and raised again")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var out bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&out)
+	warnWithoutSysAdmin(log)
+	if out.Len() != 0 {
+		t.Errorf("with CAP_SYS_ADMIN: %s", out.String())
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	saved := caps
+	caps[0].Effective &^= 1 << unix.CAP_SYS_ADMIN
+	if err := unix.Capset(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	warnWithoutSysAdmin(log)
+	if err := unix.Capset(&hdr, &saved[0]); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "without CAP_SYS_ADMIN") || !strings.Contains(out.String(), "deploy/kubernetes-dra-dynamic-mig") {
+		t.Errorf("without CAP_SYS_ADMIN: %q", out.String())
+	}
 }
