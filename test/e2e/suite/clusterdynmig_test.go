@@ -157,7 +157,8 @@ func testDRADynamicMIG(k kc, version string) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := k.c.Kubectl(k.ctx, "get", "pods,resourceclaims", "-n", draNS, "-o", "wide")
-			t.Logf("--- namespace %s ---\n%s\n--- nri-gpu on gpu-a ---\n%s", draNS, out, lastLines(nriGPULogs(k, a.Name), 40))
+			ds, _ := k.c.Kubectl(k.ctx, "describe", "pods", "-n", "nri-gpu", "-l", "app.kubernetes.io/name=nri-gpu")
+			t.Logf("--- namespace %s ---\n%s\n--- nri-gpu's pods ---\n%s\n--- nri-gpu on gpu-a ---\n%s", draNS, out, lastLines(ds, 60), lastLines(nriGPULogs(k, a.Name), 40))
 		}
 		args := append([]string{"delete", "pod", "-n", draNS, "--ignore-not-found", "--wait=true", "--timeout=2m"}, pods...)
 		_, _ = k.c.Kubectl(k.ctx, args...)
