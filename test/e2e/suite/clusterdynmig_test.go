@@ -123,7 +123,7 @@ func simInstances(k kc, n *harness.Node, uuid string) []string {
 // testDRADynamicMIG: with Kubernetes' partitionable devices (beta and on
 // from 1.36; the suite's 1.34 has them alpha and off), gpu-a's second
 // H100, in MIG mode with no MIG device and listed in
-// dra.dynamicMIG.devices, is published whole and as its placements; a
+// dra.dynamicMIG.devices, is published whole and as its 25 placements; a
 // 1g.10gb claim and a 3g.40gb claim get their MIG devices made at
 // prepare (GPU and compute instance in the simulated NVML, the ledger,
 // the nvidia-caps nodes) and run side by side, each container seeing
@@ -189,7 +189,7 @@ func testDRADynamicMIG(k kc, version string) {
 			}
 			names = append(names, d.Name)
 		}
-		return n == 27, fmt.Sprintf("%d devices of %s (want the GPU and 26 placements): %v", n, whole, names), nil // an H100 80GB's
+		return n == 26, fmt.Sprintf("%d devices of %s (want the GPU and its 25 placements, an H100 80GB's): %v", n, whole, names), nil
 	})
 	t.Logf("the component rolled out in %s; GPU 1 published with its placements in %s", rolled.Round(time.Second), time.Since(start).Round(time.Second))
 
