@@ -390,8 +390,8 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		t.Error("allowPrivilegeEscalation is not false")
 	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
 		t.Error("the root file system is writable")
-	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
-		t.Errorf("capabilities %+v: want all dropped, none added", sc.Capabilities)
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
+		t.Errorf("capabilities %+v: want all dropped", sc.Capabilities)
 	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
 		t.Error("seccomp profile is not RuntimeDefault")
 	}
@@ -428,6 +428,15 @@ func checkDaemonSet(t *testing.T, objs objects) {
 	cfg, err := config.Parse([]byte(cfgText))
 	if err != nil {
 		t.Fatalf("ConfigMap %s: nri-gpu rejects its configuration: %v", objs.configMap.Name, err)
+	}
+	// Capabilities: none, but with dra.dynamicMIG exactly what making
+	// MIG devices takes (dynamicMIGCaps).
+	var wantCaps []corev1.Capability
+	if cfg.DRA.DynamicMIG.Enabled() {
+		wantCaps = dynamicMIGCaps
+	}
+	if sc.Capabilities != nil && !slices.Equal(sc.Capabilities.Add, wantCaps) {
+		t.Errorf("capabilities added %q, want %q (dra.dynamicMIG %v)", sc.Capabilities.Add, wantCaps, cfg.DRA.DynamicMIG.Devices)
 	}
 	var metricsPort *corev1.ContainerPort
 	for i := range c.Ports {
@@ -496,7 +505,10 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// The MPS daemons' ready files (devicePlugin.mpsRoot), read-only
 		// at their own path: the client containers' mounts name it.
 		isMPS := v.HostPath.Path == cfg.DevicePlugin.MPSRoot && m.MountPath == v.HostPath.Path && m.ReadOnly
-		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet || isDRA || isMPS
+		// dra.dynamicMIG: the host's /dev/nvidia-caps, where the
+		// nodes of the MIG devices made on demand go.
+		isCaps := cfg.DRA.DynamicMIG.Enabled() && v.HostPath.Path == "/dev/nvidia-caps" && m.MountPath == filepath.Join(cfg.HostRoot, "dev", "nvidia-caps")
+		justified := hostPathsJustified[v.HostPath.Path] || v.HostPath.Path == cfg.DriverRoot || isCache || isKubelet || isDRA || isMPS || isCaps
 		if !justified {
 			t.Errorf("host path %s mounted without a reason", v.HostPath.Path)
 		}
@@ -504,7 +516,7 @@ func checkDaemonSet(t *testing.T, objs objects) {
 		// access), and nri-gpu's own library cache; the driver root and
 		// everything else of the host is read-only.
 		// And /dev/char, where nri-gpu makes its links (devCharLinks).
-		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet || isDRA || v.HostPath.Path == "/dev/char" && cfg.DevCharLinks.On()
+		writable := v.HostPath.Path == "/var/run/nri" || isCache || isKubelet || isDRA || isCaps || v.HostPath.Path == "/dev/char" && cfg.DevCharLinks.On()
 		if !m.ReadOnly && !writable {
 			t.Errorf("host path %s is mounted writable; only the NRI socket's directory, nri-gpu's library cache (%s), the kubelet's device plugin directory and /dev/char (devCharLinks) may be", v.HostPath.Path, cacheHost)
 		}
@@ -518,6 +530,9 @@ func checkDaemonSet(t *testing.T, objs objects) {
 	}
 	if _, ok := hostMounts["/dev/char"]; ok != cfg.DevCharLinks.On() {
 		t.Errorf("devCharLinks.enabled is %v, and the host's /dev/char mounted: %v", cfg.DevCharLinks.On(), ok)
+	}
+	if _, ok := hostMounts["/dev/nvidia-caps"]; ok != cfg.DRA.DynamicMIG.Enabled() {
+		t.Errorf("dra.dynamicMIG.devices is %q, and the host's /dev/nvidia-caps mounted: %v", cfg.DRA.DynamicMIG.Devices, ok)
 	}
 	if _, ok := hostMounts[kubeletDevicePlugins]; ok != cfg.DevicePlugin.Enabled {
 		t.Errorf("devicePlugin.enabled is %v, and the kubelet's %s mounted: %v", cfg.DevicePlugin.Enabled, kubeletDevicePlugins, ok)

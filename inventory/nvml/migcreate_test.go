@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
@@ -242,5 +244,46 @@ func TestGPUInstanceAloneIsListed(t *testing.T) {
 	}
 	if insts, err := mk.Instances(gpu.UUID); err != nil || len(insts) != 0 {
 		t.Errorf("after destroying: %v, %v", insts, err)
+	}
+}
+
+// TestCreateMIGNeedsSysAdmin: as NVIDIA's driver (os_is_administrator:
+// capable(CAP_SYS_ADMIN)), a caller without CAP_SYS_ADMIN in its
+// effective set gets NVML_ERROR_NO_PERMISSION, whatever its uid; with
+// it, the same call succeeds. What the DaemonSet's dra.dynamicMIG switch
+// grants rests on this.
+func TestCreateMIGNeedsSysAdmin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: NVML creates GPU instances for root only, as the real library")
+	}
+	n, _, mk := dynamicNode(t, simnode.DefaultModel)
+	gpu := n.GPUs[0]
+	// Capabilities are a thread's: drop CAP_SYS_ADMIN from this
+	// thread's effective set only, and raise it again after.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	saved := caps
+	caps[0].Effective &^= 1 << unix.CAP_SYS_ADMIN
+	if err := unix.Capset(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mk.CreateMIG(gpu.UUID, 19, nvml.Range{Start: 0, Size: 1})
+	if err := unix.Capset(&hdr, &saved[0]); err != nil {
+		t.Fatal(err)
+	}
+	if !nvml.IsCode(err, nvml.ErrNoPermission) {
+		t.Fatalf("CreateMIG as uid 0 without CAP_SYS_ADMIN: %v, want NVML's NO_PERMISSION", err)
+	}
+	in, err := mk.CreateMIG(gpu.UUID, 19, nvml.Range{Start: 0, Size: 1})
+	if err != nil {
+		t.Fatalf("CreateMIG with CAP_SYS_ADMIN: %v", err)
+	}
+	if err := mk.DestroyMIG(gpu.UUID, in.GI, in.CI); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -24,8 +24,8 @@
  * instances' compute slices add up to at most 7, and a profile's instances
  * to at most its instanceCount. A GPU instance with compute instances
  * cannot be destroyed (NVML_ERROR_IN_USE). Creating and destroying need
- * root, as with NVIDIA's library. The kernel's side is simulated too: the
- * instances' capability files under /proc/driver/nvidia/capabilities of
+ * CAP_SYS_ADMIN, as with NVIDIA's driver (mig_dyn_admin). The kernel's
+ * side is simulated too: the instances' capability files under /proc/driver/nvidia/capabilities of
  * the node tree, which nvidia-modprobe -f reads to make /dev/nvidia-caps.
  *
  * GPU instance ids follow simnode's MIGPlacementStart rule: 0 the whole
@@ -34,6 +34,27 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+
+/* mig_dyn_admin reports whether the caller may create and destroy
+ * instances: as the driver's os_is_administrator, CAP_SYS_ADMIN in its
+ * effective set (read with capget, as capable() reads it in the kernel),
+ * not its uid. (The driver also lets a client holding the MIG config
+ * capability's device node; that path is not simulated.) */
+static int mig_dyn_admin(void)
+{
+	struct {
+		unsigned int version;
+		int pid;
+	} hdr = {0x20080522, 0}; /* _LINUX_CAPABILITY_VERSION_3 */
+	struct {
+		unsigned int effective, permitted, inheritable;
+	} data[2];
+	memset(data, 0, sizeof data);
+	if (syscall(SYS_capget, &hdr, data) != 0)
+		return 0;
+	return (data[0].effective >> 21) & 1; /* CAP_SYS_ADMIN */
+}
 
 #define NVML_ERROR_IN_USE 19
 #define NVML_ERROR_INSUFFICIENT_RESOURCES 23
@@ -293,7 +314,7 @@ int nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, unsigned int profil
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d->mig_mode != 1)
 		return NVML_ERROR_NOT_SUPPORTED;
-	if (geteuid() != 0)
+	if (!mig_dyn_admin())
 		return NVML_ERROR_NO_PERMISSION;
 	load(); /* what exists now, other processes' instances too */
 	int g = gpu_of(d), idx = mig_dyn_profile(g, profileId);
@@ -383,7 +404,7 @@ int nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gi, unsigned int prof
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (gi->parent->err)
 		return gi->parent->err;
-	if (geteuid() != 0)
+	if (!mig_dyn_admin())
 		return NVML_ERROR_NO_PERMISSION;
 	struct sim_dev *d = gi->parent;
 	int g = gpu_of(d);
@@ -435,7 +456,7 @@ int nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci)
 		return NVML_ERROR_UNINITIALIZED;
 	if (ci == NULL || ci < cis || ci >= cis + sizeof cis / sizeof cis[0] || !ci->used)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (geteuid() != 0)
+	if (!mig_dyn_admin())
 		return NVML_ERROR_NO_PERMISSION;
 	struct sim_dev *d = ci->gi->parent;
 	if (!mig_dyn_owned(ci->gi))
@@ -457,7 +478,7 @@ int nvmlGpuInstanceDestroy(nvmlGpuInstance_t gi)
 		return NVML_ERROR_UNINITIALIZED;
 	if (!gi_ok(gi))
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (geteuid() != 0)
+	if (!mig_dyn_admin())
 		return NVML_ERROR_NO_PERMISSION;
 	struct sim_dev *d = gi->parent;
 	if (!mig_dyn_owned(gi))

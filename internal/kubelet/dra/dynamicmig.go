@@ -28,7 +28,8 @@ import (
 // start (New), an instance on such a GPU that the ledger does not name (a
 // crash between creating and recording), and one the ledger names for a
 // claim the checkpoint does not have (a crash before the claim was
-// recorded, or after it was released), is destroyed.
+// recorded, or after it was released), is destroyed. A destroyed
+// device's nvidia-caps nodes are removed.
 
 // MadeFile is the ledger, in dra.pluginDir, of the MIG devices made on
 // demand.
@@ -158,9 +159,14 @@ func (d *Driver) makePartitions(c *resourceapi.ResourceClaim, st *node.State, by
 	var made []madeMIG
 	undo := func() {
 		d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "made": len(made)}).Info("DRA: destroying the MIG devices made for a claim not prepared")
+		now := d.node.State()
 		for _, m := range made {
 			if err := d.opts.MIG.DestroyMIG(m.GPU, m.GI, m.CI); err != nil {
 				d.log.WithError(err).WithField("uuid", m.UUID).Warn("DRA: destroying a MIG device of a claim not prepared")
+				continue
+			}
+			if err := removeCapsNodes(now.Config.HostRoot, now.Snapshot(), m.UUID); err != nil {
+				d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
 			}
 		}
 		mine := map[madeMIG]bool{}
@@ -259,6 +265,27 @@ func capsNodes(hostRoot string, snap *inventory.Snapshot, uuid string) error {
 	return fmt.Errorf("MIG device %s was made but discovery does not see it", uuid)
 }
 
+// removeCapsNodes removes the nvidia-caps nodes of MIG device uuid (as
+// snap has it) from the host, once its instances are destroyed: a node
+// is only a name, but one left behind is a node no MIG device has (what
+// nvidia-smi leaves too). A node that is gone already is no error.
+func removeCapsNodes(hostRoot string, snap *inventory.Snapshot, uuid string) error {
+	for _, m := range snap.MIG {
+		if m.UUID != uuid {
+			continue
+		}
+		for _, n := range []inventory.DeviceNode{m.CINode, m.GINode} {
+			if n.Path == "" {
+				continue
+			}
+			if err := os.Remove(filepath.Join(hostRoot, n.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("MIG device %s: %w", uuid, err)
+			}
+		}
+	}
+	return nil
+}
+
 // destroyClaimPartitions destroys the MIG devices the ledger has for the
 // claims uids and drops them from it; the caller holds mu. An instance
 // that cannot be destroyed stays in the ledger (the next start tries
@@ -272,6 +299,7 @@ func (d *Driver) destroyClaimPartitions(uids map[string]bool) {
 		return
 	}
 	gone := map[madeMIG]bool{}
+	st := d.node.State()
 	for _, m := range l.Made {
 		if !uids[m.Claim] || d.opts.MIG == nil {
 			continue
@@ -281,6 +309,9 @@ func (d *Driver) destroyClaimPartitions(uids map[string]bool) {
 			continue
 		}
 		gone[m] = true
+		if err := removeCapsNodes(st.Config.HostRoot, st.Snapshot(), m.UUID); err != nil {
+			d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
+		}
 	}
 	if len(gone) == 0 {
 		return
@@ -341,6 +372,8 @@ func (d *Driver) reconcilePartitions() error {
 			d.log.WithFields(logrus.Fields{"gpu": g.UUID, "gi": in.GI, "ci": in.CI, "uuid": in.UUID}).Info("DRA: destroying a MIG device made on demand that no prepared claim holds")
 			if err := d.opts.MIG.DestroyMIG(g.UUID, in.GI, in.CI); err != nil {
 				d.log.WithField("gpu", g.UUID).WithError(err).Warn("DRA: dra.dynamicMIG: a MIG device no claim holds cannot be destroyed")
+			} else if err := removeCapsNodes(st.Config.HostRoot, st.Snapshot(), in.UUID); err != nil {
+				d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
 			}
 			changed = true
 		}

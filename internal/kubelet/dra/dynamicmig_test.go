@@ -1,17 +1,21 @@
 package dra
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,7 +151,8 @@ func (e *dynEnv) ledger(t *testing.T) []madeMIG {
 // gets its MIG device made when it is prepared (GPU and compute instance
 // through NVML, its nvidia-caps nodes, the ledger, then the checkpoint
 // and the CDI spec), a 1g.10gb and a 3g.40gb side by side; a restart
-// adopts them; unprepare destroys them. A 4g.40gb over the 1g.10gb's
+// adopts them; unprepare destroys them and removes their nvidia-caps
+// nodes. A 4g.40gb over the 1g.10gb's
 // memory slice fails in NVML and leaves nothing.
 func TestDynamicMIGPrepare(t *testing.T) {
 	e := newDynEnv(t)
@@ -215,6 +220,16 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	e.unprepare(t, b, a)
 	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
 		t.Errorf("after unprepare of both: instances %v, ledger %v", got, e.ledger(t))
+	}
+	// Their nvidia-caps nodes went with them; GPU 1's operator-made
+	// device keeps its own.
+	for _, minor := range []int{gi, ci, simnode.GIMinor(g0.Minor, 7), simnode.CIMinor(g0.Minor, 7, 0)} {
+		if p := e.sim.HostPath(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor)); fileExists(p) {
+			t.Errorf("after unprepare: %s is left", p)
+		}
+	}
+	if g1 := e.sim.GPUs[1]; !fileExists(e.sim.HostPath(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", simnode.CIMinor(g1.Minor, 7, 0)))) {
+		t.Error("the operator's MIG device lost its nvidia-caps node")
 	}
 	if s := e.n.State().Snapshot(); len(s.MIG) != 1 {
 		t.Errorf("the node still has %d MIG devices, want GPU 1's one", len(s.MIG))
@@ -331,4 +346,44 @@ func readSpec(t *testing.T, dir, uid string) *specs.Spec {
 		t.Fatal(err)
 	}
 	return &s
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// TestWarnWithoutSysAdmin: without CAP_SYS_ADMIN (dropped from this
+// thread's effective set) nri-gpu's start says that MIG devices made on
+// demand will fail, and what grants it; with it, nothing is said.
+func TestWarnWithoutSysAdmin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the capability is dropped from a root thread and raised again")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var out bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&out)
+	warnWithoutSysAdmin(log)
+	if out.Len() != 0 {
+		t.Errorf("with CAP_SYS_ADMIN: %s", out.String())
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	saved := caps
+	caps[0].Effective &^= 1 << unix.CAP_SYS_ADMIN
+	if err := unix.Capset(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	warnWithoutSysAdmin(log)
+	if err := unix.Capset(&hdr, &saved[0]); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "without CAP_SYS_ADMIN") || !strings.Contains(out.String(), "deploy/kubernetes-dra-dynamic-mig") {
+		t.Errorf("without CAP_SYS_ADMIN: %q", out.String())
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
@@ -81,5 +82,20 @@ func openMIG(st *node.State, log *logrus.Logger) (nvml.MIGMaker, func()) {
 		_ = lib.Close()
 		return nil, func() {}
 	}
+	warnWithoutSysAdmin(log)
 	return mk, func() { _ = lib.Close() }
+}
+
+// warnWithoutSysAdmin says, at start, when nri-gpu lacks CAP_SYS_ADMIN
+// (its effective set, as the driver's os_is_administrator reads it):
+// NVML will refuse every MIG device a claim needs, and the log says why
+// before the first claim fails.
+func warnWithoutSysAdmin(log *logrus.Logger) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &caps[0]); err != nil || caps[0].Effective&(1<<unix.CAP_SYS_ADMIN) == 0 {
+		log.WithError(err).Warn("DRA: dra.dynamicMIG: nri-gpu runs without CAP_SYS_ADMIN, and NVIDIA's driver makes MIG devices for an administrator only: " +
+			"claims of MIG devices made on demand will fail at prepare (the chart adds SYS_ADMIN and MKNOD with config.dra.dynamicMIG.devices; " +
+			"kubectl apply -k: the component deploy/kubernetes-dra-dynamic-mig)")
+	}
 }

@@ -51,6 +51,7 @@ func testDRAMore(k kc, version string) {
 	sub("mig", testDRAMIG)
 	sub("driver upgrade", testDRAUpgrade)
 	sub("nvidia.com/gpu", func(k kc) { testDRANvidiaGPU(k, version) })
+	sub("dynamic MIG", func(k kc) { testDRADynamicMIG(k, version) })
 }
 
 // migLayout is the MIG layout the DRA phase puts on one GPU: three

@@ -65,6 +65,22 @@ fails here: nri-gpu would refuse the configuration on every node.
 {{- end }}
 {{- end }}
 
+{{/*
+nri-gpu.dynamicMIGOn: "true" when config.dra.dynamicMIG.devices names
+GPUs: MIG devices made on demand, the one switch that adds capabilities
+(SYS_ADMIN, MKNOD) and a writable host mount (/dev/nvidia-caps) to
+nri-gpu's pod. Without config.dra.enabled it fails here: nri-gpu would
+refuse the configuration on every node.
+*/}}
+{{- define "nri-gpu.dynamicMIGOn" -}}
+{{- if dig "dynamicMIG" "devices" list .Values.config.dra }}
+{{- if not .Values.config.dra.enabled }}
+{{- fail "config.dra.dynamicMIG.devices needs config.dra.enabled: MIG devices are made on demand by nri-gpu's DRA driver only" }}
+{{- end }}true
+{{- else }}false
+{{- end }}
+{{- end }}
+
 {{/* nri-gpu's configuration as rendered into the ConfigMap: .Values.config with the device plugin as nri-gpu.devicePluginOn says. */}}
 {{- define "nri-gpu.config" -}}
 {{- $c := deepCopy .Values.config }}
