@@ -105,11 +105,13 @@ spec:
 // FailedPrepareDynamicResources whose message is a refusal of the
 // configuration (refusedRE) is refused, another one accepted (the device
 // was configured, then could not be shared here); it returns the
-// message too.
+// message too. A pod that comes to neither fails the test with what the
+// cluster knows of it (podReport).
 func configOutcome(k kc, name, driver string) (bool, string) {
+	k.t.Helper()
 	var accepted bool
 	var msg string
-	k.wait(90*time.Second, "pod "+name+" running or refused", func() (bool, string, error) {
+	err := harness.WaitFor(k.ctx, 90*time.Second, "pod "+name+" running or refused", func() (bool, string, error) {
 		p, err := k.c.GetPod(k.ctx, "gpuconfig", name)
 		if err != nil {
 			return false, err.Error(), nil
@@ -131,7 +133,27 @@ func configOutcome(k kc, name, driver string) (bool, string) {
 		}
 		return false, string(p.Status.Phase), nil
 	})
+	if err != nil {
+		k.t.Fatalf("%v\n%s", err, podReport(k, "gpuconfig", name))
+	}
 	return accepted, msg
+}
+
+// podReport is what the cluster knows of a pod that did not come to
+// what a test waited for: kubectl describe (its conditions, containers'
+// states and events), and the lines of its node's kubelet log naming it.
+func podReport(k kc, ns, name string) string {
+	var b strings.Builder
+	out, err := k.c.Kubectl(k.ctx, "describe", "pod", "-n", ns, name)
+	fmt.Fprintf(&b, "--- kubectl describe pod %s/%s (%v) ---\n%s\n", ns, name, err, out)
+	if p, err := k.c.GetPod(k.ctx, ns, name); err == nil && p.Spec.NodeName != "" {
+		if n := k.c.Node(p.Spec.NodeName); n != nil && n.Kubelet != nil {
+			lines := n.Kubelet.Grep(regexp.QuoteMeta(ns + "/" + name))
+			lines = lines[max(0, len(lines)-40):]
+			fmt.Fprintf(&b, "--- node %s: the kubelet's last %d lines naming the pod ---\n%s\n", n.Name, len(lines), strings.Join(lines, "\n"))
+		}
+	}
+	return b.String()
 }
 
 // testPeerConfigs puts each gpuConfigRows configuration on a claim of
