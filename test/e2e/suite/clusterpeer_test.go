@@ -28,7 +28,7 @@ func peerOverlay() string { return filepath.Join(repoRoot(), "test", "e2e", "clu
 
 // peerNodes are the comparison's nodes, both on containerd 2.4, their
 // MIG layouts made before anything starts, as nvidia-smi mig -cgi -C (or
-// nvidia-mig-parted) leaves a node: peer-h100 with four H100 80GB, GPUs 0
+// nvidia-mig-parted) leaves a node: peer-h100 with six H100 80GB, GPUs 0
 // and 1 in MIG mode with MixedMIG's layout (seven 1g.10gb; three 2g.20gb
 // and a 1g.10gb); peer-a100 with eight A100 40GB, GPUs 0 to 3 in NVIDIA's
 // quickstart's "half-balanced" layout (A100HalfBalanced), the others whole.
@@ -38,13 +38,13 @@ func peerOverlay() string { return filepath.Join(repoRoot(), "test", "e2e", "clu
 // drivers read resource.kubernetes.io/pcieRoot and numaNode from there.
 func peerNodes() []harness.NodeOptions {
 	var h100, a100 []simnode.GPU
-	for i := range 4 {
-		h100 = append(h100, simnode.GPU{BusID: simnode.DefaultBusID(i), NUMANode: peerNUMANode(i, 4)})
+	for i := range 6 {
+		h100 = append(h100, simnode.GPU{BusID: simnode.DefaultBusID(i), NUMANode: peerNUMANode(i, 6)})
 	}
 	for i := range 8 {
 		// Bus ids after peer-h100's: GPU UUIDs (derived from them) are
 		// unique in the cluster, as real ones are.
-		a100 = append(a100, simnode.GPU{BusID: simnode.DefaultBusID(4 + i), Model: simnode.A100Model, NUMANode: peerNUMANode(i, 8)})
+		a100 = append(a100, simnode.GPU{BusID: simnode.DefaultBusID(len(h100) + i), Model: simnode.A100Model, NUMANode: peerNUMANode(i, 8)})
 	}
 	return []harness.NodeOptions{
 		{Name: "peer-h100", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{Layout: simnode.LayoutRHEL, GPUs: h100},
@@ -74,7 +74,28 @@ var peerDRAOptions = nvidiaDRAOptions{featureGates: "TimeSlicingSettings=true,MP
 
 // peerDevices is how many devices each driver publishes on each peer
 // node: the MIG devices and the GPUs without MIG.
-var peerDevices = map[string]int{"peer-h100": 7 + 4 + 2, "peer-a100": 4*4 + 4}
+var peerDevices = map[string]int{"peer-h100": 7 + 4 + 4, "peer-a100": 4*4 + 4}
+
+// peerSelector is a CEL selector that keeps the claims of driver to its
+// half of the peer nodes' GPUs (and their MIG devices): NVIDIA's driver
+// the GPUs of even index on their node, nri-gpu the odd ones. Both
+// drivers publish every GPU, so the scheduler, seeing two devices per
+// GPU, may give one GPU to a claim of each; nri-gpu then refuses the
+// container that NVIDIA's claim gives a GPU one of nri-gpu's claims holds
+// (a GPU a claim holds is reached only through that claim). A real node
+// has one driver per GPU; the comparison's claims run side by side, each
+// on GPUs of its own.
+func peerSelector(c *harness.Cluster, driver string) string {
+	var buses []string
+	for _, n := range c.Nodes {
+		for _, g := range n.GPU.GPUs {
+			if (g.Index%2 == 0) == (driver == nvidiaDriver) {
+				buses = append(buses, "'"+strings.ToLower(g.BusID)+"'")
+			}
+		}
+	}
+	return "device.attributes['resource.kubernetes.io'].pciBusID in [" + strings.Join(buses, ", ") + "]"
+}
 
 // TestClusterPeer sets nri-gpu beside NVIDIA's own DRA driver
 // (gpu-kubelet-plugin v0.5.0, built from its Go module) on one node of a

@@ -120,3 +120,26 @@ func TestPeerTopology(t *testing.T) {
 		t.Errorf("peerTopology:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestPeerSelector: the two drivers' claims take disjoint halves of the
+// peer nodes' GPUs, NVIDIA's the even indexes on each node.
+func TestPeerSelector(t *testing.T) {
+	gpus := func(first, n int) *simnode.Node {
+		var out []simnode.GPU
+		for i := range n {
+			out = append(out, simnode.GPU{Index: i, BusID: strings.ToUpper(simnode.DefaultBusID(first + i))})
+		}
+		return &simnode.Node{GPUs: out}
+	}
+	c := &harness.Cluster{Nodes: []*harness.Node{{GPU: gpus(0, 3)}, {GPU: gpus(3, 2)}}}
+	bus := func(i int) string { return "'" + simnode.DefaultBusID(i) + "'" }
+	want := map[string]string{
+		nvidiaDriver: "[" + bus(0) + ", " + bus(2) + ", " + bus(3) + "]",
+		draDriver:    "[" + bus(1) + ", " + bus(4) + "]",
+	}
+	for driver, list := range want {
+		if got := peerSelector(c, driver); got != "device.attributes['resource.kubernetes.io'].pciBusID in "+list {
+			t.Errorf("%s: %s, want the bus ids %s", driver, got, list)
+		}
+	}
+}

@@ -72,15 +72,15 @@ var refusedRE = map[string]*regexp.Regexp{
 }
 
 // configClaim is a ResourceClaim of one device of class (a MIG device of
-// class's kind when mig) with the opaque configuration params for
-// driver, and a pod of it.
-func configClaim(name, class, driver, params string, mig bool) string {
+// class's kind when mig) that sel selects (peerSelector) with the opaque
+// configuration params for driver.
+func configClaim(name, class, driver, params, sel string, mig bool) string {
 	if mig {
 		class = strings.Replace(class, "gpu.", "mig.", 1)
 	}
 	return fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":%[1]q,"namespace":"gpuconfig"},
-"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":%[2]q}}],
-"config":[{"requests":["gpu"],"opaque":{"driver":%[3]q,"parameters":%[4]s}}]}}}`, name, class, driver, params)
+"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":%[2]q,"selectors":[{"cel":{"expression":%[5]q}}]}}],
+"config":[{"requests":["gpu"],"opaque":{"driver":%[3]q,"parameters":%[4]s}}]}}}`, name, class, driver, params, sel)
 }
 
 // configPod is a pod of the claim name.
@@ -169,7 +169,7 @@ func testPeerConfigs(k kc) {
 	}
 	k.run("create", "namespace", "gpuconfig")
 	defer k.run("delete", "namespace", "gpuconfig", "--wait=true", "--timeout=3m")
-	const batch = 4 // whole GPUs each driver has free on peer-h100 and peer-a100: 6
+	const batch = 4 // whole GPUs of each driver's half (peerSelector) on peer-h100 and peer-a100: 2 + 2
 	seen := map[string]bool{}
 	for start := 0; start < len(gpuConfigRows); start += batch {
 		rows := gpuConfigRows[start:min(start+batch, len(gpuConfigRows))]
@@ -183,7 +183,7 @@ func testPeerConfigs(k kc) {
 				}
 				// The claim goes in as written (kubectl create --raw):
 				// kubectl apply would decode it, dropping a repeated field.
-				if _, err := k.c.KubectlStdin(k.ctx, configClaim(name, d.class, d.driver, params, r.mig),
+				if _, err := k.c.KubectlStdin(k.ctx, configClaim(name, d.class, d.driver, params, peerSelector(k.c, d.driver), r.mig),
 					"create", "--raw", "/apis/resource.k8s.io/v1/namespaces/gpuconfig/resourceclaims", "-f", "-"); err != nil {
 					t.Fatal(err)
 				}
