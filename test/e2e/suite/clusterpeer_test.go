@@ -28,19 +28,26 @@ func peerOverlay() string { return filepath.Join(repoRoot(), "test", "e2e", "clu
 
 // peerNodes are the comparison's nodes, both on containerd 2.4, their
 // MIG layouts made before anything starts, as nvidia-smi mig -cgi -C (or
-// nvidia-mig-parted) leaves a node: peer-h100 with four H100 80GB, GPUs 0
+// nvidia-mig-parted) leaves a node: peer-h100 with six H100 80GB, GPUs 0
 // and 1 in MIG mode with MixedMIG's layout (seven 1g.10gb; three 2g.20gb
 // and a 1g.10gb); peer-a100 with eight A100 40GB, GPUs 0 to 3 in NVIDIA's
 // quickstart's "half-balanced" layout (A100HalfBalanced), the others whole.
+// Each GPU sits under a PCIe root complex of its own (simnode.PCIeRootFor)
+// with a NUMA node in sysfs, the first half of a node's GPUs on node 0,
+// the others on node 1 (peerNUMANode), as on a two-socket HGX board: both
+// drivers read resource.kubernetes.io/pcieRoot and numaNode from there.
 func peerNodes() []harness.NodeOptions {
-	var a100 []simnode.GPU
+	var h100, a100 []simnode.GPU
+	for i := range 6 {
+		h100 = append(h100, simnode.GPU{BusID: simnode.DefaultBusID(i), NUMANode: peerNUMANode(i, 6)})
+	}
 	for i := range 8 {
 		// Bus ids after peer-h100's: GPU UUIDs (derived from them) are
 		// unique in the cluster, as real ones are.
-		a100 = append(a100, simnode.GPU{BusID: simnode.DefaultBusID(4 + i), Model: simnode.A100Model})
+		a100 = append(a100, simnode.GPU{BusID: simnode.DefaultBusID(len(h100) + i), Model: simnode.A100Model, NUMANode: peerNUMANode(i, 8)})
 	}
 	return []harness.NodeOptions{
-		{Name: "peer-h100", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{NumGPUs: 4, Layout: simnode.LayoutRHEL},
+		{Name: "peer-h100", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{Layout: simnode.LayoutRHEL, GPUs: h100},
 			Prepare: func(n *harness.Node, _ *harness.NodeOptions) error { return n.GPU.SetMIG(simnode.MixedMIG()) }},
 		{Name: "peer-a100", Runtime: harness.RuntimeContainerd24, GPUs: &simnode.Options{Layout: simnode.LayoutRHEL, GPUs: a100},
 			Prepare: func(n *harness.Node, _ *harness.NodeOptions) error {
@@ -57,6 +64,9 @@ func peerNodes() []harness.NodeOptions {
 	}
 }
 
+// peerNUMANode is the NUMA node of GPU i of a peer node of n GPUs.
+func peerNUMANode(i, n int) string { return fmt.Sprint(i * 2 / n) }
+
 // peerDRAOptions run NVIDIA's driver with its sharing gates on, so that
 // its GpuConfig sharing settings are read rather than all refused (both
 // alpha, off by default).
@@ -64,7 +74,28 @@ var peerDRAOptions = nvidiaDRAOptions{featureGates: "TimeSlicingSettings=true,MP
 
 // peerDevices is how many devices each driver publishes on each peer
 // node: the MIG devices and the GPUs without MIG.
-var peerDevices = map[string]int{"peer-h100": 7 + 4 + 2, "peer-a100": 4*4 + 4}
+var peerDevices = map[string]int{"peer-h100": 7 + 4 + 4, "peer-a100": 4*4 + 4}
+
+// peerSelector is a CEL selector that keeps the claims of driver to its
+// half of the peer nodes' GPUs (and their MIG devices): NVIDIA's driver
+// the GPUs of even index on their node, nri-gpu the odd ones. Both
+// drivers publish every GPU, so the scheduler, seeing two devices per
+// GPU, may give one GPU to a claim of each; nri-gpu then refuses the
+// container that NVIDIA's claim gives a GPU one of nri-gpu's claims holds
+// (a GPU a claim holds is reached only through that claim). A real node
+// has one driver per GPU; the comparison's claims run side by side, each
+// on GPUs of its own.
+func peerSelector(c *harness.Cluster, driver string) string {
+	var buses []string
+	for _, n := range c.Nodes {
+		for _, g := range n.GPU.GPUs {
+			if (g.Index%2 == 0) == (driver == nvidiaDriver) {
+				buses = append(buses, "'"+strings.ToLower(g.BusID)+"'")
+			}
+		}
+	}
+	return "device.attributes['resource.kubernetes.io'].pciBusID in [" + strings.Join(buses, ", ") + "]"
+}
 
 // TestClusterPeer sets nri-gpu beside NVIDIA's own DRA driver
 // (gpu-kubelet-plugin v0.5.0, built from its Go module) on one node of a
@@ -162,6 +193,11 @@ func testPeerSlices(k kc) {
 		})
 		diffs = append(diffs, compareSlices(nv, ours)...)
 		compared += len(nv)
+		for driver, devs := range map[string]map[string]resourceapi.Device{nvidiaDriver: nv, draDriver: ours} {
+			for _, p := range peerTopology(n, devs) {
+				t.Errorf("%s on %s: %s", driver, n.Name, p)
+			}
+		}
 	}
 	known, err := knownRows(filepath.Join(repoRoot(), "docs", "dra.md"), "### Differences from NVIDIA's ResourceSlice")
 	if err != nil {
@@ -190,7 +226,50 @@ func testPeerSlices(k kc) {
 		keys = append(keys, key)
 	}
 	sort.Strings(keys)
-	t.Logf("%d devices compared; %d kinds of difference, each listed in docs/dra.md: %s", compared, len(keys), strings.Join(keys, "; "))
+	t.Logf("%d devices compared (each with its GPU's pcieRoot and numaNode on both); %d kinds of difference, each listed in docs/dra.md: %s", compared, len(keys), strings.Join(keys, "; "))
+}
+
+// peerTopology checks that each of devs (a GPU or a MIG device of node
+// n) carries its GPU's PCIe root and NUMA node as n's sysfs has them
+// (resource.kubernetes.io/pcieRoot and numaNode; a MIG device its
+// parent's), so that the comparison of the two drivers' slices compares
+// them rather than two absences; it returns the problems.
+func peerTopology(n *harness.Node, devs map[string]resourceapi.Device) []string {
+	byBus := map[string]simnode.GPU{}
+	for _, g := range n.GPU.GPUs {
+		byBus[strings.ToLower(g.BusID)] = g
+	}
+	var out []string
+	for name, d := range devs {
+		bus := d.Attributes["resource.kubernetes.io/pciBusID"]
+		if bus.StringValue == nil {
+			out = append(out, name+": no resource.kubernetes.io/pciBusID")
+			continue
+		}
+		g, ok := byBus[strings.ToLower(*bus.StringValue)]
+		if !ok {
+			out = append(out, fmt.Sprintf("%s: pciBusID %s is no GPU of the node", name, *bus.StringValue))
+			continue
+		}
+		r, num := d.Attributes["resource.kubernetes.io/pcieRoot"], d.Attributes["resource.kubernetes.io/numaNode"]
+		if r.StringValue == nil || *r.StringValue != simnode.PCIeRootFor(g.BusID) {
+			out = append(out, fmt.Sprintf("%s: pcieRoot %s, want %s", name, attrString(r), simnode.PCIeRootFor(g.BusID)))
+		}
+		if num.IntValue == nil || fmt.Sprint(*num.IntValue) != g.NUMANode {
+			out = append(out, fmt.Sprintf("%s: numaNode %s, want %s", name, attrString(num), g.NUMANode))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// attrString is an attribute as "<type> <value>", "none" when absent.
+func attrString(a resourceapi.DeviceAttribute) string {
+	typ, v := typed(a)
+	if typ == "none" {
+		return typ
+	}
+	return typ + " " + v
 }
 
 // sliceDiff is one difference between the two drivers' devices: key is

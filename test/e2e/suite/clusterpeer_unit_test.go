@@ -7,6 +7,9 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nri-gpu/nri-gpu/test/e2e/harness"
+	"github.com/nri-gpu/nri-gpu/test/simnode"
 )
 
 // TestCompareSlices runs compareSlices on devices as NVIDIA's driver and
@@ -78,5 +81,65 @@ dra_operations_duration_seconds_count{is_error="false",operation_name="PrepareRe
 	}
 	if got := s.String(); !strings.Contains(got, "4 calls, mean 150.0 ms") {
 		t.Errorf("String: %q", got)
+	}
+}
+
+// TestPeerTopology runs peerTopology on devices of a node of two GPUs:
+// one right, and one of each problem it tells (no numaNode, a wrong
+// pcieRoot, a bus id of no GPU, no bus id).
+func TestPeerTopology(t *testing.T) {
+	g0, g1 := simnode.DefaultBusID(0), simnode.DefaultBusID(1)
+	n := &harness.Node{GPU: &simnode.Node{GPUs: []simnode.GPU{{BusID: g0, NUMANode: "0"}, {BusID: g1, NUMANode: "1"}}}}
+	dev := func(bus, root string, numa int64) resourceapi.Device {
+		a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+		if bus != "" {
+			a["resource.kubernetes.io/pciBusID"] = resourceapi.DeviceAttribute{StringValue: ptr(bus)}
+		}
+		if root != "" {
+			a["resource.kubernetes.io/pcieRoot"] = resourceapi.DeviceAttribute{StringValue: ptr(root)}
+		}
+		if numa >= 0 {
+			a["resource.kubernetes.io/numaNode"] = resourceapi.DeviceAttribute{IntValue: ptr(numa)}
+		}
+		return resourceapi.Device{Attributes: a}
+	}
+	got := peerTopology(n, map[string]resourceapi.Device{
+		"gpu-0":             dev(g0, simnode.PCIeRootFor(g0), 0),
+		"gpu-1-mig-1g-19-0": dev(g1, simnode.PCIeRootFor(g1), -1),
+		"gpu-1":             dev(g1, simnode.PCIeRootFor(g0), 1),
+		"gpu-9":             dev("0000:ff:00.0", "pci0000:f0", 0),
+		"gpu-8":             dev("", "", -1),
+	})
+	want := []string{
+		"gpu-1-mig-1g-19-0: numaNode none, want 1",
+		"gpu-1: pcieRoot string " + simnode.PCIeRootFor(g0) + ", want " + simnode.PCIeRootFor(g1),
+		"gpu-8: no resource.kubernetes.io/pciBusID",
+		"gpu-9: pciBusID 0000:ff:00.0 is no GPU of the node",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("peerTopology:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestPeerSelector: the two drivers' claims take disjoint halves of the
+// peer nodes' GPUs, NVIDIA's the even indexes on each node.
+func TestPeerSelector(t *testing.T) {
+	gpus := func(first, n int) *simnode.Node {
+		var out []simnode.GPU
+		for i := range n {
+			out = append(out, simnode.GPU{Index: i, BusID: strings.ToUpper(simnode.DefaultBusID(first + i))})
+		}
+		return &simnode.Node{GPUs: out}
+	}
+	c := &harness.Cluster{Nodes: []*harness.Node{{GPU: gpus(0, 3)}, {GPU: gpus(3, 2)}}}
+	bus := func(i int) string { return "'" + simnode.DefaultBusID(i) + "'" }
+	want := map[string]string{
+		nvidiaDriver: "[" + bus(0) + ", " + bus(2) + ", " + bus(3) + "]",
+		draDriver:    "[" + bus(1) + ", " + bus(4) + "]",
+	}
+	for driver, list := range want {
+		if got := peerSelector(c, driver); got != "device.attributes['resource.kubernetes.io'].pciBusID in "+list {
+			t.Errorf("%s: %s, want the bus ids %s", driver, got, list)
+		}
 	}
 }

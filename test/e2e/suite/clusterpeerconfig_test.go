@@ -72,15 +72,15 @@ var refusedRE = map[string]*regexp.Regexp{
 }
 
 // configClaim is a ResourceClaim of one device of class (a MIG device of
-// class's kind when mig) with the opaque configuration params for
-// driver, and a pod of it.
-func configClaim(name, class, driver, params string, mig bool) string {
+// class's kind when mig) that sel selects (peerSelector) with the opaque
+// configuration params for driver.
+func configClaim(name, class, driver, params, sel string, mig bool) string {
 	if mig {
 		class = strings.Replace(class, "gpu.", "mig.", 1)
 	}
 	return fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":%[1]q,"namespace":"gpuconfig"},
-"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":%[2]q}}],
-"config":[{"requests":["gpu"],"opaque":{"driver":%[3]q,"parameters":%[4]s}}]}}}`, name, class, driver, params)
+"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":%[2]q,"selectors":[{"cel":{"expression":%[5]q}}]}}],
+"config":[{"requests":["gpu"],"opaque":{"driver":%[3]q,"parameters":%[4]s}}]}}}`, name, class, driver, params, sel)
 }
 
 // configPod is a pod of the claim name.
@@ -105,11 +105,13 @@ spec:
 // FailedPrepareDynamicResources whose message is a refusal of the
 // configuration (refusedRE) is refused, another one accepted (the device
 // was configured, then could not be shared here); it returns the
-// message too.
+// message too. A pod that comes to neither fails the test with what the
+// cluster knows of it (podReport).
 func configOutcome(k kc, name, driver string) (bool, string) {
+	k.t.Helper()
 	var accepted bool
 	var msg string
-	k.wait(90*time.Second, "pod "+name+" running or refused", func() (bool, string, error) {
+	err := harness.WaitFor(k.ctx, 90*time.Second, "pod "+name+" running or refused", func() (bool, string, error) {
 		p, err := k.c.GetPod(k.ctx, "gpuconfig", name)
 		if err != nil {
 			return false, err.Error(), nil
@@ -131,7 +133,27 @@ func configOutcome(k kc, name, driver string) (bool, string) {
 		}
 		return false, string(p.Status.Phase), nil
 	})
+	if err != nil {
+		k.t.Fatalf("%v\n%s", err, podReport(k, "gpuconfig", name))
+	}
 	return accepted, msg
+}
+
+// podReport is what the cluster knows of a pod that did not come to
+// what a test waited for: kubectl describe (its conditions, containers'
+// states and events), and the lines of its node's kubelet log naming it.
+func podReport(k kc, ns, name string) string {
+	var b strings.Builder
+	out, err := k.c.Kubectl(k.ctx, "describe", "pod", "-n", ns, name)
+	fmt.Fprintf(&b, "--- kubectl describe pod %s/%s (%v) ---\n%s\n", ns, name, err, out)
+	if p, err := k.c.GetPod(k.ctx, ns, name); err == nil && p.Spec.NodeName != "" {
+		if n := k.c.Node(p.Spec.NodeName); n != nil && n.Kubelet != nil {
+			lines := n.Kubelet.Grep(regexp.QuoteMeta(ns + "/" + name))
+			lines = lines[max(0, len(lines)-40):]
+			fmt.Fprintf(&b, "--- node %s: the kubelet's last %d lines naming the pod ---\n%s\n", n.Name, len(lines), strings.Join(lines, "\n"))
+		}
+	}
+	return b.String()
 }
 
 // testPeerConfigs puts each gpuConfigRows configuration on a claim of
@@ -147,7 +169,7 @@ func testPeerConfigs(k kc) {
 	}
 	k.run("create", "namespace", "gpuconfig")
 	defer k.run("delete", "namespace", "gpuconfig", "--wait=true", "--timeout=3m")
-	const batch = 4 // whole GPUs each driver has free on peer-h100 and peer-a100: 6
+	const batch = 4 // whole GPUs of each driver's half (peerSelector) on peer-h100 and peer-a100: 2 + 2
 	seen := map[string]bool{}
 	for start := 0; start < len(gpuConfigRows); start += batch {
 		rows := gpuConfigRows[start:min(start+batch, len(gpuConfigRows))]
@@ -161,7 +183,7 @@ func testPeerConfigs(k kc) {
 				}
 				// The claim goes in as written (kubectl create --raw):
 				// kubectl apply would decode it, dropping a repeated field.
-				if _, err := k.c.KubectlStdin(k.ctx, configClaim(name, d.class, d.driver, params, r.mig),
+				if _, err := k.c.KubectlStdin(k.ctx, configClaim(name, d.class, d.driver, params, peerSelector(k.c, d.driver), r.mig),
 					"create", "--raw", "/apis/resource.k8s.io/v1/namespaces/gpuconfig/resourceclaims", "-f", "-"); err != nil {
 					t.Fatal(err)
 				}

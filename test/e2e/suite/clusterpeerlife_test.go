@@ -20,8 +20,8 @@ import (
 const lifeNS = "life"
 
 // lifePod is a pod on node with a claim (of its own template) of one
-// device of class.
-func lifePod(name, node, class string) string {
+// device of class that sel selects (peerSelector).
+func lifePod(name, node, class, sel string) string {
 	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: %[1]s, namespace: %[4]s}
@@ -30,7 +30,10 @@ spec:
     devices:
       requests:
       - name: gpu
-        exactly: {deviceClassName: %[3]s}
+        exactly:
+          deviceClassName: %[3]s
+          selectors:
+          - cel: {expression: %[6]q}
 ---
 apiVersion: v1
 kind: Pod
@@ -46,7 +49,7 @@ spec:
     imagePullPolicy: Never
     command: [sleep, "3600"]
     resources: {claims: [{name: gpu}]}
-`, name, node, class, lifeNS, harness.GlibcImage)
+`, name, node, class, lifeNS, harness.GlibcImage, sel)
 }
 
 // podOutcome waits up to timeout for pod name in ns to run and returns
@@ -172,7 +175,7 @@ func testPeerLifecycle(k kc, restart func() *nvidiaDRA) {
 		out := map[string]string{}
 		for _, c := range classes {
 			name := step + "-" + c.suffix
-			k.apply(lifePod(name, n.Name, c.class))
+			k.apply(lifePod(name, n.Name, c.class, peerSelector(k.c, c.driver)))
 		}
 		for _, c := range classes {
 			name := step + "-" + c.suffix
@@ -253,7 +256,7 @@ func testPeerLifecycle(k kc, restart func() *nvidiaDRA) {
 	waitNVIDIASlice(k, nv, peerDevices[n.Name])
 	gone = deleteAndWait(k, 90*time.Second, "b-nv", "c-nv")
 	t.Logf("NVIDIA's driver restarted: its claims' pods %v", gone)
-	k.apply(lifePod("d-nv", n.Name, "gpu.nvidia.com"))
+	k.apply(lifePod("d-nv", n.Name, "gpu.nvidia.com", peerSelector(k.c, nvidiaDriver)))
 	st := podOutcome(k, lifeNS, "d-nv", 90*time.Second)
 	nvml := ""
 	if st == "Running" {
@@ -318,7 +321,7 @@ func testPeerLifecycle(k kc, restart func() *nvidiaDRA) {
 	del("e-nv", "e-ng")
 	nv = restart()
 	waitNVIDIASlice(k, nv, peerDevices[n.Name])
-	k.apply(lifePod("f-nv", n.Name, "gpu.nvidia.com"))
+	k.apply(lifePod("f-nv", n.Name, "gpu.nvidia.com", peerSelector(k.c, nvidiaDriver)))
 	t.Logf("NVIDIA's driver restarted once /dev/nvidia* existed, a claim: %s", podOutcome(k, lifeNS, "f-nv", 90*time.Second))
 	del("f-nv")
 }
