@@ -54,8 +54,14 @@ type MIGMaker interface {
 	DestroyMIG(gpuUUID string, gi, ci int) error
 	// Instances lists the GPU's GPU instances with their compute
 	// instances (one Instance per compute instance; one with CI -1 for
-	// a GPU instance without any).
+	// a GPU instance without any); none when MIG mode is off.
 	Instances(gpuUUID string) ([]Instance, error)
+	// SetMIGMode switches the GPU's MIG mode on or off
+	// (nvmlDeviceSetMigMode), as NVIDIA's DRA driver does for its
+	// DynamicMIG GPUs: refused while the GPU has a GPU instance or a
+	// process; an error too when the change waits for a GPU reset (before
+	// Hopper), which leaves the mode as it was.
+	SetMIGMode(gpuUUID string, on bool) error
 }
 
 // computeInstanceProfileInfo is nvmlComputeInstanceProfileInfo_t: 36
@@ -100,6 +106,7 @@ type migFuncs struct {
 	ciInfo        func(uintptr, *computeInstanceInfo) Return
 	destroyCI     func(uintptr) Return
 	destroyGI     func(uintptr) Return
+	setMode       func(uintptr, uint32, *Return) Return
 }
 
 // placement32 is nvmlGpuInstancePlacement_t: 8 bytes.
@@ -128,6 +135,7 @@ func (l *dl) migHandle(uuid string) (uintptr, error) {
 			{&f.ciInfo, "nvmlComputeInstanceGetInfo_v2"},
 			{&f.destroyCI, "nvmlComputeInstanceDestroy"},
 			{&f.destroyGI, "nvmlGpuInstanceDestroy"},
+			{&f.setMode, "nvmlDeviceSetMigMode"},
 		} {
 			if err := l.sym(s.ptr, s.name, true); err != nil {
 				f.err = fmt.Errorf("nvml: MIG on demand: %w", err)
@@ -287,6 +295,9 @@ func (l *dl) Instances(gpuUUID string) ([]Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	if on, err := l.migModeOn(h); err != nil || !on {
+		return nil, err
+	}
 	var out []Instance
 	for _, p := range l.giProfiles(h) {
 		var buf [maxGIs]uintptr
@@ -336,3 +347,54 @@ func (l *dl) Instances(gpuUUID string) ([]Instance, error) {
 }
 
 var _ MIGMaker = (*dl)(nil)
+
+// migModeOn reports whether GPU h is in MIG mode now. The caller holds
+// l.mu.
+func (l *dl) migModeOn(h uintptr) (bool, error) {
+	if l.getMigMode == nil {
+		return false, fmt.Errorf("nvml: the library has no nvmlDeviceGetMigMode")
+	}
+	var cur, pending uint32
+	switch r := l.getMigMode(h, &cur, &pending); r {
+	case Success:
+		return cur == 1, nil
+	case ErrNotSupported:
+		return false, nil
+	default:
+		return false, l.err("nvmlDeviceGetMigMode", r)
+	}
+}
+
+// SetMIGMode implements MIGMaker.
+func (l *dl) SetMIGMode(gpuUUID string, on bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, err := l.migHandle(gpuUUID)
+	if err != nil {
+		return err
+	}
+	if cur, err := l.migModeOn(h); err != nil || cur == on {
+		return err
+	}
+	mode := uint32(0)
+	if on {
+		mode = 1
+	}
+	var activation Return
+	if r := l.make.setMode(h, mode, &activation); r != Success {
+		return l.err("nvmlDeviceSetMigMode", r)
+	}
+	if activation != Success {
+		// Set, but not in effect: pending a GPU reset (an A100), or
+		// refused by a client of the GPU.
+		return l.err("nvmlDeviceSetMigMode (activation)", activation)
+	}
+	if now, err := l.migModeOn(h); err != nil || now != on {
+		if err == nil {
+			err = fmt.Errorf("nvml: GPU %s: MIG mode %s was accepted but is not in effect", gpuUUID, map[bool]string{true: "on", false: "off"}[on])
+		}
+		return err
+	}
+	return nil
+}
+

@@ -287,3 +287,66 @@ func TestCreateMIGNeedsSysAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSetMIGMode: MIG mode follows nvmlDeviceSetMigMode's rules through
+// the binding: off is refused while a MIG device exists (IN_USE), taken
+// once it is gone (a GPU out of MIG mode lists no instance and makes no
+// MIG device: NOT_SUPPORTED), on again lets one be made; every process
+// sees the mode (a second library handle, as nri-gpu's discovery). On an
+// A100 the change waits for a GPU reset: an error, the mode as it was.
+func TestSetMIGMode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: NVML switches MIG mode for root only, as the real library")
+	}
+	n, _, mk := dynamicNode(t, simnode.DefaultModel)
+	gpu := n.GPUs[0].UUID
+	in, err := mk.CreateMIG(gpu, 19, nvml.Range{Start: 0, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mk.SetMIGMode(gpu, false); !nvml.IsCode(err, nvml.ErrInUse) {
+		t.Fatalf("MIG mode off with a MIG device: %v, want IN_USE", err)
+	}
+	if err := mk.DestroyMIG(gpu, in.GI, in.CI); err != nil {
+		t.Fatal(err)
+	}
+	if err := mk.SetMIGMode(gpu, false); err != nil {
+		t.Fatalf("MIG mode off without MIG devices: %v", err)
+	}
+	other, err := nvml.Open(filepath.Join(n.Root, n.LibDir, "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	gpus, err := other.Devices()
+	if err != nil || len(gpus) != 1 || gpus[0].MIGEnabled {
+		t.Fatalf("another handle sees %+v, %v; want the GPU out of MIG mode", gpus, err)
+	}
+	if insts, err := mk.Instances(gpu); err != nil || len(insts) != 0 {
+		t.Errorf("instances out of MIG mode: %v, %v; want none", insts, err)
+	}
+	if _, err := mk.CreateMIG(gpu, 19, nvml.Range{Start: 0, Size: 1}); !nvml.IsCode(err, nvml.ErrNotSupported) {
+		t.Errorf("a MIG device out of MIG mode: %v, want NOT_SUPPORTED", err)
+	}
+	if err := mk.SetMIGMode(gpu, false); err != nil {
+		t.Errorf("off again: %v, want nothing to do", err)
+	}
+	if err := mk.SetMIGMode(gpu, true); err != nil {
+		t.Fatalf("MIG mode on: %v", err)
+	}
+	in, err = mk.CreateMIG(gpu, 19, nvml.Range{Start: 0, Size: 1})
+	if err != nil {
+		t.Fatalf("a MIG device once MIG mode is on again: %v", err)
+	}
+	if err := mk.DestroyMIG(gpu, in.GI, in.CI); err != nil {
+		t.Fatal(err)
+	}
+
+	a, alib, amk := dynamicNode(t, simnode.A100Model)
+	if err := amk.SetMIGMode(a.GPUs[0].UUID, false); !nvml.IsCode(err, nvml.ErrResetRequired) {
+		t.Errorf("an A100's MIG mode off: %v, want RESET_REQUIRED", err)
+	}
+	if gpus, err := alib.Devices(); err != nil || len(gpus) != 1 || !gpus[0].MIGEnabled {
+		t.Errorf("the A100 after: %+v, %v; want it in MIG mode still", gpus, err)
+	}
+}

@@ -138,9 +138,9 @@ const (
 	ErrNotFound       Return = 6
 	ErrInsufficient   Return = 7
 	ErrTimeout        Return = 10
-	ErrResetRequired  Return = 14
-	ErrGPUIsLost      Return = 15
 	ErrFunctionAbsent Return = 13
+	ErrGPUIsLost      Return = 15
+	ErrResetRequired  Return = 16 // 14 is NVML_ERROR_CORRUPTED_INFOROM
 )
 
 // Error is an NVML call that failed.

@@ -278,6 +278,9 @@ const char *nvmlErrorString(nvmlReturn_t r)
 	case NVML_ERROR_TIMEOUT: return "Timeout";
 	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
 	case 4: return "Insufficient Permissions"; /* NVML_ERROR_NO_PERMISSION */
+	case 16: return "Reset Required"; /* NVML_ERROR_RESET_REQUIRED */
+	case 19: return "In use by another client"; /* NVML_ERROR_IN_USE */
+	case 23: return "Insufficient Resources"; /* NVML_ERROR_INSUFFICIENT_RESOURCES */
 	}
 	return "Unknown Error";
 }

@@ -30,6 +30,18 @@
  *
  * GPU instance ids follow simnode's MIGPlacementStart rule: 0 the whole
  * GPU, 1 and 2 the halves, 3 to 6 the quarters, 7 to 14 the eighths.
+ *
+ * MIG mode is switched as nvmlDeviceSetMigMode does (a line
+ *
+ *   dmode <gpu uuid> <0|1>
+ *
+ * over the state file's mode, for a GPU without MIG devices of the state
+ * file): refused while the GPU has a GPU instance (NVML_ERROR_IN_USE,
+ * what nvidia-smi -mig 0 says with instances); on Hopper and later the
+ * mode changes at once, without a GPU reset; before Hopper (an A100) the
+ * driver only sets a pending mode that a GPU reset makes current, which
+ * the simulation reports as NVML_ERROR_RESET_REQUIRED in the activation
+ * status and no change (NVIDIA's DRA driver never toggles there).
  */
 #include <fcntl.h>
 #include <sys/file.h>
@@ -126,6 +138,14 @@ static void mig_dyn_load(void)
 		unsigned int id, start, has_ci;
 	} dgi[SIM_DYN_LINES];
 	int ndgi = 0;
+	/* MIG mode first: the GPU instances below need it on. */
+	while (fgets(line, sizeof line, f) != NULL) {
+		int mode, g;
+		if (sscanf(line, "dmode %95s %d", uuid, &mode) == 2 && (g = mig_dyn_gpu(uuid)) >= 0 &&
+		    gpus[g].mig_mode >= 0 && gpus[g].nmig == 0 && (mode == 0 || mode == 1))
+			gpus[g].mig_mode = mode;
+	}
+	rewind(f);
 	while (fgets(line, sizeof line, f) != NULL && ndgi < SIM_DYN_LINES) {
 		unsigned int id, start;
 		int idx;
@@ -493,6 +513,54 @@ int nvmlGpuInstanceDestroy(nvmlGpuInstance_t gi)
 	if (r != NVML_SUCCESS)
 		return r;
 	mig_dyn_caps(d, giid, -1, 1);
+	load();
+	return NVML_SUCCESS;
+}
+
+#define NVML_ERROR_RESET_REQUIRED 16
+#define SIM_ARCH_HOPPER 9
+
+/* nvmlDeviceSetMigMode switches GPU d's MIG mode (see the top): root
+ * only; refused with a GPU instance on the GPU; at once from Hopper on,
+ * pending a GPU reset before. */
+int nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvmlReturn_t *activationStatus)
+{
+	int r;
+	if (d != NULL && d->is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const struct sim_props *p = prop_of(d, activationStatus, &r);
+	if (p == NULL)
+		return r;
+	if (mode > 1)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (d->mig_mode < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (!mig_dyn_admin())
+		return NVML_ERROR_NO_PERMISSION;
+	int arch = p->arch;
+	load(); /* what exists now, other processes' instances too */
+	*activationStatus = NVML_SUCCESS;
+	if ((unsigned int)d->mig_mode == mode)
+		return NVML_SUCCESS;
+	for (int k = 0; k < nmigs; k++) {
+		if (gis[k].used && gis[k].parent == d) {
+			*activationStatus = NVML_ERROR_IN_USE;
+			return NVML_ERROR_IN_USE;
+		}
+	}
+	if (d->nmig > 0) {
+		*activationStatus = NVML_ERROR_IN_USE;
+		return NVML_ERROR_IN_USE;
+	}
+	if (arch < SIM_ARCH_HOPPER) {
+		*activationStatus = NVML_ERROR_RESET_REQUIRED;
+		return NVML_SUCCESS;
+	}
+	char drop[160], add[160];
+	snprintf(drop, sizeof drop, "dmode %s ", d->uuid);
+	snprintf(add, sizeof add, "dmode %s %u\n", d->uuid, mode);
+	if ((r = mig_dyn_edit(drop, add)) != NVML_SUCCESS)
+		return r;
 	load();
 	return NVML_SUCCESS;
 }
