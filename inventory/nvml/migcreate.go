@@ -397,4 +397,3 @@ func (l *dl) SetMIGMode(gpuUUID string, on bool) error {
 	}
 	return nil
 }
-

@@ -341,6 +341,16 @@ func TestSetMIGMode(t *testing.T) {
 	if err := mk.DestroyMIG(gpu, in.GI, in.CI); err != nil {
 		t.Fatal(err)
 	}
+	// An operator's layout (simnode's SetMIG) sets the mode over NVML's.
+	if err := mk.SetMIGMode(gpu, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetMIG(simnode.NVMLState{GPUs: []simnode.NVMLGPU{{MIGMode: 1, MemoryMiB: 81559}}}); err != nil {
+		t.Fatal(err)
+	}
+	if gpus, err := other.Devices(); err != nil || len(gpus) != 1 || !gpus[0].MIGEnabled {
+		t.Errorf("after an operator's layout in MIG mode: %+v, %v", gpus, err)
+	}
 
 	a, alib, amk := dynamicNode(t, simnode.A100Model)
 	if err := amk.SetMIGMode(a.GPUs[0].UUID, false); !nvml.IsCode(err, nvml.ErrResetRequired) {

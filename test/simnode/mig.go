@@ -87,6 +87,9 @@ func (n *Node) SetMIG(st NVMLState) error {
 	if err := n.WriteNVMLState(st); err != nil {
 		return err
 	}
+	if err := n.dropMIGModes(); err != nil {
+		return err
+	}
 	if err := writeFile(n.HostPath("/proc/driver/nvidia-caps/mig-minors"), []byte(migMinors()), 0o444); err != nil {
 		return err
 	}
@@ -221,4 +224,25 @@ func MemoryMIGSnapshot() *inventory.Snapshot {
 		}
 	}
 	return s
+}
+
+// dropMIGModes removes the MIG modes nvmlDeviceSetMigMode set (the
+// "dmode" lines of MIGInstancesFile): the modes SetMIG writes are the
+// GPUs' now, as after an operator's nvidia-smi -mig.
+func (n *Node) dropMIGModes() error {
+	p := filepath.Join(filepath.Dir(n.HostPath(NVMLStatePath)), MIGInstancesFile)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, l := range strings.SplitAfter(string(data), "\n") {
+		if l != "" && !strings.HasPrefix(l, "dmode ") {
+			keep = append(keep, l)
+		}
+	}
+	return os.WriteFile(p, []byte(strings.Join(keep, "")), 0o644)
 }

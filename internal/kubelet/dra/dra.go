@@ -336,6 +336,9 @@ func (d *Driver) resources(st *node.State) resourceslice.DriverResources {
 			if u.gpu.MIG != nil && dynamic[u.parent.UUID] {
 				continue // made on demand: published as its placement, or not at all
 			}
+			if _, ok := parts[u.gpu.UUID]; ok && u.gpu.MIG == nil {
+				continue // out of MIG mode: published whole among its partitions
+			}
 			taints := taintsFor(st.Unhealthy[u.gpu.UUID])
 			if taints != nil && d.noTaints.Load() {
 				continue

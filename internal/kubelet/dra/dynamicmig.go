@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -133,41 +134,81 @@ func (d *Driver) wantedPartitions(c *resourceapi.ResourceClaim, st *node.State, 
 	return out
 }
 
-// makePartitions creates the MIG devices c was allocated that do not
-// exist, records each in the ledger as soon as it exists, makes its
-// device nodes and rediscovers the node; it returns the node's state
-// then, and how to undo it all (the claim is not prepared after all). On
-// an error, what it made is destroyed. The caller holds mu.
-func (d *Driver) makePartitions(c *resourceapi.ResourceClaim, st *node.State, byName map[string]unit) (*node.State, func(), error) {
-	if c.Status.Allocation != nil {
-		for _, g := range dynamicGPUs(st) {
-			for _, r := range c.Status.Allocation.Devices.Results {
-				if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == deviceName(g, g) {
-					return nil, nil, fmt.Errorf("prepare claim %s/%s: request %s: device %s is a GPU of dra.dynamicMIG, in MIG mode: "+
-						"nri-gpu does not switch MIG mode off for a claim of the whole GPU; claim one of its MIG devices", c.Namespace, c.Name, r.Request, r.Device)
-				}
+// wholeDynamic returns the dynamic GPUs (dynamicGPUs of st) that c's
+// allocation (this driver, this pool) holds whole.
+func (d *Driver) wholeDynamic(c *resourceapi.ResourceClaim, st *node.State) []inventory.GPU {
+	if c.Status.Allocation == nil {
+		return nil
+	}
+	var out []inventory.GPU
+	for _, g := range dynamicGPUs(st) {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == d.opts.DriverName && r.Pool == d.nodeName && r.Device == deviceName(g, g) {
+				out = append(out, g)
+				break
 			}
 		}
 	}
+	return out
+}
+
+// makePartitions readies the dynamic GPUs c was allocated: a GPU claimed
+// whole leaves MIG mode (the counters keep MIG devices off it, so none
+// is there); for each MIG device c was allocated that does not exist,
+// its GPU enters MIG mode if it is out, and the device is created,
+// recorded in the ledger as soon as it exists, given its device nodes;
+// then the node is rediscovered. It returns the node's state then, and
+// how to undo it all (the claim is not prepared after all). On an error,
+// what it made is destroyed. The caller holds mu.
+func (d *Driver) makePartitions(c *resourceapi.ResourceClaim, st *node.State, byName map[string]unit) (*node.State, func(), error) {
+	whole := d.wholeDynamic(c, st)
 	want := d.wantedPartitions(c, st, byName)
-	if len(want) == 0 {
+	if len(whole) == 0 && len(want) == 0 {
 		return st, func() {}, nil
 	}
 	if d.opts.MIG == nil {
-		return nil, nil, fmt.Errorf("prepare claim %s/%s: device %s is made on demand, and NVML cannot make MIG devices on this node", c.Namespace, c.Name, want[0].name)
+		return nil, nil, fmt.Errorf("prepare claim %s/%s: its devices are of dra.dynamicMIG, and NVML cannot make MIG devices or switch MIG mode on this node", c.Namespace, c.Name)
 	}
+	switched := false
+	for _, g := range whole {
+		if !g.MIGEnabled {
+			continue
+		}
+		if !migToggles(g) {
+			return nil, nil, fmt.Errorf("prepare claim %s/%s: device %s is a GPU of dra.dynamicMIG in MIG mode, of architecture %q, which leaves MIG mode only with a GPU reset: "+
+				"nri-gpu does not publish such a GPU whole; claim one of its MIG devices", c.Namespace, c.Name, deviceName(g, g), archOf(g))
+		}
+		if err := d.migModeOff(g); err != nil {
+			return nil, nil, fmt.Errorf("prepare claim %s/%s: device %s: %w", c.Namespace, c.Name, deviceName(g, g), err)
+		}
+		switched = true
+	}
+	if len(want) > 0 {
+		return d.makeWanted(c, st, want)
+	}
+	if !switched {
+		return st, func() {}, nil
+	}
+	if _, err := d.node.Update(st.Config, "GPUs claimed whole left MIG mode for claim "+c.Namespace+"/"+c.Name); err != nil {
+		return nil, nil, fmt.Errorf("prepare claim %s/%s: rediscovering the node after its GPUs left MIG mode: %w", c.Namespace, c.Name, err)
+	}
+	return d.node.State(), func() {}, nil
+}
+
+// makeWanted makes the MIG devices want of claim c (makePartitions):
+// MIG mode on where it is off, each device created and recorded, the
+// node rediscovered, the devices' nodes made. The caller holds mu.
+func (d *Driver) makeWanted(c *resourceapi.ResourceClaim, st *node.State, want []wantedPartition) (*node.State, func(), error) {
 	var made []madeMIG
+	gpus := map[string]bool{}
+	for _, w := range want {
+		gpus[w.gpu.UUID] = true
+	}
 	undo := func() {
 		d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "made": len(made)}).Info("DRA: destroying the MIG devices made for a claim not prepared")
 		now := d.node.State()
 		for _, m := range made {
-			if err := d.opts.MIG.DestroyMIG(m.GPU, m.GI, m.CI); err != nil {
-				d.log.WithError(err).WithField("uuid", m.UUID).Warn("DRA: destroying a MIG device of a claim not prepared")
-				continue
-			}
-			if err := removeCapsNodes(now.Config.HostRoot, now.Snapshot(), m.UUID); err != nil {
-				d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
-			}
+			d.destroyMade(now, m.GPU, m.GI, m.CI, m.UUID)
 		}
 		mine := map[madeMIG]bool{}
 		for _, m := range made {
@@ -176,9 +217,22 @@ func (d *Driver) makePartitions(c *resourceapi.ResourceClaim, st *node.State, by
 		if l, err := readLedger(d.opts.PluginDir); err == nil {
 			_ = l.without(func(m madeMIG) bool { return mine[m] }).write(d.opts.PluginDir)
 		}
+		d.settleMIGMode(gpus)
 		if _, err := d.node.Update(st.Config, "MIG devices of a claim not prepared destroyed"); err != nil {
 			d.log.WithError(err).Warn("DRA: rediscovering the node")
 		}
+	}
+	on := map[string]bool{}
+	for _, w := range want {
+		if w.gpu.MIGEnabled || on[w.gpu.UUID] {
+			continue
+		}
+		if err := d.opts.MIG.SetMIGMode(w.gpu.UUID, true); err != nil {
+			undo()
+			return nil, nil, fmt.Errorf("prepare claim %s/%s: making MIG device %s: switching GPU %s to MIG mode: %w", c.Namespace, c.Name, w.name, w.gpu.UUID, err)
+		}
+		on[w.gpu.UUID] = true
+		d.log.WithFields(logrus.Fields{"gpu": w.gpu.UUID, "claim": c.Namespace + "/" + c.Name}).Info("DRA: GPU of dra.dynamicMIG switched to MIG mode for its first MIG device")
 	}
 	for _, w := range want {
 		inst, err := d.opts.MIG.CreateMIG(w.gpu.UUID, w.profileID, w.place)
@@ -211,6 +265,85 @@ func (d *Driver) makePartitions(c *resourceapi.ResourceClaim, st *node.State, by
 	}
 	d.log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "made": len(made)}).Info("DRA: MIG devices made on demand")
 	return st, undo, nil
+}
+
+// archOf is g's architecture as NVML names it, "unknown" without one.
+func archOf(g inventory.GPU) string {
+	if g.Props == nil || g.Props.Architecture == "" {
+		return "unknown"
+	}
+	return g.Props.Architecture
+}
+
+// migModeOff takes GPU g out of MIG mode for a claim of it whole: none
+// of its MIG devices may exist (the scheduler's counters keep claims of
+// them off a GPU claimed whole; one there is a claim not yet
+// unprepared). The caller holds mu.
+func (d *Driver) migModeOff(g inventory.GPU) error {
+	insts, err := d.opts.MIG.Instances(g.UUID)
+	if err != nil {
+		return fmt.Errorf("listing the MIG devices of GPU %s: %w", g.UUID, err)
+	}
+	if len(insts) > 0 {
+		var ids []string
+		for _, in := range insts {
+			ids = append(ids, fmt.Sprintf("GPU instance %d", in.GI))
+		}
+		return fmt.Errorf("GPU %s still has %d MIG devices (%s): it leaves MIG mode, and is prepared whole, once the claims holding them are unprepared", g.UUID, len(insts), strings.Join(ids, ", "))
+	}
+	if err := d.opts.MIG.SetMIGMode(g.UUID, false); err != nil {
+		return fmt.Errorf("switching GPU %s out of MIG mode: %w", g.UUID, err)
+	}
+	d.log.WithField("gpu", g.UUID).Info("DRA: GPU of dra.dynamicMIG switched out of MIG mode for a claim of it whole")
+	return nil
+}
+
+// settleMIGMode takes the dynamic GPUs named in uuids whose MIG mode
+// toggles (migToggles) out of MIG mode when no MIG device is left on
+// them, as NVIDIA's DRA driver does after a GPU's last MIG device; it
+// reports whether one left. A failure is logged and leaves the GPU in MIG
+// mode, which a claim of it whole tries again. The caller holds mu.
+func (d *Driver) settleMIGMode(uuids map[string]bool) bool {
+	if d.opts.MIG == nil {
+		return false
+	}
+	left := false
+	for _, g := range dynamicGPUs(d.node.State()) {
+		if !uuids[g.UUID] || !migToggles(g) {
+			continue
+		}
+		insts, err := d.opts.MIG.Instances(g.UUID)
+		if err != nil || len(insts) > 0 {
+			if err != nil {
+				d.log.WithField("gpu", g.UUID).WithError(err).Warn("DRA: dra.dynamicMIG: the GPU's MIG devices cannot be listed; it stays in MIG mode")
+			}
+			continue
+		}
+		if err := d.opts.MIG.SetMIGMode(g.UUID, false); err != nil {
+			d.log.WithField("gpu", g.UUID).WithError(err).Warn("DRA: dra.dynamicMIG: the GPU has no MIG device left and cannot leave MIG mode; a claim of it whole tries again")
+			continue
+		}
+		if g.MIGEnabled {
+			left = true
+			d.log.WithField("gpu", g.UUID).Info("DRA: GPU of dra.dynamicMIG switched out of MIG mode: its last MIG device is gone")
+		}
+	}
+	return left
+}
+
+// destroyMade destroys the MIG device made on demand uuid (GPU instance
+// gi and compute instance ci of GPU gpu) and removes its nvidia-caps
+// nodes, as st has them; it reports whether its instances are gone. A
+// failure is logged. The caller holds mu.
+func (d *Driver) destroyMade(st *node.State, gpu string, gi, ci int, uuid string) bool {
+	if err := d.opts.MIG.DestroyMIG(gpu, gi, ci); err != nil {
+		d.log.WithError(err).WithFields(logrus.Fields{"gpu": gpu, "gi": gi, "ci": ci, "uuid": uuid}).Warn("DRA: dra.dynamicMIG: a MIG device made on demand cannot be destroyed")
+		return false
+	}
+	if err := removeCapsNodes(st.Config.HostRoot, st.Snapshot(), uuid); err != nil {
+		d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
+	}
+	return true
 }
 
 // adoptPartitions makes claim uid the holder, in the ledger, of the MIG
@@ -299,18 +432,15 @@ func (d *Driver) destroyClaimPartitions(uids map[string]bool) {
 		return
 	}
 	gone := map[madeMIG]bool{}
+	gpus := map[string]bool{}
 	st := d.node.State()
 	for _, m := range l.Made {
 		if !uids[m.Claim] || d.opts.MIG == nil {
 			continue
 		}
-		if err := d.opts.MIG.DestroyMIG(m.GPU, m.GI, m.CI); err != nil {
-			d.log.WithError(err).WithField("uuid", m.UUID).Warn("DRA: destroying a MIG device made on demand")
-			continue
-		}
-		gone[m] = true
-		if err := removeCapsNodes(st.Config.HostRoot, st.Snapshot(), m.UUID); err != nil {
-			d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
+		if d.destroyMade(st, m.GPU, m.GI, m.CI, m.UUID) {
+			gone[m] = true
+			gpus[m.GPU] = true
 		}
 	}
 	if len(gone) == 0 {
@@ -319,6 +449,7 @@ func (d *Driver) destroyClaimPartitions(uids map[string]bool) {
 	if err := l.without(func(m madeMIG) bool { return gone[m] }).write(d.opts.PluginDir); err != nil {
 		d.log.WithError(err).Warn("DRA: writing the ledger of MIG devices made on demand")
 	}
+	d.settleMIGMode(gpus)
 	if _, err := d.node.Update(d.node.Config(), "MIG devices made on demand destroyed"); err != nil {
 		d.log.WithError(err).Warn("DRA: rediscovering the node")
 	}
@@ -370,11 +501,7 @@ func (d *Driver) reconcilePartitions() error {
 				}
 			}
 			d.log.WithFields(logrus.Fields{"gpu": g.UUID, "gi": in.GI, "ci": in.CI, "uuid": in.UUID}).Info("DRA: destroying a MIG device made on demand that no prepared claim holds")
-			if err := d.opts.MIG.DestroyMIG(g.UUID, in.GI, in.CI); err != nil {
-				d.log.WithField("gpu", g.UUID).WithError(err).Warn("DRA: dra.dynamicMIG: a MIG device no claim holds cannot be destroyed")
-			} else if err := removeCapsNodes(st.Config.HostRoot, st.Snapshot(), in.UUID); err != nil {
-				d.log.WithError(err).Warn("DRA: removing the nvidia-caps nodes of a MIG device destroyed")
-			}
+			d.destroyMade(st, g.UUID, in.GI, in.CI, in.UUID)
 			changed = true
 		}
 	}
@@ -392,11 +519,19 @@ func (d *Driver) reconcilePartitions() error {
 		// is again.
 		keep.Made = append(keep.Made, m)
 	}
-	if !changed {
-		return nil
+	if changed {
+		if err := keep.write(d.opts.PluginDir); err != nil {
+			return err
+		}
 	}
-	if err := keep.write(d.opts.PluginDir); err != nil {
-		return err
+	// A GPU left in MIG mode with no MIG device (a crash between
+	// switching and making, or after the last one went) leaves it.
+	all := map[string]bool{}
+	for _, g := range gpus {
+		all[g.UUID] = true
+	}
+	if left := d.settleMIGMode(all); !changed && !left {
+		return nil
 	}
 	_, err = d.node.Update(st.Config, "MIG devices made on demand reconciled")
 	return err

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -30,9 +31,11 @@ import (
 )
 
 // dynEnv is a Driver over a simulated node, discovered as nri-gpu run
-// discovers it: GPU 0 in MIG mode with no MIG device, in dra.dynamicMIG;
-// GPU 1 in MIG mode with one 1g.10gb an operator made (GPU instance 7);
-// NVML the simulated library through the real binding.
+// discovers it: GPU 0 in MIG mode with no MIG device, in dra.dynamicMIG
+// (an H100, which the driver's start takes out of MIG mode, or the model
+// newDynEnvOf is given); GPU 1 in MIG mode with one 1g.10gb an operator
+// made (GPU instance 7); NVML the simulated library through the real
+// binding.
 type dynEnv struct {
 	sim    *simnode.Node
 	n      *node.Node
@@ -42,16 +45,28 @@ type dynEnv struct {
 	d      *Driver
 }
 
-func newDynEnv(t testing.TB) *dynEnv {
+func newDynEnv(t testing.TB) *dynEnv { return newDynEnvOf(t, "") }
+
+// newDynEnvOf is newDynEnv with GPU 0 of model ("": simnode's default,
+// an H100).
+func newDynEnvOf(t testing.TB, model string) *dynEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: NVML creates GPU instances for root only, and the nvidia-caps nodes are made with mknod; CI runs as root")
 	}
-	sim, err := simnode.Generate(t.TempDir(), simnode.Options{NumGPUs: 2, DeviceNodes: true})
+	opts := simnode.Options{NumGPUs: 2, DeviceNodes: true}
+	if model != "" {
+		opts.GPUs = []simnode.GPU{{BusID: "0000:1b:00.0", Model: model}, {BusID: "0000:1c:00.0"}}
+	}
+	sim, err := simnode.Generate(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.SetMIG(simnode.NVMLState{GPUs: []simnode.NVMLGPU{{MIGMode: 1}, {MIGMode: 1, MIG: []simnode.MIG{simnode.H100MIG(7, 0, 1)}}}}); err != nil {
+	g0 := simnode.NVMLGPU{MIGMode: 1}
+	if model == simnode.A100Model {
+		g0.MemoryMiB = 40960 // an A100 40GB's (its profiles' names follow it)
+	}
+	if err := sim.SetMIG(simnode.NVMLState{GPUs: []simnode.NVMLGPU{g0, {MIGMode: 1, MIG: []simnode.MIG{simnode.H100MIG(7, 0, 1)}}}}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := draConfig()
@@ -147,16 +162,48 @@ func (e *dynEnv) ledger(t *testing.T) []madeMIG {
 	return l.Made
 }
 
+// migMode reports whether the node's GPU uuid is in MIG mode, as
+// discovery (and NVML) has it now.
+func (e *dynEnv) migMode(t *testing.T, uuid string) bool {
+	t.Helper()
+	for _, g := range e.n.State().Snapshot().GPUs {
+		if g.UUID == uuid {
+			return g.MIGEnabled
+		}
+	}
+	t.Fatalf("no GPU %s", uuid)
+	return false
+}
+
 // TestDynamicMIGPrepare: a claim of a placement on a dra.dynamicMIG GPU
-// gets its MIG device made when it is prepared (GPU and compute instance
-// through NVML, its nvidia-caps nodes, the ledger, then the checkpoint
-// and the CDI spec), a 1g.10gb and a 3g.40gb side by side; a restart
-// adopts them; unprepare destroys them and removes their nvidia-caps
-// nodes. A 4g.40gb over the 1g.10gb's
-// memory slice fails in NVML and leaves nothing.
+// gets its MIG device made when it is prepared (MIG mode switched on for
+// the first, GPU and compute instance through NVML, its nvidia-caps
+// nodes, the ledger, then the checkpoint and the CDI spec), a 1g.10gb and
+// a 3g.40gb side by side; a restart adopts them; unprepare destroys them,
+// removes their nvidia-caps nodes and, after the last, takes the GPU out
+// of MIG mode, where a claim of it whole is prepared. A 4g.40gb over the
+// 1g.10gb's memory slice fails in NVML and leaves nothing; a claim of
+// the GPU whole beside MIG devices is refused, naming them.
 func TestDynamicMIGPrepare(t *testing.T) {
 	e := newDynEnv(t)
 	g0 := e.sim.GPUs[0]
+	// The start took the H100, in MIG mode with no MIG device, out of it
+	// (as NVIDIA's driver does); it is published whole once.
+	if e.migMode(t, g0.UUID) {
+		t.Error("after the start, GPU 0 is in MIG mode with no MIG device")
+	}
+	var published []string
+	for _, sl := range e.d.resources(e.n.State()).Pools[testNode].Slices {
+		for _, dv := range sl.Devices {
+			if dv.Name == fmt.Sprintf("gpu-%d", g0.Minor) {
+				published = append(published, dv.Name)
+			}
+		}
+	}
+	if len(published) != 1 {
+		t.Errorf("GPU 0 whole is published %d times, want once", len(published))
+	}
+	outOfMIG := e.d.resources(e.n.State())
 	small := fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", g0.Minor)
 	half := fmt.Sprintf("gpu-%d-mig-3g40gb-9-4", g0.Minor)
 	a, b := e.claim(t, "small", "uid-a", small), e.claim(t, "half", "uid-b", half)
@@ -167,6 +214,13 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	}
 	if got := e.instances(t); !slices.Equal(got, []string{"2/0", "7/0"}) {
 		t.Errorf("NVML has GPU/compute instances %v, want 2/0 and 7/0", got)
+	}
+	if !e.migMode(t, g0.UUID) {
+		t.Error("GPU 0 has MIG devices and is not in MIG mode")
+	}
+	// The switch rewrites no slice: the same devices in both modes.
+	if inMIG := e.d.resources(e.n.State()); !equality.Semantic.DeepEqual(outOfMIG, inMIG) {
+		t.Errorf("the published devices changed with MIG mode:\n%+v\n%+v", outOfMIG, inMIG)
 	}
 	spec := readSpec(t, e.opts.CDIDir, "uid-b")
 	gi, ci := simnode.GIMinor(g0.Minor, 2), simnode.CIMinor(g0.Minor, 2, 0)
@@ -200,10 +254,14 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	if got := e.instances(t); len(got) != 2 || len(e.ledger(t)) != 2 || readSpec(t, e.opts.CDIDir, "uid-c") != nil {
 		t.Errorf("after the refusal: instances %v, ledger %v", got, e.ledger(t))
 	}
-	// The GPU whole: published, and refused at prepare, saying why.
+	// The GPU whole beside its MIG devices (which the scheduler's
+	// counters never allocate): refused, naming them; nothing changes.
 	whole := e.claim(t, "whole", "uid-w", fmt.Sprintf("gpu-%d", g0.Minor))
-	if r, _ := e.prepare(whole); r.Err == nil || !strings.Contains(r.Err.Error(), "is a GPU of dra.dynamicMIG, in MIG mode") {
-		t.Errorf("a claim of the whole GPU: %v", r.Err)
+	if r, _ := e.prepare(whole); r.Err == nil || !strings.Contains(r.Err.Error(), "still has 2 MIG devices (GPU instance 7, GPU instance 2)") {
+		t.Errorf("a claim of the whole GPU beside its MIG devices: %v", r.Err)
+	}
+	if got := e.instances(t); len(got) != 2 || !e.migMode(t, g0.UUID) {
+		t.Errorf("after the refusal of the whole GPU: instances %v, MIG mode %v", got, e.migMode(t, g0.UUID))
 	}
 	// A restart adopts what prepared claims hold.
 	e.start(t)
@@ -217,9 +275,15 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	if got := e.instances(t); !slices.Equal(got, []string{"2/0"}) {
 		t.Errorf("after unprepare of the 1g.10gb: %v", got)
 	}
+	if !e.migMode(t, g0.UUID) {
+		t.Error("GPU 0 left MIG mode with a MIG device on it")
+	}
 	e.unprepare(t, b, a)
 	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
 		t.Errorf("after unprepare of both: instances %v, ledger %v", got, e.ledger(t))
+	}
+	if e.migMode(t, g0.UUID) {
+		t.Error("after its last MIG device, GPU 0 is in MIG mode")
 	}
 	// Their nvidia-caps nodes went with them; GPU 1's operator-made
 	// device keeps its own.
@@ -233,6 +297,58 @@ func TestDynamicMIGPrepare(t *testing.T) {
 	}
 	if s := e.n.State().Snapshot(); len(s.MIG) != 1 {
 		t.Errorf("the node still has %d MIG devices, want GPU 1's one", len(s.MIG))
+	}
+	// The GPU whole, now that no MIG device is on it: prepared as any GPU.
+	r, _ := e.prepare(whole)
+	if r.Err != nil || len(r.Devices) != 1 || r.Devices[0].DeviceName != fmt.Sprintf("gpu-%d", g0.Minor) {
+		t.Fatalf("the whole GPU once its MIG devices are gone: %+v", r)
+	}
+	wspec := readSpec(t, e.opts.CDIDir, "uid-w")
+	if wspec == nil || len(wspec.Devices) != 1 || len(wspec.Devices[0].ContainerEdits.DeviceNodes) != 1 ||
+		wspec.Devices[0].ContainerEdits.DeviceNodes[0].Path != fmt.Sprintf("/dev/nvidia%d", g0.Minor) {
+		t.Errorf("the whole GPU's CDI spec: %+v", wspec)
+	}
+	e.unprepare(t, whole)
+	// And a MIG device again: MIG mode back on for it.
+	again := e.claim(t, "again", "uid-again", small)
+	if r, _ := e.prepare(again); r.Err != nil || !e.migMode(t, g0.UUID) {
+		t.Fatalf("a MIG device after the whole GPU: %v, MIG mode %v", r.Err, e.migMode(t, g0.UUID))
+	}
+	e.unprepare(t, again)
+}
+
+// TestDynamicMIGAmpere: an A100 of dra.dynamicMIG, whose MIG mode changes
+// only with a GPU reset, stays in MIG mode (the start does not touch it,
+// nor its last MIG device's end), is published as its placements only,
+// never whole, and a claim of it whole is refused, saying why.
+func TestDynamicMIGAmpere(t *testing.T) {
+	e := newDynEnvOf(t, simnode.A100Model)
+	g0 := e.sim.GPUs[0]
+	if !e.migMode(t, g0.UUID) {
+		t.Fatal("the A100 left MIG mode at the start")
+	}
+	var names []string
+	for _, sl := range e.d.resources(e.n.State()).Pools[testNode].Slices {
+		for _, dv := range sl.Devices {
+			if strings.HasPrefix(dv.Name, fmt.Sprintf("gpu-%d", g0.Minor)) {
+				names = append(names, dv.Name)
+			}
+		}
+	}
+	if len(names) == 0 || slices.Contains(names, fmt.Sprintf("gpu-%d", g0.Minor)) {
+		t.Errorf("the A100's published devices %v: want its placements, not the GPU whole", names)
+	}
+	small := e.claim(t, "small", "uid-a", fmt.Sprintf("gpu-%d-mig-1g5gb-19-0", g0.Minor))
+	if r, _ := e.prepare(small); r.Err != nil {
+		t.Fatalf("an A100 1g.5gb: %v", r.Err)
+	}
+	e.unprepare(t, small)
+	if !e.migMode(t, g0.UUID) || len(e.instances(t)) != 0 {
+		t.Errorf("after its last MIG device: MIG mode %v, instances %v; want MIG mode on, none", e.migMode(t, g0.UUID), e.instances(t))
+	}
+	whole := e.claim(t, "whole", "uid-w", fmt.Sprintf("gpu-%d", g0.Minor))
+	if r, _ := e.prepare(whole); r.Err == nil || !strings.Contains(r.Err.Error(), `of architecture "Ampere", which leaves MIG mode only with a GPU reset`) {
+		t.Errorf("a claim of the A100 whole: %v", r.Err)
 	}
 }
 
@@ -274,10 +390,22 @@ func TestDynamicMIGSharing(t *testing.T) {
 // start: an instance made and not recorded (a crash between NVML's create
 // and the ledger), and one recorded for a claim the checkpoint does not
 // have (a crash before the claim's record); GPU 1's MIG device, which an
-// operator made on a GPU not in dra.dynamicMIG, stays.
+// operator made on a GPU not in dra.dynamicMIG, stays. A GPU left in MIG
+// mode with nothing on it (a crash between switching and making) leaves
+// it at the next start.
 func TestDynamicMIGCrash(t *testing.T) {
 	e := newDynEnv(t)
 	g0 := e.sim.GPUs[0]
+	if err := e.mk.SetMIGMode(g0.UUID, true); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	if e.migMode(t, g0.UUID) {
+		t.Error("a start left GPU 0 in MIG mode with no MIG device")
+	}
+	if err := e.mk.SetMIGMode(g0.UUID, true); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.mk.CreateMIG(g0.UUID, 19, nvml.Range{Start: 3, Size: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -92,8 +92,9 @@ func gpuCounters(profiles []nvml.ProfilePlacements) map[string]resourceapi.Count
 
 // partitions returns GPU g's counter set and its devices made on demand:
 // g whole (base, as sliceDevice makes it, with the GPU's largest
-// capacities) and every placement of every profile, all consuming the
-// set. nil when NVML gave no profile.
+// capacities), unless it is in MIG mode for good (!migToggles), and
+// every placement of every profile, all consuming the set. nil when NVML
+// gave no profile.
 func partitions(g inventory.GPU, base resourceapi.Device, profiles []nvml.ProfilePlacements, snap *inventory.Snapshot, root topology) (*resourceapi.CounterSet, []resourceapi.Device) {
 	if len(profiles) == 0 {
 		return nil, nil
@@ -107,7 +108,10 @@ func partitions(g inventory.GPU, base resourceapi.Device, profiles []nvml.Profil
 		}
 	}
 	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set.Name, Counters: gpuCounters(profiles)}}
-	devs := []resourceapi.Device{whole}
+	var devs []resourceapi.Device
+	if !g.MIGEnabled || migToggles(g) {
+		devs = append(devs, whole)
+	}
 	for _, p := range profiles {
 		for _, r := range p.Placements {
 			m := &inventory.MIGDevice{Parent: g.Index, ParentUUID: g.UUID, Profile: p.Name, MemoryMiB: p.MemoryMiB,
@@ -138,18 +142,33 @@ func partitionName(g inventory.GPU, profile string, profileID, start int) string
 var partitionNameRE = regexp.MustCompile(`^gpu-(\d{1,4})-mig-[a-z0-9-]{1,40}-(\d{1,3})-(\d{1,2})$`)
 
 // dynamicGPUs returns the GPUs of st whose MIG devices are made on
-// demand: in dra.dynamicMIG.devices, published by DRA, in MIG mode.
+// demand: in dra.dynamicMIG.devices, published by DRA, and in MIG mode
+// or of an architecture whose MIG mode nri-gpu switches (migToggles).
 func dynamicGPUs(st *node.State) []inventory.GPU {
 	if st == nil || st.Source.Problem() != "" || !st.Config.DRA.DynamicMIG.Enabled() {
 		return nil
 	}
 	var out []inventory.GPU
 	for _, g := range st.Snapshot().GPUs {
-		if g.MIGEnabled && g.UUID != "" && st.Config.DRA.DynamicMIG.Has(g) && isDRAGPU(st, g) {
+		if (g.MIGEnabled || migToggles(g)) && g.UUID != "" && st.Config.DRA.DynamicMIG.Has(g) && isDRAGPU(st, g) {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// togglingArchitectures are the architectures whose MIG mode changes
+// without a GPU reset (go-nvlib's names): Hopper and later, as NVIDIA's
+// DRA driver decides (supportsMIGModeToggle, arch >= Hopper).
+var togglingArchitectures = []string{"Hopper", "Blackwell", "Rubin"}
+
+// migToggles reports whether g's MIG mode can be switched on for its
+// first MIG device and off after its last, with no GPU reset: NVML
+// says it is of a togglingArchitectures. An A100 (Ampere) cannot: a
+// change waits for a reset, so such a GPU is made on demand only while an
+// operator keeps it in MIG mode, and is then never published whole.
+func migToggles(g inventory.GPU) bool {
+	return g.Props != nil && slices.Contains(togglingArchitectures, g.Props.Architecture)
 }
 
 // isDRAGPU reports whether DRA publishes GPU g, as units decides it:

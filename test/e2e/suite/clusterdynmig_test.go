@@ -120,6 +120,23 @@ func simInstances(k kc, n *harness.Node, uuid string) []string {
 	return out
 }
 
+// simMIGMode is the MIG mode nri-gpu last set through the simulated NVML
+// of n on GPU uuid ("1", "0"; "" when it set none since the layout).
+func simMIGMode(k kc, n *harness.Node, uuid string) string {
+	k.t.Helper()
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(n.GPU.HostPath(simnode.NVMLStatePath)), simnode.MIGInstancesFile))
+	if err != nil && !os.IsNotExist(err) {
+		k.t.Fatal(err)
+	}
+	mode := ""
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "dmode" && strings.EqualFold(f[1], uuid) {
+			mode = f[2]
+		}
+	}
+	return mode
+}
+
 // testDRADynamicMIG: with Kubernetes' partitionable devices (beta and on
 // from 1.36; the suite's 1.34 has them alpha and off), gpu-a's second
 // H100, in MIG mode with no MIG device and listed in
@@ -130,8 +147,10 @@ func simInstances(k kc, n *harness.Node, uuid string) []string {
 // its own MIG device only; a 4g.40gb claim, which does not fit beside
 // them, and a claim of the whole GPU stay Pending by the scheduler's
 // counters; when the MIG pods are deleted their devices are gone (NVML,
-// ledger, nodes) and the whole-GPU claim is allocated. nri-gpu then
-// refuses to prepare it, saying why (MIG mode is not switched off).
+// ledger, nodes), the GPU leaves MIG mode (nri-gpu switches it on for the
+// first MIG device and off after the last, as NVIDIA's driver does on
+// Hopper), and the whole-GPU claim is allocated, prepared and runs,
+// its container seeing the GPU whole.
 func testDRADynamicMIG(k kc, version string) {
 	t := k.t
 	if minorVersion(version) < 36 {
@@ -253,6 +272,9 @@ func testDRADynamicMIG(k kc, version string) {
 	if got := simInstances(k, a, g.UUID); len(got) != 2 {
 		t.Errorf("the simulated NVML holds instances %v on GPU 1, want two", got)
 	}
+	if m := simMIGMode(k, a, g.UUID); m != "1" {
+		t.Errorf("GPU 1's MIG mode as nri-gpu set it: %q, want 1 (on for its MIG devices)", m)
+	}
 	t.Logf("made on demand: %v", seen)
 
 	// 4 compute slices are not left beside 1 + 3, and the GPU whole
@@ -300,19 +322,35 @@ func testDRADynamicMIG(k kc, version string) {
 		}
 		return slices.Equal(got, []string{a.Name + "/" + whole}), fmt.Sprint("allocated ", got), nil
 	})
-	// nri-gpu does not switch MIG mode off for it: it says so on the pod.
-	k.wait(time.Minute, "dyn-whole: FailedPrepareDynamicResources", func() (bool, string, error) {
-		evs, err := k.c.Events(k.ctx, draNS, "involvedObject.name=dyn-whole")
-		if err != nil {
-			return false, err.Error(), nil
+	// Its MIG devices gone, the GPU left MIG mode: the claim of it whole
+	// is prepared and its container sees the GPU whole.
+	if m := simMIGMode(k, a, g.UUID); m != "0" {
+		t.Errorf("GPU 1's MIG mode after its last MIG device: %q, want 0", m)
+	}
+	if _, err := k.c.WaitPodRunning(k.ctx, draNS, "dyn-whole", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out, err := k.c.Exec(k.ctx, draNS, "dyn-whole", "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; echo CAPS; ls /dev/nvidia-caps 2>/dev/null; true`)
+	if err != nil {
+		t.Fatalf("pod dyn-whole: exec: %v\n%s", err, out)
+	}
+	var nvd string
+	var gpus, caps []string
+	inCaps := false
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case l == "CAPS":
+			inCaps = true
+		case inCaps && l != "":
+			caps = append(caps, l)
+		case strings.HasPrefix(l, "NVD="):
+			nvd = strings.TrimPrefix(l, "NVD=")
+		case regexp.MustCompile(`^nvidia\d+$`).MatchString(l):
+			gpus = append(gpus, l)
 		}
-		var msgs []string
-		for _, e := range evs {
-			if strings.Contains(e.Message, "is a GPU of dra.dynamicMIG, in MIG mode") {
-				return true, "", nil
-			}
-			msgs = append(msgs, e.Reason+": "+e.Message)
-		}
-		return false, strings.Join(msgs, "; "), nil
-	})
+	}
+	if nvd != g.UUID || !slices.Equal(gpus, []string{fmt.Sprintf("nvidia%d", g.Minor)}) || len(caps) != 0 {
+		t.Errorf("pod dyn-whole sees NVIDIA_VISIBLE_DEVICES %q, GPU nodes %v, nvidia-caps %v; want the GPU whole %s: nvidia%d, no MIG capability:\n%s",
+			nvd, gpus, caps, g.UUID, g.Minor, out)
+	}
 }
