@@ -40,6 +40,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	o.Self = os.Getpid()
 	o.DRACheckpoint = dra.CountPrepared
+	o.DRAMadeMIG = dra.CountMade
 	results := doctor.Run(o)
 	doctor.Print(stdout, results)
 	if !doctor.OK(results) {

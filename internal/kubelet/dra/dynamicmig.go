@@ -53,6 +53,14 @@ type ledger struct {
 	Made []madeMIG `json:"made"`
 }
 
+// CountMade reads the ledger in dir (none is an empty one) and returns
+// how many MIG devices made on demand it names: what nri-gpu doctor
+// checks.
+func CountMade(dir string) (int, error) {
+	l, err := readLedger(dir)
+	return len(l.Made), err
+}
+
 func readLedger(dir string) (ledger, error) {
 	var l ledger
 	data, err := os.ReadFile(filepath.Join(dir, MadeFile))

@@ -91,6 +91,10 @@ type Options struct {
 	// driver's reader: this package is beside it, not above it); nil:
 	// not checked.
 	DRACheckpoint func(pluginDir string) (int, error)
+	// DRAMadeMIG reads the DRA driver's ledger of MIG devices made on
+	// demand (dra.dynamicMIG) in its plugin directory and returns how
+	// many it names; nil: not checked.
+	DRAMadeMIG func(pluginDir string) (int, error)
 }
 
 func (o *Options) defaults() {
@@ -136,6 +140,7 @@ func Run(o Options) []Result {
 	}
 	checkDevicePlugin(&o, &out)
 	checkDRACheckpoint(&o, &out)
+	checkDRAMadeMIG(&o, &out)
 	return out
 }
 

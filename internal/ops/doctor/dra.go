@@ -33,3 +33,28 @@ func checkDRACheckpoint(o *Options, out *[]Result) {
 	}
 	add(out, Injection, name, Pass, fmt.Sprintf("%s reads: %d prepared claims", filepath.Join(dir, "checkpoint.json"), n), "")
 }
+
+// checkDRAMadeMIG checks, when dra.dynamicMIG lists GPUs, that the DRA
+// driver's ledger of the MIG devices it made on demand (dynamic-mig.json
+// in dra.pluginDir, Options.DRAMadeMIG) reads: the driver does not start
+// with one it cannot read, since it would not know which GPU instances
+// are its claims'. Without dra.dynamicMIG, no line.
+func checkDRAMadeMIG(o *Options, out *[]Result) {
+	const name = "DRA MIG made on demand"
+	if !o.Config.DRA.Enabled || !o.Config.DRA.DynamicMIG.Enabled() {
+		return
+	}
+	if o.DRAMadeMIG == nil {
+		add(out, Injection, name, Skip, "not checked: this doctor cannot read the ledger of MIG devices made on demand", "")
+		return
+	}
+	dir := o.Config.DRA.PluginDir
+	file := filepath.Join(dir, "dynamic-mig.json")
+	n, err := o.DRAMadeMIG(dir)
+	if err != nil {
+		add(out, Injection, name, Fail, err.Error()+": the DRA driver does not start without it (it would not know which GPU instances its claims hold)",
+			"drain the node of pods with claims of dra.dynamicMIG's MIG devices, destroy the GPU instances on those GPUs (nvidia-smi mig -dci, then -dgi), then move "+file+" away")
+		return
+	}
+	add(out, Injection, name, Pass, fmt.Sprintf("%s reads: %d MIG devices made on demand (a prepared claim's each, or destroyed at the next start)", file, n), "")
+}
