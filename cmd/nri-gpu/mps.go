@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -17,6 +19,7 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/mps"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
+	"github.com/nri-gpu/nri-gpu/inventory"
 	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 )
 
@@ -96,7 +99,7 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 	case err != nil:
 		return nil, nil, nil, err
 	}
-	o := mps.Options{Binary: drv.Binary, LibraryDirs: []string{drv.LibraryDir}}
+	o := mps.Options{Binary: drv.Binary, LibraryDirs: []string{drv.LibraryDir}, MIGNodes: migNodes(cfg, snap)}
 	closeNVML := func() {}
 	if path := node.NVMLPath(cfg, snap); path == "" {
 		log.Warn("NVML: discovery found no libnvidia-ml.so.1: the GPUs' compute mode cannot be set, and no MPS daemon starts")
@@ -109,6 +112,39 @@ func mpsSupervisor(cfg config.Config, log *logrus.Logger) (*mps.Supervisor, map[
 		}
 	}
 	return mps.NewSupervisor(o, log), daemons, closeNVML, nil
+}
+
+// migNodes is nri-gpu mps's mps.Options.MIGNodes: the nvidia-caps nodes
+// of a MIG device as discovery found them, discovered again when the
+// device is not in the last discovery (a MIG device made for a DRA claim
+// after nri-gpu mps started): at most one discovery per call, and calls
+// come at a daemon's start only.
+func migNodes(cfg config.Config, snap *inventory.Snapshot) func(string) ([]inventory.DeviceNode, error) {
+	var mu sync.Mutex
+	find := func(uuid string) ([]inventory.DeviceNode, bool) {
+		for _, m := range snap.MIG {
+			if strings.EqualFold(m.UUID, uuid) {
+				return []inventory.DeviceNode{m.GINode, m.CINode}, true
+			}
+		}
+		return nil, false
+	}
+	return func(uuid string) ([]inventory.DeviceNode, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n, ok := find(uuid); ok {
+			return n, nil
+		}
+		s, err := node.Discover(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("inventory: %w", err)
+		}
+		snap = s
+		if n, ok := find(uuid); ok {
+			return n, nil
+		}
+		return nil, fmt.Errorf("discovery finds no MIG device %s on this node", uuid)
+	}
 }
 
 // followClaims supervises the device plugin's daemons and those that the

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
+	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/inventory/nvml"
 	"github.com/nri-gpu/nri-gpu/test/simnode"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -353,27 +355,75 @@ func TestDynamicMIGAmpere(t *testing.T) {
 }
 
 // TestDynamicMIGSharing: a made MIG device takes a claim's GpuConfig as
-// any MIG device does: TimeSlicing is prepared; MPS, which nri-gpu serves
-// on whole GPUs only, is refused naming the field, and the instance made
-// for the claim is destroyed again.
+// any MIG device does. MPS: the claim is kept prepared with its made MIG
+// device and a daemon keyed by that device's MIG UUID in the checkpoint
+// (what nri-gpu mps starts), its prepare failing until that daemon is
+// ready, then prepared; a second claim on another placement of the same
+// GPU gets a second daemon of its own; unprepared, the instances go and
+// no daemon is needed. TimeSlicing is prepared.
 func TestDynamicMIGSharing(t *testing.T) {
+	defer func(w time.Duration) { mpsWait = w }(mpsWait)
+	mpsWait = 300 * time.Millisecond
 	e := newDynEnv(t)
-	withConfig := func(name, uid, raw string) *resourceapi.ResourceClaim {
-		c := e.claim(t, name, uid, fmt.Sprintf("gpu-%d-mig-2g20gb-14-2", e.sim.GPUs[0].Minor))
+	e.opts.MPSRoot = t.TempDir()
+	e.start(t)
+	g0 := e.sim.GPUs[0]
+	withConfig := func(name, uid, device, raw string) *resourceapi.ResourceClaim {
+		c := e.claim(t, name, uid, device)
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, raw, false)}
 		if _, err := e.client.ResourceV1().ResourceClaims("ml").Update(t.Context(), c, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	m := withConfig("infer", "uid-mps", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}`)
-	if r, _ := e.prepare(m); r.Err == nil || !strings.Contains(r.Err.Error(), "sharing strategy MPS is supported by nri-gpu for whole GPUs only") {
-		t.Fatalf("prepare with MPS: %v", r.Err)
+	mpsRaw := gpuConfigHead + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}`
+	m := withConfig("infer", "uid-mps", fmt.Sprintf("gpu-%d-mig-2g20gb-14-2", g0.Minor), mpsRaw)
+	if r, _ := e.prepare(m); r.Err == nil || !strings.Contains(r.Err.Error(), "its MPS control daemon is not ready") {
+		t.Fatalf("prepare with MPS before its daemon: %v", r.Err)
 	}
-	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 {
-		t.Errorf("after the refusal: instances %v, ledger %v", got, e.ledger(t))
+	l := e.ledger(t)
+	if got := e.instances(t); len(got) != 1 || len(l) != 1 || l[0].Claim != "uid-mps" || !strings.HasPrefix(l[0].UUID, "MIG-") {
+		t.Fatalf("the claim waiting for its daemon: instances %v, ledger %+v; want its 2g.20gb kept", got, l)
 	}
-	ts := withConfig("share", "uid-ts", gpuConfigHead+`, "sharing": {"strategy": "TimeSlicing"}}`)
+	made := l[0].UUID
+	daemon := func(uuid string) *sharing.MPSDaemon {
+		return &sharing.MPSDaemon{PipeDir: filepath.Join(e.opts.MPSRoot, uuid, "pipe"), LogDir: filepath.Join(e.opts.MPSRoot, uuid, "log"),
+			ShmDir: filepath.Join(e.opts.MPSRoot, "shm"), MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: 50}}
+	}
+	daemons := func() map[string]*sharing.MPSDaemon {
+		p, err := ReadPrepared(e.opts.PluginDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return MPSDaemons(p)
+	}
+	if diff := cmp.Diff(map[string]*sharing.MPSDaemon{made: daemon(made)}, daemons()); diff != "" {
+		t.Fatalf("the checkpoint's MPS daemons (-want +got):\n%s", diff)
+	}
+	writeReady(t, made, daemon(made))
+	if r, _ := e.prepare(m); r.Err != nil || len(r.Devices) != 1 {
+		t.Fatalf("prepare with its daemon ready: %+v", r)
+	}
+	if devs := e.d.Prepared().Devices(); len(devs) != 1 || !devs[0].MIG || devs[0].UUID != made || devs[0].MPS == nil || !devs[0].MPS.Ready || devs[0].MPS.PipeDir != daemon(made).PipeDir {
+		t.Errorf("the request path's view: %+v", devs)
+	}
+	// Another placement of the same GPU: a daemon of its own.
+	m2 := withConfig("infer2", "uid-mps2", fmt.Sprintf("gpu-%d-mig-1g10gb-19-0", g0.Minor), mpsRaw)
+	if r, _ := e.prepare(m2); r.Err == nil {
+		t.Fatal("the second claim was prepared before its daemon")
+	}
+	l = e.ledger(t)
+	if len(l) != 2 || l[1].Claim != "uid-mps2" || l[1].UUID == made {
+		t.Fatalf("ledger %+v", l)
+	}
+	if diff := cmp.Diff(map[string]*sharing.MPSDaemon{made: daemon(made), l[1].UUID: daemon(l[1].UUID)}, daemons()); diff != "" {
+		t.Errorf("two claims' MPS daemons (-want +got):\n%s", diff)
+	}
+	e.unprepare(t, m, m2)
+	if got := e.instances(t); len(got) != 0 || len(e.ledger(t)) != 0 || len(daemons()) != 0 {
+		t.Errorf("after unprepare: instances %v, ledger %v, daemons %v", got, e.ledger(t), daemons())
+	}
+	ts := withConfig("share", "uid-ts", fmt.Sprintf("gpu-%d-mig-2g20gb-14-2", g0.Minor), gpuConfigHead+`, "sharing": {"strategy": "TimeSlicing"}}`)
 	if r, _ := e.prepare(ts); r.Err != nil {
 		t.Fatalf("prepare with TimeSlicing: %v", r.Err)
 	}

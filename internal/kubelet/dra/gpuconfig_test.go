@@ -16,6 +16,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/mps"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
+	"github.com/nri-gpu/nri-gpu/internal/requestpath/claims"
 )
 
 // opaque is an allocation's configuration of driver with parameters
@@ -336,8 +337,8 @@ func TestPrepareMPS(t *testing.T) {
 }
 
 // TestPrepareMPSRefusals: what nri-gpu's MPS cannot serve is refused
-// with the reason, nothing prepared: MPS on two devices, on a MIG
-// device; a bad GpuConfig names its field.
+// with the reason, nothing prepared: MPS on two devices (two MIG devices
+// too); a bad GpuConfig names its field.
 func TestPrepareMPSRefusals(t *testing.T) {
 	e := newEnv(t, draConfig(), testSnapshot(), nil)
 	mpsRaw := gpuConfigHead + `, "sharing": {"strategy": "MPS"}}`
@@ -347,7 +348,8 @@ func TestPrepareMPSRefusals(t *testing.T) {
 		want      string
 	}{
 		{"two devices", mpsRaw, []string{"gpu-0", "gpu-2"}, "sharing strategy MPS on 2 devices ([gpu-0 gpu-2])"},
-		{"MIG", mpsRaw, []string{"gpu-1-mig-1g10gb-19-4"}, "device gpu-1-mig-1g10gb-19-4 is a MIG device: sharing strategy MPS is supported by nri-gpu for whole GPUs only"},
+		{"two MIG devices", mpsRaw, []string{"gpu-1-mig-1g10gb-19-4", "gpu-1-mig-1g10gb-19-5"},
+			"sharing strategy MPS on 2 devices ([gpu-1-mig-1g10gb-19-4 gpu-1-mig-1g10gb-19-5]): nri-gpu's MPS control daemons serve one GPU or MIG device each"},
 		{"bad strategy", gpuConfigHead + `, "sharing": {"strategy": "Spatial"}}`, []string{"gpu-0"}, `claim spec.devices.config[0].opaque.parameters.sharing.strategy: "Spatial" is not a sharing strategy (valid: TimeSlicing, MPS)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -367,5 +369,93 @@ func TestPrepareMPSRefusals(t *testing.T) {
 	}
 	if devs := e.d.Prepared().Devices(); len(devs) != 1 || devs[0].Sharing != StrategyTimeSlicing || devs[0].MPS != nil {
 		t.Errorf("a TimeSlicing claim: %+v", devs)
+	}
+}
+
+// TestPrepareMPSMIG: a claim with GpuConfig MPS on a MIG device gets a
+// daemon of its own keyed by the MIG device's UUID in the checkpoint
+// (directories <mpsRoot>/MIG-<uuid>/, the claim's limits: what nri-gpu
+// mps supervises), and is prepared once that daemon is reported ready;
+// claims on two MIG devices of one GPU get two distinct daemons, neither
+// of them the GPU's, and each is ready on its own.
+func TestPrepareMPSMIG(t *testing.T) {
+	defer func(w time.Duration) { mpsWait = w }(mpsWait)
+	mpsWait = 300 * time.Millisecond
+	root := t.TempDir()
+	opts := Options{DriverName: testDriver, NodeName: testNode, PluginDir: filepath.Join(root, "p"),
+		RegistrationDir: filepath.Join(root, "r"), CDIDir: filepath.Join(root, "cdi"), DevRoot: "/dev", MPSRoot: filepath.Join(root, "mps")}
+	e := newEnv(t, draConfig(), testSnapshot(), &opts)
+	a := e.mpsClaim(t, "infer-a", "uid-a", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "4Gi"}}}`, "gpu-1-mig-1g10gb-19-4")
+	b := e.mpsClaim(t, "infer-b", "uid-b", gpuConfigHead+`, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25, "defaultPerDevicePinnedMemoryLimit": {"MIG-nnnnnnnn": "2Gi"}}}}`, "gpu-1-mig-1g10gb-19-5")
+	if r := e.prepare(t, a); !strings.Contains(r.GetError(), "device gpu-1-mig-1g10gb-19-4 (MIG-mmmmmmmm): its MPS control daemon is not ready") {
+		t.Errorf("prepare of a before its daemon: %q", r.GetError())
+	}
+	if r := e.prepare(t, b); !strings.Contains(r.GetError(), "device gpu-1-mig-1g10gb-19-5 (MIG-nnnnnnnn): its MPS control daemon is not ready") {
+		t.Errorf("prepare of b before its daemon: %q", r.GetError())
+	}
+	p, err := ReadPrepared(opts.PluginDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := func(uuid string, lim sharing.MPSLimits) *sharing.MPSDaemon {
+		return &sharing.MPSDaemon{PipeDir: filepath.Join(root, "mps", uuid, "pipe"), LogDir: filepath.Join(root, "mps", uuid, "log"), ShmDir: filepath.Join(root, "mps", "shm"), MPSLimits: lim}
+	}
+	want := map[string]*sharing.MPSDaemon{
+		"MIG-mmmmmmmm": daemon("MIG-mmmmmmmm", sharing.MPSLimits{ActiveThreadPercentage: 50, PinnedMemoryMiB: 4096}),
+		"MIG-nnnnnnnn": daemon("MIG-nnnnnnnn", sharing.MPSLimits{ActiveThreadPercentage: 25, PinnedMemoryMiB: 2048}),
+	}
+	if diff := cmp.Diff(want, MPSDaemons(p)); diff != "" {
+		t.Fatalf("the checkpoint's MPS daemons (-want +got):\n%s", diff)
+	}
+	// Ready one by one: a's daemon ready does not make b's.
+	writeReady(t, "MIG-mmmmmmmm", want["MIG-mmmmmmmm"])
+	if r := e.prepare(t, a); r.GetError() != "" || len(r.GetDevices()) != 1 {
+		t.Fatalf("prepare of a with its daemon ready: %v", r)
+	}
+	if r := e.prepare(t, b); !strings.Contains(r.GetError(), "(MIG-nnnnnnnn): its MPS control daemon is not ready") {
+		t.Errorf("prepare of b with a's daemon ready only: %q", r.GetError())
+	}
+	writeReady(t, "MIG-nnnnnnnn", want["MIG-nnnnnnnn"])
+	if r := e.prepare(t, b); r.GetError() != "" {
+		t.Fatalf("prepare of b with its daemon ready: %v", r)
+	}
+	got := map[string]sharing.MPSDaemon{}
+	for _, dv := range e.d.Prepared().Devices() {
+		if !dv.MIG || dv.Sharing != StrategyMPS || dv.MPS == nil || !dv.MPS.Ready {
+			t.Errorf("the request path's view of %s: %+v", dv.Name, dv)
+			continue
+		}
+		got[dv.UUID] = *dv.MPS
+	}
+	if len(got) != 2 || got["MIG-mmmmmmmm"].PipeDir == got["MIG-nnnnnnnn"].PipeDir || got["MIG-nnnnnnnn"].PipeDir != want["MIG-nnnnnnnn"].PipeDir {
+		t.Errorf("the request path's daemons: %+v", got)
+	}
+	e.unprepare(t, a)
+	p, _ = ReadPrepared(opts.PluginDir)
+	if d := MPSDaemons(p); len(d) != 1 || d["MIG-nnnnnnnn"] == nil {
+		t.Errorf("after unprepare of a, the daemons needed: %v", d)
+	}
+}
+
+// TestCheckMPSClaim: a MIG device whose UUID is not MIG-<uuid> (an older
+// driver's MIG-GPU-<uuid>/<gi>/<ci>, which would name nested directories)
+// is refused MPS, naming the UUID and what is valid; so is an adminAccess
+// MIG device; a MIG device of the current form is served.
+func TestCheckMPSClaim(t *testing.T) {
+	mig := func(uuid string, admin bool) claims.Device {
+		return claims.Device{Request: "gpu", Name: "gpu-1-mig-1g10gb-19-4", UUID: uuid, MIG: true, AdminAccess: admin, MPS: &sharing.MPSDaemon{}}
+	}
+	for _, tc := range []struct {
+		dev  claims.Device
+		want string
+	}{
+		{mig("MIG-GPU-bbbbbbbb/7/0", false), `request gpu: device gpu-1-mig-1g10gb-19-4 is a MIG device whose UUID "MIG-GPU-bbbbbbbb/7/0" is not of the form MIG-<uuid>`},
+		{mig("MIG-mmmmmmmm", true), "request gpu: device gpu-1-mig-1g10gb-19-4 is an adminAccess device, which holds nothing: sharing strategy MPS does not apply to it"},
+		{mig("MIG-mmmmmmmm", false), ""},
+	} {
+		err := checkMPSClaim([]claims.Device{tc.dev})
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.dev.UUID, err, tc.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -15,7 +16,9 @@ import (
 )
 
 // MPS for claims: a claim device whose GpuConfig asks for strategy MPS
-// gets an MPS control daemon of its own GPU, which nri-gpu mps starts and
+// gets an MPS control daemon of its own GPU or MIG device (a MIG device,
+// static or made for the claim, gets its own daemon, keyed by its
+// MIG-<uuid>, as NVIDIA runs one daemon per MIG device), which nri-gpu mps starts and
 // supervises (the same Supervisor as the device plugin's MPS GPUs) from
 // this driver's checkpoint: it runs while a prepared claim names it, and
 // is retired when none does (SuperviseClaims, run by nri-gpu mps). The
@@ -32,7 +35,8 @@ import (
 // asks again).
 var mpsWait = 15 * time.Second
 
-// claimMPS plans the MPS control daemon of the GPU uuid with lim.
+// claimMPS plans the MPS control daemon of the GPU or MIG device uuid
+// with lim.
 func (d *Driver) claimMPS(uuid string, lim sharing.MPSLimits) *sharing.MPSDaemon {
 	pipe, log, shm := sharing.DaemonDirs(d.opts.MPSRoot, uuid)
 	return &sharing.MPSDaemon{PipeDir: pipe, LogDir: log, ShmDir: shm, MPSLimits: lim, Why: sharing.NotReported}
@@ -40,8 +44,9 @@ func (d *Driver) claimMPS(uuid string, lim sharing.MPSLimits) *sharing.MPSDaemon
 
 // checkMPSClaim refuses what nri-gpu's MPS cannot serve: a claim with
 // MPS on more than one device (an MPS client reaches one daemon, and
-// nri-gpu's daemons serve one GPU each), on a MIG device (nri-gpu runs
-// no daemon for a MIG device), or on an adminAccess request.
+// nri-gpu's daemons serve one GPU or MIG device each), on a MIG device
+// whose UUID is not one path element (the daemon's directories are
+// named by it), or on an adminAccess request.
 func checkMPSClaim(devs []claims.Device) error {
 	var with []string
 	for _, dv := range devs {
@@ -50,15 +55,16 @@ func checkMPSClaim(devs []claims.Device) error {
 		}
 		with = append(with, dv.Name)
 		switch {
-		case dv.MIG:
-			return fmt.Errorf("request %s: device %s is a MIG device: sharing strategy %s is supported by nri-gpu for whole GPUs only (valid here: %s, or no sharing)",
-				dv.Request, dv.Name, StrategyMPS, StrategyTimeSlicing)
+		case dv.MIG && (!sharing.IsMIG(dv.UUID) || strings.ContainsAny(dv.UUID, `/\`)):
+			return fmt.Errorf("request %s: device %s is a MIG device whose UUID %q is not of the form MIG-<uuid> (an older driver's MIG-GPU-<uuid>/<gi>/<ci>), "+
+				"which names the directories of its MPS control daemon: sharing strategy %s is not served on it (valid here: %s, or no sharing)",
+				dv.Request, dv.Name, dv.UUID, StrategyMPS, StrategyTimeSlicing)
 		case dv.AdminAccess:
 			return fmt.Errorf("request %s: device %s is an adminAccess device, which holds nothing: sharing strategy %s does not apply to it", dv.Request, dv.Name, StrategyMPS)
 		}
 	}
 	if len(with) > 0 && len(devs) > 1 {
-		return fmt.Errorf("sharing strategy %s on %d devices (%v): nri-gpu's MPS control daemons serve one GPU each, and a container reaches one daemon only, "+
+		return fmt.Errorf("sharing strategy %s on %d devices (%v): nri-gpu's MPS control daemons serve one GPU or MIG device each, and a container reaches one daemon only, "+
 			"so a claim with %s has one device (split the request, or use %s)", StrategyMPS, len(devs), deviceNames(devs), StrategyMPS, StrategyTimeSlicing)
 	}
 	return nil
@@ -125,7 +131,7 @@ func WatchCheckpoint(ctx context.Context, pluginDir string) <-chan struct{} {
 const claimsFallback = 5 * time.Second
 
 // MPSDaemons returns the MPS control daemons that the prepared claims p
-// need, by GPU UUID: what nri-gpu mps supervises for DRA.
+// need, by GPU or MIG device UUID: what nri-gpu mps supervises for DRA.
 func MPSDaemons(p *claims.Prepared) map[string]*sharing.MPSDaemon {
 	out := map[string]*sharing.MPSDaemon{}
 	for _, dv := range p.Devices() {

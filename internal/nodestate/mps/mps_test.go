@@ -51,6 +51,13 @@ func (f *modes) SetComputeMode(uuid string, m nvml.ComputeMode) error {
 	return nil
 }
 
+// count returns how many compute modes were set.
+func (f *modes) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sets
+}
+
 func (f *modes) get(uuid string) nvml.ComputeMode {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -512,5 +519,139 @@ func TestWatch(t *testing.T) {
 	case <-quiet:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no wake-up at the fallback")
+	}
+}
+
+// TestSupervisorMIG: the daemons of two MIG devices of one GPU (two DRA
+// claims, as SuperviseClaims follows them) are two daemons, each in its
+// own directories under <mpsRoot>/MIG-<uuid>, started with
+// CUDA_VISIBLE_DEVICES set to its MIG device's UUID and its claim's
+// limits, ready on their own; no compute mode is set (NVML has none for
+// a MIG device, and the GPU's other MIG devices are not theirs); each
+// MIG device's nvidia-caps nodes missing from the supervisor's /dev are
+// made first from discovery's numbers (0444 character devices), one
+// already there left alone; a node discovery gives outside
+// /dev/nvidia-caps is not made and its daemon does not start. One no
+// longer wanted is retired (told to quit, no ready file, still no
+// compute mode), and Retire knows MIG devices' directories.
+func TestSupervisorMIG(t *testing.T) {
+	if err := simnode.CanMknod(); err != nil {
+		t.Skipf("the nvidia-caps nodes are made with mknod: %v", err)
+	}
+	f := newFixture(t, 1, 2)
+	g := f.node.GPUs[0]
+	root := filepath.Dir(mps.DaemonDir(f.daemons[g.UUID]))
+	a, b, bad := simnode.MIGUUIDFor(g.UUID, 1, 0), simnode.MIGUUIDFor(g.UUID, 2, 0), simnode.MIGUUIDFor(g.UUID, 3, 0)
+	daemon := func(uuid string, lim sharing.MPSLimits) *sharing.MPSDaemon {
+		pipe, log, shm := sharing.DaemonDirs(root, uuid)
+		return &sharing.MPSDaemon{PipeDir: pipe, LogDir: log, ShmDir: shm, MPSLimits: lim}
+	}
+	da, db, dbad := daemon(a, sharing.MPSLimits{ActiveThreadPercentage: 30, PinnedMemoryMiB: 4096}), daemon(b, sharing.MPSLimits{ActiveThreadPercentage: 50}), daemon(bad, sharing.MPSLimits{ActiveThreadPercentage: 50})
+	f.daemons = map[string]*sharing.MPSDaemon{a: da, b: db, bad: dbad} // the fixture's cleanup kills them
+	caps := func(minor int64) inventory.DeviceNode {
+		return inventory.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor), Major: simnode.MemoryCapsMajor, Minor: minor, Mode: 0o444}
+	}
+	nodes := map[string][]inventory.DeviceNode{a: {caps(21), caps(22)}, b: {caps(30), caps(31)}, bad: {{Path: "/dev/nvidia0", Major: 195, Minor: 0}}}
+	o := f.opts
+	o.DevRoot = t.TempDir()
+	o.MIGNodes = func(uuid string) ([]inventory.DeviceNode, error) { return nodes[uuid], nil }
+	// GPU instance 1's node exists already (the runtime gave it).
+	if err := os.MkdirAll(filepath.Join(o.DevRoot, "nvidia-caps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	existing := filepath.Join(o.DevRoot, "nvidia-caps", "nvidia-cap21")
+	if err := syscall.Mknod(existing, syscall.S_IFCHR|0o400, int(simnode.Makedev(simnode.MemoryCapsMajor, 21))); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	want := map[string]*sharing.MPSDaemon{a: da, b: db, bad: dbad}
+	ctx, cancel := context.WithCancel(context.Background())
+	wake := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mps.NewSupervisor(o, f.log).Follow(ctx, root, wake, func() map[string]*sharing.MPSDaemon {
+			mu.Lock()
+			defer mu.Unlock()
+			return want
+		})
+	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	defer stop()
+	probe := func(uuid string, d *sharing.MPSDaemon) sharing.MPSStatus {
+		return mps.Probe(map[string]*sharing.MPSDaemon{uuid: d}, time.Now())[uuid]
+	}
+	waitFor(t, "both MIG devices' daemons ready", func() bool { return probe(a, da).Ready && probe(b, db).Ready })
+	if da.PipeDir == db.PipeDir || f.pid(da) == f.pid(db) || f.pid(da) == 0 {
+		t.Errorf("one daemon for two MIG devices: pipes %s, %s; pids %d, %d", da.PipeDir, db.PipeDir, f.pid(da), f.pid(db))
+	}
+	for uuid, w := range map[string][]string{
+		a: {"CUDA_VISIBLE_DEVICES=" + a + "\n", "Starting control daemon using socket " + filepath.Join(root, a, "pipe", "control"),
+			"Cmd:set_default_active_thread_percentage 30", "Cmd:set_default_device_pinned_mem_limit 0 4096M"},
+		b: {"CUDA_VISIBLE_DEVICES=" + b + "\n", "Starting control daemon using socket " + filepath.Join(root, b, "pipe", "control"),
+			"Cmd:set_default_active_thread_percentage 50"},
+	} {
+		log := controlLog(t, f.daemons[uuid])
+		for _, s := range w {
+			if !strings.Contains(log, s) {
+				t.Errorf("MIG device %s: control.log lacks %q:\n%s", uuid, s, log)
+			}
+		}
+	}
+	if f.modes.count() != 0 || f.modes.get(g.UUID) != nvml.ComputeModeDefault {
+		t.Errorf("%d compute modes set; GPU %s in %s", f.modes.count(), g.UUID, f.modes.get(g.UUID))
+	}
+	for minor, perm := range map[int64]os.FileMode{21: 0o400, 22: 0o444, 30: 0o444, 31: 0o444} {
+		p := filepath.Join(o.DevRoot, "nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor))
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Rdev != simnode.Makedev(simnode.MemoryCapsMajor, uint32(minor)) || os.FileMode(st.Mode).Perm() != perm {
+			t.Errorf("%s: %v, mode %o, rdev %x; want a %o character device %d:%d", p, err, st.Mode, st.Rdev, perm, simnode.MemoryCapsMajor, minor)
+		}
+	}
+	if st := probe(bad, dbad); st.Ready || f.pid(dbad) != 0 {
+		t.Errorf("a MIG device whose discovered node is %s: %+v, daemon %d", nodes[bad][0].Path, st, f.pid(dbad))
+	}
+	if _, err := os.Lstat(filepath.Join(o.DevRoot, "nvidia0")); !os.IsNotExist(err) {
+		t.Errorf("a node outside /dev/nvidia-caps was made: %v", err)
+	}
+
+	// b's claim unprepared: its daemon is retired, a's runs on.
+	pidB := f.pid(db)
+	mu.Lock()
+	want = map[string]*sharing.MPSDaemon{a: da}
+	mu.Unlock()
+	wake <- struct{}{}
+	waitFor(t, "b's daemon retired", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pidB))
+		return err != nil || strings.Contains(string(stat), ") Z")
+	})
+	if !strings.Contains(controlLog(t, db), "Cmd:quit") {
+		t.Error("b's daemon was not told to quit")
+	}
+	if _, err := os.Stat(filepath.Join(mps.DaemonDir(db), mps.ReadyFile)); !os.IsNotExist(err) {
+		t.Errorf("b's ready file after retiring: %v", err)
+	}
+	if !probe(a, da).Ready || f.modes.count() != 0 {
+		t.Errorf("after retiring b: a %+v, %d compute modes set", probe(a, da), f.modes.count())
+	}
+	// Nothing wanted any more (nri-gpu mps restarted without claims):
+	// Retire finds a's MIG directory.
+	stop()
+	pidA := f.pid(da)
+	mps.NewSupervisor(o, f.log).Retire(context.Background(), root, nil)
+	waitFor(t, "a's daemon retired", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pidA))
+		return err != nil || strings.Contains(string(stat), ") Z")
+	})
+	if f.modes.count() != 0 {
+		t.Errorf("%d compute modes set retiring MIG devices' daemons", f.modes.count())
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -51,13 +52,24 @@ type Options struct {
 	// NVML (the compute mode); zero: 30.
 	Heartbeat  time.Duration
 	CheckEvery int
+	// MIGNodes returns the nvidia-caps device nodes of MIG device uuid
+	// (its GPU instance's and compute instance's access capabilities),
+	// as discovery found them: the MPS servers of its daemon open them
+	// beside the GPU's node. Before the daemon of a MIG device starts,
+	// those missing under DevRoot (this process's /dev, where the
+	// runtime put the nodes that existed when it started: a MIG device
+	// made later has none there) are made from discovery's numbers. Nil:
+	// none are made.
+	MIGNodes func(uuid string) ([]inventory.DeviceNode, error)
+	// DevRoot is this process's device directory; empty: /dev.
+	DevRoot string
 }
 
 // Supervisor starts the MPS control daemons of a plan and keeps them
-// running: one daemon per GPU, each with its own pipe and log
-// directories, CUDA_VISIBLE_DEVICES set to its GPU, the GPU in compute
-// mode Exclusive_Process, and the daemon's default limits those of one
-// replica. A daemon that dies is started again after a backoff that
+// running: one daemon per GPU or MIG device, each with its own pipe and
+// log directories, CUDA_VISIBLE_DEVICES set to its device's UUID, a GPU
+// in compute mode Exclusive_Process (a MIG device has no compute mode of
+// its own), and the daemon's default limits those of one replica. A daemon that dies is started again after a backoff that
 // doubles up to MaxBackoff. A daemon that an earlier supervisor started
 // (nri-gpu mps restarted) is adopted, not started twice, so that running
 // clients keep their server. Stopping the supervisor leaves the daemons
@@ -80,6 +92,9 @@ func NewSupervisor(o Options, log *logrus.Logger) *Supervisor {
 	}
 	if o.CheckEvery <= 0 {
 		o.CheckEvery = 30
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
 	}
 	return &Supervisor{o: o, log: log.WithField("component", "mps")}
 }
@@ -156,6 +171,9 @@ func (s *Supervisor) bringUp(ctx context.Context, uuid string, d *sharing.MPSDae
 	if err := s.exclusive(uuid); err != nil {
 		return 0, "", err
 	}
+	if err := s.migNodes(uuid); err != nil {
+		return 0, "", err
+	}
 	how := "adopted"
 	pid := daemonPID(d.PipeDir)
 	if pid == 0 || s.control(ctx, d, "get_default_active_thread_percentage") != nil {
@@ -174,8 +192,14 @@ func (s *Supervisor) bringUp(ctx context.Context, uuid string, d *sharing.MPSDae
 
 // exclusive puts the GPU in compute mode Exclusive_Process, which MPS
 // needs: the MPS server is then the one process on the GPU, and every
-// client runs through it.
+// client runs through it. A MIG device is left as it is: a compute mode
+// is set on whole GPUs only (NVIDIA's DRA driver, too, sets
+// Exclusive_Process on the full GPUs of an MPS claim only), and the
+// parent GPU's other MIG devices are not this daemon's.
 func (s *Supervisor) exclusive(uuid string) error {
+	if sharing.IsMIG(uuid) {
+		return nil
+	}
 	if s.o.ComputeModes == nil {
 		return errors.New("no NVML: the GPU's compute mode cannot be set to Exclusive_Process, which MPS needs")
 	}
@@ -195,7 +219,8 @@ func (s *Supervisor) exclusive(uuid string) error {
 
 // env is the daemon's and its clients' (nri-gpu's control commands)
 // whole environment: nothing of nri-gpu's own.
-// The daemon (uuid set) also gets CUDA_VISIBLE_DEVICES: its one GPU.
+// The daemon (uuid set) also gets CUDA_VISIBLE_DEVICES: its one GPU or
+// MIG device (MIG-<uuid>), the only device it and its servers see.
 func (s *Supervisor) env(uuid string, d *sharing.MPSDaemon) []string {
 	env := []string{
 		"PATH=" + filepath.Dir(s.o.Binary),
@@ -475,11 +500,11 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// Retire undoes MPS for the GPUs that have a daemon directory under root
-// (from an earlier configuration) but are not among keep: when a
-// daemon that nri-gpu started still runs there and serves no client (no
-// MPS server runs), it is told to quit, its ready file goes, and the GPU's
-// compute mode is set back to Default. A daemon with servers is left
+// Retire undoes MPS for the GPUs and MIG devices that have a daemon
+// directory under root (from an earlier configuration) but are not among
+// keep: when a daemon that nri-gpu started still runs there and serves
+// no client (no MPS server runs), it is told to quit, its ready file
+// goes, and a GPU's compute mode is set back to Default. A daemon with servers is left
 // alone, with a warning: quitting it would end its clients.
 func (s *Supervisor) Retire(ctx context.Context, root string, keep map[string]*sharing.MPSDaemon) {
 	entries, err := os.ReadDir(root)
@@ -488,7 +513,7 @@ func (s *Supervisor) Retire(ctx context.Context, root string, keep map[string]*s
 	}
 	for _, e := range entries {
 		uuid := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(uuid, "GPU-") || keep[uuid] != nil {
+		if !e.IsDir() || !strings.HasPrefix(uuid, "GPU-") && !sharing.IsMIG(uuid) || keep[uuid] != nil {
 			continue
 		}
 		s.retire(ctx, root, uuid)
@@ -513,6 +538,10 @@ func (s *Supervisor) retire(ctx context.Context, root, uuid string) bool {
 	}
 	if err := removeReady(filepath.Join(root, uuid)); err != nil {
 		log.WithError(err).Warn("MPS")
+	}
+	if sharing.IsMIG(uuid) {
+		log.Info("MPS is no longer configured for this MIG device: its daemon quit")
+		return true
 	}
 	if s.o.ComputeModes != nil {
 		if m, err := s.o.ComputeModes.ComputeMode(uuid); err == nil && m == nvml.ComputeModeExclusiveProcess {
@@ -581,4 +610,56 @@ func (s *Supervisor) Follow(ctx context.Context, root string, wake <-chan struct
 		case <-wake:
 		}
 	}
+}
+
+// capsDir is where the nvidia-caps device nodes are, the same path on
+// the host and here.
+const capsDir = "/dev/nvidia-caps"
+
+// migNodes makes the nvidia-caps nodes of MIG device uuid that are
+// missing under DevRoot (Options.MIGNodes), character devices of
+// discovery's numbers with its mode (0444 without one, as nvidia-modprobe
+// makes them). Only nodes directly in /dev/nvidia-caps are made; one
+// that exists is left as it is when it is that character device, and
+// fails the daemon otherwise. Nothing for a GPU.
+func (s *Supervisor) migNodes(uuid string) error {
+	if !sharing.IsMIG(uuid) || s.o.MIGNodes == nil {
+		return nil
+	}
+	nodes, err := s.o.MIGNodes(uuid)
+	if err != nil {
+		return fmt.Errorf("the nvidia-caps device nodes of MIG device %s: %w", uuid, err)
+	}
+	for _, n := range nodes {
+		if filepath.Dir(n.Path) != capsDir || !strings.HasPrefix(filepath.Base(n.Path), "nvidia-cap") || n.Major <= 0 || n.Minor < 0 {
+			return fmt.Errorf("MIG device %s: discovery gives device node %s (%d:%d), not one of %s: not made", uuid, n.Path, n.Major, n.Minor, capsDir)
+		}
+		p := filepath.Join(s.o.DevRoot, strings.TrimPrefix(n.Path, "/dev/"))
+		dev := unix.Mkdev(uint32(n.Major), uint32(n.Minor))
+		var st unix.Stat_t
+		switch err := unix.Lstat(p, &st); {
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == dev:
+			continue
+		case err == nil:
+			return fmt.Errorf("MIG device %s: %s is not the character device %d:%d that discovery found", uuid, p, n.Major, n.Minor)
+		case !errors.Is(err, unix.ENOENT):
+			return fmt.Errorf("MIG device %s: %w", uuid, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("MIG device %s: %w", uuid, err)
+		}
+		mode := n.Mode & 0o777
+		if mode == 0 {
+			mode = 0o444
+		}
+		if err := unix.Mknod(p, unix.S_IFCHR|mode, int(dev)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("MIG device %s: making %s (%d:%d): %w", uuid, p, n.Major, n.Minor, err)
+		}
+		// The umask may have narrowed the mode.
+		if err := os.Chmod(p, os.FileMode(mode)); err != nil {
+			return fmt.Errorf("MIG device %s: %w", uuid, err)
+		}
+		s.log.WithField("gpu", uuid).Infof("made %s (%d:%d), which the MIG device's MPS servers open", p, n.Major, n.Minor)
+	}
+	return nil
 }

@@ -263,13 +263,21 @@ func NewPlan(c Spec, units []inventory.GPU) *Plan {
 }
 
 // DaemonDirs returns the pipe, log and shm directories of the MPS
-// control daemon of the GPU uuid under mpsRoot root: <root>/<uuid>/pipe,
-// <root>/<uuid>/log, and <root>/shm, which every daemon shares. The
+// control daemon of the GPU or MIG device uuid under mpsRoot root:
+// <root>/<uuid>/pipe, <root>/<uuid>/log, and <root>/shm, which every
+// daemon shares. The
 // device plugin's daemons and those of DRA claims are placed alike (a
 // GPU is offered by one of the two).
 func DaemonDirs(root, uuid string) (pipe, log, shm string) {
 	return path.Join(root, uuid, "pipe"), path.Join(root, uuid, "log"), path.Join(root, "shm")
 }
+
+// IsMIG reports whether uuid is a MIG device's (NVML's MIG-<uuid>):
+// the MPS control daemon of a MIG device is started with
+// CUDA_VISIBLE_DEVICES set to it, as NVIDIA runs one daemon per MIG
+// device, and no compute mode is set for it (nri-gpu sets compute modes
+// on whole GPUs only: the GPU's other MIG devices are not the daemon's).
+func IsMIG(uuid string) bool { return strings.HasPrefix(uuid, "MIG-") }
 
 // mpsDaemon plans the MPS daemon of g, shared as replicas.
 func mpsDaemon(root string, g inventory.GPU, replicas int) *MPSDaemon {

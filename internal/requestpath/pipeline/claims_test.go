@@ -349,6 +349,70 @@ func TestClaimMIG(t *testing.T) {
 	}
 }
 
+// TestClaimMPSMIG: the containers of two claims with GpuConfig MPS on
+// two MIG devices of one GPU are clients of their own MIG device's
+// daemon: each gets its MIG device, that daemon's pipe directory at
+// /tmp/nvidia-mps and its claim's CUDA_MPS_* limits, never the other's.
+func TestClaimMPSMIG(t *testing.T) {
+	s := simnode.MemoryMIGSnapshot()
+	src := adjust.Prepare(s, layout)
+	mig := func(cl claims.Claim, idx, gi, threads int) claims.Device {
+		u := migUUID(s, 0, idx)
+		ci := capNode(simnode.CIMinor(0, gi, 0))
+		return claims.Device{Claim: cl, Request: "gpu", Name: fmt.Sprintf("gpu-0-mig-%d", idx), UUID: u, MIG: true, Node: ci,
+			Nodes: []string{"/dev/nvidia0", capNode(simnode.GIMinor(0, gi)), ci}, Sharing: "MPS",
+			MPS: &sharing.MPSDaemon{PipeDir: "/run/nri-gpu/mps/" + u + "/pipe", LogDir: "/run/nri-gpu/mps/" + u + "/log", ShmDir: "/run/nri-gpu/mps/shm",
+				MPSLimits: sharing.MPSLimits{ActiveThreadPercentage: threads, PinnedMemoryMiB: 4096}, Ready: true}}
+	}
+	a, b := claims.Claim{UID: "uid-a", Namespace: "ml", Name: "a"}, claims.Claim{UID: "uid-b", Namespace: "ml", Name: "b"}
+	devs := []claims.Device{mig(a, 1, 8, 30), mig(b, 2, 9, 50)}
+	prep := claims.New(devs)
+	table := tableFor(s)
+	hs, w := ClaimHoldings(src, sharing.Exclusive, prep)
+	if len(w) != 0 || table.SyncClaims(hs, "") != nil {
+		t.Fatalf("claim holdings: %q", w)
+	}
+	p := &Path{Source: src, Table: table, Sharing: sharing.Exclusive, Claims: prep}
+	for i, dv := range devs {
+		gi := 8 + i
+		linux := &api.LinuxContainer{Devices: []*api.LinuxDevice{
+			{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0},
+			{Path: capNode(simnode.GIMinor(0, gi)), Type: "c", Major: simnode.MemoryCapsMajor, Minor: int64(simnode.GIMinor(0, gi))},
+			{Path: dv.Node, Type: "c", Major: simnode.MemoryCapsMajor, Minor: int64(simnode.CIMinor(0, gi, 0))},
+		}}
+		pod := &api.PodSandbox{Id: "p-" + dv.Claim.Name, Name: dv.Claim.Name, Namespace: "ml"}
+		env := []string{claims.EnvKey(dv.Name) + "=" + dv.Claim.UID, "CUDA_MPS_PIPE_DIRECTORY=/elsewhere"}
+		ctr := &api.Container{Id: "c-" + dv.Claim.Name, PodSandboxId: pod.Id, Name: "main", Linux: linux, Env: env}
+		adj, res, err := p.Handle(context.Background(), pod, ctr)
+		if err != nil || res.MPS == nil || res.MPS.UUID != dv.UUID {
+			t.Fatalf("claim %s: %v, %+v", dv.Claim.Name, err, res)
+		}
+		if got := envOf(adj)["NVIDIA_VISIBLE_DEVICES"]; got != dv.UUID {
+			t.Errorf("claim %s: NVIDIA_VISIBLE_DEVICES=%q, want its MIG device %s", dv.Claim.Name, got, dv.UUID)
+		}
+		var pipes []string
+		for _, m := range adj.GetMounts() {
+			if m.Destination == "/tmp/nvidia-mps" {
+				pipes = append(pipes, m.Source)
+			}
+		}
+		if !slices.Equal(pipes, []string{dv.MPS.PipeDir}) {
+			t.Errorf("claim %s: /tmp/nvidia-mps from %v, want its MIG device's %s", dv.Claim.Name, pipes, dv.MPS.PipeDir)
+		}
+		var got []string
+		for _, e := range applyEnv(env, adj) {
+			if strings.HasPrefix(e, "CUDA_MPS_") {
+				got = append(got, e)
+			}
+		}
+		slices.Sort(got)
+		want := []string{fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", dv.MPS.ActiveThreadPercentage), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}
+		if !slices.Equal(got, want) {
+			t.Errorf("claim %s: CUDA_MPS_* %q\nwant %q", dv.Claim.Name, got, want)
+		}
+	}
+}
+
 // mpsClaimDev is claimDev with sharing strategy MPS: the daemon of GPU i
 // ready (or not) with the claim's limits.
 func mpsClaimDev(cl claims.Claim, i int, ready bool) claims.Device {
