@@ -14,12 +14,15 @@ import (
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 )
 
-// The opaque device configuration nri-gpu's driver accepts: NVIDIA's
-// DRA driver's GpuConfig (resource.nvidia.com/v1beta1), so that a claim
-// written for NVIDIA's driver carries over with the same meaning.
+// The opaque device configurations nri-gpu's driver accepts: NVIDIA's
+// DRA driver's GpuConfig and MigDeviceConfig (resource.nvidia.com/v1beta1),
+// so that a claim written for NVIDIA's driver carries over with the same
+// meaning. MigDeviceConfig is GpuConfig for MIG devices, its sharing
+// without timeSlicingConfig.
 const (
 	GpuConfigAPIVersion = "resource.nvidia.com/v1beta1"
 	GpuConfigKind       = "GpuConfig"
+	MigDeviceConfigKind = "MigDeviceConfig"
 )
 
 // Sharing strategies of GpuConfig.sharing.strategy, NVIDIA's names.
@@ -91,7 +94,9 @@ func configField(at int, class bool, path string) string {
 // parsedConfig is one of the allocation's configurations of this driver.
 type parsedConfig struct {
 	requests []string
-	sharing  Sharing
+	// mig is set for a MigDeviceConfig.
+	mig     bool
+	sharing Sharing
 	// perDevice are defaultPerDevicePinnedMemoryLimit's entries (MiB),
 	// resolved against the device when it is applied; field names it.
 	perDevice map[string]uint64
@@ -157,11 +162,16 @@ func parseGpuConfig(raw []byte, field func(string) string) (parsedConfig, error)
 	if g.APIVersion != GpuConfigAPIVersion {
 		return parsedConfig{}, fmt.Errorf("%s: apiVersion %q is not one nri-gpu reads (valid: %s)", field(".apiVersion"), g.APIVersion, GpuConfigAPIVersion)
 	}
-	if g.Kind != GpuConfigKind {
-		return parsedConfig{}, fmt.Errorf("%s: kind %q is not one nri-gpu reads (valid: %s; MigDeviceConfig and VfioDeviceConfig are NVIDIA's driver's alone)", field(".kind"), g.Kind, GpuConfigKind)
+	if g.Kind != GpuConfigKind && g.Kind != MigDeviceConfigKind {
+		return parsedConfig{}, fmt.Errorf("%s: kind %q is not one nri-gpu reads (valid: %s, %s; VfioDeviceConfig is NVIDIA's driver's alone)", field(".kind"), g.Kind, GpuConfigKind, MigDeviceConfigKind)
 	}
-	p := parsedConfig{field: field(".sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit")}
+	p := parsedConfig{field: field(".sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit"), mig: g.Kind == MigDeviceConfigKind}
 	s := g.Sharing
+	if p.mig && s != nil && s.TimeSlicingConfig != nil {
+		// NVIDIA's MigDeviceSharing has no such field: its strict
+		// decoding refuses it.
+		return parsedConfig{}, fmt.Errorf("%s: unknown field in a %s (valid fields of its sharing: strategy, mpsConfig)", field(".sharing.timeSlicingConfig"), MigDeviceConfigKind)
+	}
 	if s == nil {
 		return p, nil
 	}
@@ -269,16 +279,28 @@ func applies(requests []string, r string) bool {
 	return slices.Contains(requests, r) || slices.Contains(requests, parent)
 }
 
-// sharingFor returns the sharing of the device uuid of request r: the
-// last configuration that applies (NVIDIA's precedence), its per-device
-// memory limit resolved against the device ("0", the only index of a
+// sharingFor returns the sharing of the device uuid (a MIG device when
+// mig) of request r: the last configuration of its kind that applies
+// (NVIDIA's precedence, and its v0.5.0 matching: a MigDeviceConfig
+// applies to MIG devices and passes a GPU by, named or not; a GpuConfig
+// to GPUs, and in nri-gpu also to a MIG device no MigDeviceConfig
+// applies to, which NVIDIA's driver passes by), its per-device memory
+// limit resolved against the device ("0", the only index of a
 // one-device MPS claim, or its UUID).
-func sharingFor(cfgs []parsedConfig, r, uuid string) (Sharing, error) {
-	var last *parsedConfig
+func sharingFor(cfgs []parsedConfig, r, uuid string, mig bool) (Sharing, error) {
+	var last, gpuKind *parsedConfig
 	for i := range cfgs {
-		if applies(cfgs[i].requests, r) {
-			last = &cfgs[i]
+		c := &cfgs[i]
+		switch {
+		case !applies(c.requests, r), c.mig && !mig:
+		case c.mig || !mig:
+			last = c
+		default:
+			gpuKind = c
 		}
+	}
+	if last == nil {
+		last = gpuKind
 	}
 	if last == nil {
 		return Sharing{}, nil

@@ -87,8 +87,8 @@ func TestParseGpuConfig(t *testing.T) {
 			err: []string{"opaque.parameters", `unknown field "sharing.mpsConfig.defaultThreads"`, "valid fields"}},
 		{name: "unknown top field", raw: gpuConfigHead + `, "replicas": 4}`,
 			err: []string{`unknown field "replicas"`}},
-		{name: "another kind", raw: `{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}`,
-			err: []string{".kind", `"MigDeviceConfig"`, "valid: GpuConfig"}},
+		{name: "another kind", raw: `{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "VfioDeviceConfig"}`,
+			err: []string{".kind", `"VfioDeviceConfig"`, "valid: GpuConfig, MigDeviceConfig"}},
 		{name: "another version", raw: `{"apiVersion": "resource.nvidia.com/v1", "kind": "GpuConfig"}`,
 			err: []string{".apiVersion", `"resource.nvidia.com/v1"`, "valid: resource.nvidia.com/v1beta1"}},
 		{name: "not JSON", raw: `sharing: MPS`, err: []string{"opaque.parameters", "not a resource.nvidia.com/v1beta1 GpuConfig"}},
@@ -99,7 +99,7 @@ func TestParseGpuConfig(t *testing.T) {
 			cfgs, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, tc.raw, false)})
 			var got Sharing
 			if err == nil {
-				got, err = sharingFor(cfgs, "gpu", "GPU-aaaaaaaa")
+				got, err = sharingFor(cfgs, "gpu", "GPU-aaaaaaaa", false)
 			}
 			if tc.err != nil {
 				if err == nil {
@@ -152,7 +152,7 @@ func TestConfigPrecedence(t *testing.T) {
 		{"b", Sharing{Strategy: StrategyTimeSlicing}},
 		{"c", Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 10}}},
 	} {
-		got, err := sharingFor(cfgs, tc.request, "GPU-x")
+		got, err := sharingFor(cfgs, tc.request, "GPU-x", false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,6 +163,65 @@ func TestConfigPrecedence(t *testing.T) {
 	if _, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, ts, true), opaque(testDriver, "{", true)}); err == nil ||
 		!strings.Contains(err.Error(), "class config (status.allocation.devices.config)[1].opaque.parameters") {
 		t.Errorf("a bad class config: %v", err)
+	}
+}
+
+const migConfigHead = `{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"`
+
+// TestMigDeviceConfig: NVIDIA's MigDeviceConfig is read (GpuConfig's
+// sharing without timeSlicingConfig) and matched as NVIDIA's driver
+// v0.5.0 matches it: to MIG devices, passing GPUs by, whether it names
+// their request or not. A MIG device takes a GpuConfig only where no
+// MigDeviceConfig applies, whatever their order.
+func TestMigDeviceConfig(t *testing.T) {
+	mps := func(head, threads string) string {
+		return head + `, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": ` + threads + `}}}`
+	}
+	cfgs, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{
+		opaque(testDriver, mps(migConfigHead, "30"), false),
+		opaque(testDriver, mps(gpuConfigHead, "60"), false),
+		opaque(testDriver, migConfigHead+`, "sharing": {"strategy": "TimeSlicing"}}`, false, "ts"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		request string
+		mig     bool
+		want    Sharing
+	}{
+		{"any", true, Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 30}}},
+		{"any", false, Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 60}}},
+		{"ts", true, Sharing{Strategy: StrategyTimeSlicing}},
+		{"ts", false, Sharing{Strategy: StrategyMPS, MPS: &sharing.MPSLimits{ActiveThreadPercentage: 60}}},
+	} {
+		got, err := sharingFor(cfgs, tc.request, "X", tc.mig)
+		if err != nil {
+			t.Fatalf("request %s, MIG %v: %v", tc.request, tc.mig, err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("request %s, MIG %v (-want +got):\n%s", tc.request, tc.mig, diff)
+		}
+	}
+	// A MIG device with a GpuConfig only (nri-gpu's reading before
+	// MigDeviceConfig): it applies.
+	only, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{opaque(testDriver, mps(gpuConfigHead, "70"), false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sharingFor(only, "any", "MIG-x", true); err != nil || got.MPS == nil || got.MPS.ActiveThreadPercentage != 70 {
+		t.Errorf("a MIG device under a GpuConfig alone: %+v, %v", got, err)
+	}
+	// timeSlicingConfig is no field of MigDeviceConfig's sharing.
+	if _, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{
+		opaque(testDriver, migConfigHead+`, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}}`, false)}); err == nil ||
+		!strings.Contains(err.Error(), ".sharing.timeSlicingConfig: unknown field in a MigDeviceConfig (valid fields of its sharing: strategy, mpsConfig)") {
+		t.Errorf("timeSlicingConfig in a MigDeviceConfig: %v", err)
+	}
+	if _, err := parseConfigs(testDriver, []resourceapi.DeviceAllocationConfiguration{
+		opaque(testDriver, `{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "VfioDeviceConfig"}`, false)}); err == nil ||
+		!strings.Contains(err.Error(), `kind "VfioDeviceConfig" is not one nri-gpu reads (valid: GpuConfig, MigDeviceConfig`) {
+		t.Errorf("VfioDeviceConfig: %v", err)
 	}
 }
 
@@ -187,7 +246,7 @@ func FuzzParseGpuConfig(f *testing.F) {
 		if bad := strictProblem(raw); bad != "" {
 			t.Fatalf("accepted %q: %s", raw, bad)
 		}
-		s, err := sharingFor(cfgs, "gpu", "GPU-aaaaaaaa")
+		s, err := sharingFor(cfgs, "gpu", "GPU-aaaaaaaa", false)
 		if err != nil || s.MPS == nil {
 			return
 		}

@@ -234,7 +234,7 @@ func (d *Driver) claimDevices(c *resourceapi.ResourceClaim, byName map[string]un
 			return nil, fmt.Errorf("prepare claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
 		dv.Share = sh
-		gpuCfg, err := sharingFor(cfgs, r.Request, u.gpu.UUID)
+		gpuCfg, err := sharingFor(cfgs, r.Request, u.gpu.UUID, u.gpu.MIG != nil)
 		if err != nil {
 			return nil, fmt.Errorf("prepare claim %s/%s: request %s: %w", c.Namespace, c.Name, r.Request, err)
 		}
