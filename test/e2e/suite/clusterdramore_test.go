@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -180,26 +179,15 @@ spec:
 	}
 	checkClaimSpec(k, a, string(c.UID))
 
-	out, err := k.c.Exec(k.ctx, draNS, "mig", "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; echo CAPS; ls /dev/nvidia-caps`)
-	if err != nil {
-		t.Fatalf("pod mig: exec: %v\n%s", err, out)
+	v := seenGPU(k, "mig")
+	caps, out := v.caps, v.out
+	var gpus []string
+	for _, g := range v.gpus {
+		gpus = append(gpus, "/dev/"+g)
 	}
-	var gpus, caps []string
-	inCaps := false
-	for _, l := range strings.Split(out, "\n") {
-		switch {
-		case l == "CAPS":
-			inCaps = true
-		case inCaps && l != "":
-			caps = append(caps, l)
-		case regexp.MustCompile(`^nvidia\d+$`).MatchString(l):
-			gpus = append(gpus, "/dev/"+l)
-		}
-	}
-	sort.Strings(caps)
 	wantCaps := []string{fmt.Sprintf("nvidia-cap%d", simnode.GIMinor(g.Minor, small.GI)), fmt.Sprintf("nvidia-cap%d", simnode.CIMinor(g.Minor, small.GI, small.CI))}
 	sort.Strings(wantCaps)
-	if !strings.Contains(out, "NVD="+mig+"\n") || !slices.Equal(gpus, []string{fmt.Sprintf("/dev/nvidia%d", g.Minor)}) || !slices.Equal(caps, wantCaps) {
+	if v.nvd != mig || !slices.Equal(gpus, []string{fmt.Sprintf("/dev/nvidia%d", g.Minor)}) || !slices.Equal(caps, wantCaps) {
 		t.Errorf("pod mig: want NVIDIA_VISIBLE_DEVICES=%s, GPU nodes [/dev/nvidia%d], nvidia-caps %v; it sees GPU nodes %v, nvidia-caps %v:\n%s",
 			mig, g.Minor, wantCaps, gpus, caps, out)
 	}

@@ -233,25 +233,8 @@ func testDRADynamicMIG(k kc, version string) {
 		if entry == nil || entry.GPU != g.UUID {
 			t.Fatalf("pod %s: claim %s (%s) is not in nri-gpu's ledger of made MIG devices on GPU %s: %+v", p, c.Name, c.UID, g.UUID, madeLedger(k, a))
 		}
-		out, err := k.c.Exec(k.ctx, draNS, p, "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; echo CAPS; ls /dev/nvidia-caps`)
-		if err != nil {
-			t.Fatalf("pod %s: exec: %v\n%s", p, err, out)
-		}
-		var nvd string
-		var gpus, caps []string
-		inCaps := false
-		for _, l := range strings.Split(out, "\n") {
-			switch {
-			case l == "CAPS":
-				inCaps = true
-			case inCaps && l != "":
-				caps = append(caps, l)
-			case strings.HasPrefix(l, "NVD="):
-				nvd = strings.TrimPrefix(l, "NVD=")
-			case regexp.MustCompile(`^nvidia\d+$`).MatchString(l):
-				gpus = append(gpus, l)
-			}
-		}
+		v := seenGPU(k, p)
+		nvd, gpus, caps, out := v.nvd, v.gpus, v.caps, v.out
 		wantCaps := []string{fmt.Sprintf("nvidia-cap%d", simnode.GIMinor(g.Minor, entry.GI)), fmt.Sprintf("nvidia-cap%d", simnode.CIMinor(g.Minor, entry.GI, entry.CI))}
 		sort.Strings(caps)
 		sort.Strings(wantCaps)
@@ -330,27 +313,47 @@ func testDRADynamicMIG(k kc, version string) {
 	if _, err := k.c.WaitPodRunning(k.ctx, draNS, "dyn-whole", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	out, err := k.c.Exec(k.ctx, draNS, "dyn-whole", "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; echo CAPS; ls /dev/nvidia-caps 2>/dev/null; true`)
-	if err != nil {
-		t.Fatalf("pod dyn-whole: exec: %v\n%s", err, out)
+	v := seenGPU(k, "dyn-whole")
+	nvd, gpus, caps, out := v.nvd, v.gpus, v.caps, v.out
+	if nvd != g.UUID || !slices.Equal(gpus, []string{fmt.Sprintf("nvidia%d", g.Minor)}) || len(caps) != 0 {
+		t.Errorf("pod dyn-whole sees NVIDIA_VISIBLE_DEVICES %q, GPU nodes %v, nvidia-caps %v; want the GPU whole %s: nvidia%d, no MIG capability:\n%s",
+			nvd, gpus, caps, g.UUID, g.Minor, out)
 	}
-	var nvd string
-	var gpus, caps []string
+}
+
+// gpuView is what a claim pod's container sees of its GPU:
+// NVIDIA_VISIBLE_DEVICES, its GPU device nodes (nvidia<N> in /dev), the
+// entries of /dev/nvidia-caps (none when it has no such directory), and
+// the exec's output for messages.
+type gpuView struct {
+	nvd        string
+	gpus, caps []string
+	out        string
+}
+
+// seenGPU execs into pod's container "main" in draNS and returns what it
+// sees of its GPU; the test fails if the exec does.
+func seenGPU(k kc, pod string) gpuView {
+	k.t.Helper()
+	out, err := k.c.Exec(k.ctx, draNS, pod, "main", "sh", "-c", `echo "NVD=$NVIDIA_VISIBLE_DEVICES"; ls /dev; echo CAPS; ls /dev/nvidia-caps 2>/dev/null; true`)
+	if err != nil {
+		k.t.Fatalf("pod %s: exec: %v\n%s", pod, err, out)
+	}
+	v := gpuView{out: out}
+	gpuNode := regexp.MustCompile(`^nvidia\d+$`)
 	inCaps := false
 	for _, l := range strings.Split(out, "\n") {
 		switch {
 		case l == "CAPS":
 			inCaps = true
 		case inCaps && l != "":
-			caps = append(caps, l)
+			v.caps = append(v.caps, l)
 		case strings.HasPrefix(l, "NVD="):
-			nvd = strings.TrimPrefix(l, "NVD=")
-		case regexp.MustCompile(`^nvidia\d+$`).MatchString(l):
-			gpus = append(gpus, l)
+			v.nvd = strings.TrimPrefix(l, "NVD=")
+		case gpuNode.MatchString(l):
+			v.gpus = append(v.gpus, l)
 		}
 	}
-	if nvd != g.UUID || !slices.Equal(gpus, []string{fmt.Sprintf("nvidia%d", g.Minor)}) || len(caps) != 0 {
-		t.Errorf("pod dyn-whole sees NVIDIA_VISIBLE_DEVICES %q, GPU nodes %v, nvidia-caps %v; want the GPU whole %s: nvidia%d, no MIG capability:\n%s",
-			nvd, gpus, caps, g.UUID, g.Minor, out)
-	}
+	sort.Strings(v.caps)
+	return v
 }
