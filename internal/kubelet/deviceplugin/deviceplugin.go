@@ -18,7 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/socket"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/requestpath/alloc"
@@ -197,6 +198,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 		pending, warned = false, false
 	}
 	register()
+	// check: the socket's file changed; at the next settle, keepServing
+	// finds out whether the kubelet removed it or a newer nri-gpu
+	// replaced it. ceded: a newer nri-gpu serves the kubelet now.
+	check, ceded := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,21 +212,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 				return nil
 			}
 			switch {
+			case ceded:
 			case ev.Name == p.socket && ev.Has(fsnotify.Remove|fsnotify.Rename):
-				// The kubelet empties the directory when it starts.
-				if restarted, err := p.ensureServing(); err != nil {
-					return err
-				} else if restarted {
-					p.log.Info("socket removed (kubelet restart?): serving it again")
-					pending = true
-					settle.Reset(settleTime)
-				}
+				// The kubelet empties the directory when it starts; a newer
+				// nri-gpu removes the socket and makes its own.
+				check = true
+				settle.Reset(settleTime)
 			case ev.Name == filepath.Join(p.o.SocketDir, KubeletSocket) && ev.Has(fsnotify.Create):
 				p.log.Info("the kubelet's socket was created (kubelet restart): registering again")
-				if _, err := p.ensureServing(); err != nil {
-					return err
-				}
-				pending = true
+				check, pending = true, true
 				settle.Reset(settleTime)
 			}
 		case err, ok := <-fsw.Errors:
@@ -230,18 +229,50 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			p.log.WithError(err).Warn("watching the kubelet's socket directory")
 		case <-settle.C:
-			register()
+			if check && !ceded {
+				check = false
+				serving, restarted, err := p.keepServing()
+				if err != nil {
+					return err
+				}
+				ceded, pending = !serving, pending || restarted
+			}
+			if !ceded {
+				register()
+			}
 		}
+	}
+}
+
+// keepServing settles who serves the plugin's socket after its file
+// changed. Still the file serve made: nothing to do. Gone (the kubelet
+// empties the directory when it starts): serve it again (restarted).
+// Another file (a newer nri-gpu of this node replaced it: an overlapping
+// reinstall): stop serving and leave it, not serving is false; taking it
+// back would start the two taking it from each other, and the kubelet
+// talks to the newer one anyway.
+func (p *Plugin) keepServing() (serving, restarted bool, err error) {
+	fi, err := os.Stat(p.socket)
+	switch {
+	case err == nil && socket.Same(fi, p.sockInfo):
+		return true, false, nil
+	case err == nil:
+		p.log.Warnf("another nri-gpu replaced the socket %s and serves the kubelet: this one stops serving it", p.socket)
+		p.stop()
+		return false, false, nil
+	case errors.Is(err, fs.ErrNotExist):
+		p.log.Info("socket removed (kubelet restart?): serving it again")
+		p.stop()
+		return true, true, p.serve()
+	default:
+		return false, false, fmt.Errorf("device plugin: %w", err)
 	}
 }
 
 // serve listens on the plugin's socket, replacing a socket left by an
 // earlier nri-gpu, and serves the DevicePlugin service there.
 func (p *Plugin) serve() error {
-	if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("device plugin: removing the old socket %s: %w", p.socket, err)
-	}
-	l, err := net.Listen("unix", p.socket)
+	l, err := socket.Listen(context.Background(), p.socket)
 	if err != nil {
 		return fmt.Errorf("device plugin: serving %s (key devicePlugin.socketDir): %w", p.socket, err)
 	}
@@ -261,27 +292,15 @@ func (p *Plugin) serve() error {
 	return nil
 }
 
-// stop stops serving, ending the kubelet's streams, and removes the
-// socket if it is still the one serve made.
+// stop stops serving, ending the kubelet's streams; the listener removes
+// the socket if it is still the one serve made (another nri-gpu may have
+// replaced it: package socket).
 func (p *Plugin) stop() {
 	if p.server == nil {
 		return
 	}
 	p.server.Stop()
 	p.server = nil
-	if fi, err := os.Stat(p.socket); err == nil && os.SameFile(fi, p.sockInfo) {
-		os.Remove(p.socket)
-	}
-}
-
-// ensureServing serves the socket again when the file serve made is gone
-// (the kubelet removed it), and says whether it did.
-func (p *Plugin) ensureServing() (bool, error) {
-	if fi, err := os.Stat(p.socket); err == nil && os.SameFile(fi, p.sockInfo) {
-		return false, nil
-	}
-	p.stop()
-	return true, p.serve()
 }
 
 // register registers the plugin with the kubelet's Registration service.

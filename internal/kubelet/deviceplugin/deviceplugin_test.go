@@ -20,6 +20,7 @@ import (
 
 	"github.com/nri-gpu/nri-gpu/adjust"
 	"github.com/nri-gpu/nri-gpu/internal/kubelet/deviceplugin"
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/socket"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/config"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/inventory"
@@ -330,6 +331,45 @@ func TestReregister(t *testing.T) {
 	r = k.registered("nvidia.com/gpu")
 	if got := ids(watch(t, k.dial(r))()); len(got) != 8 {
 		t.Errorf("after nri-gpu's restart: %d devices, want 8", len(got))
+	}
+}
+
+// TestOverlap: a newer nri-gpu starting while the older one still runs
+// (an overlapping reinstall) takes the socket and registers; the older
+// one leaves it to the newer one instead of taking it back (no two
+// plugins replacing each other's socket), and its exit does not remove
+// the newer one's socket: the kubelet keeps reaching the newer one.
+func TestOverlap(t *testing.T) {
+	dir := socketDir(t)
+	k := startKubelet(t, dir, false)
+	n := node.Fixed(stateOf(twoNUMA()), quietLog())
+	older, stopOlder := runPlugin(t, n, deviceplugin.Options{SocketDir: dir})
+	k.registered("nvidia.com/gpu")
+	before, err := os.Stat(older.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPlugin(t, n, deviceplugin.Options{SocketDir: dir})
+	r := k.registered("nvidia.com/gpu")
+	newer, err := os.Stat(older.Socket())
+	if err != nil || socket.Same(newer, before) {
+		t.Fatalf("after the newer plugin registered, its socket: %v, %v; want a new file", newer, err)
+	}
+	// Well past the plugin's settle time (100 ms): neither takes the
+	// socket back.
+	time.Sleep(2 * time.Second)
+	select {
+	case extra := <-k.reqs:
+		t.Errorf("a registration after the newer one's: %v (the older plugin took the socket back)", extra)
+	default:
+	}
+	stopOlder()
+	now, err := os.Stat(older.Socket())
+	if err != nil || !socket.Same(now, newer) {
+		t.Fatalf("after the older plugin stopped, the socket: %v, %v; want the newer plugin's, untouched", now, err)
+	}
+	if got := ids(watch(t, k.dial(r))()); len(got) != 8 {
+		t.Errorf("the newer plugin lists %d devices, want 8", len(got))
 	}
 }
 

@@ -40,6 +40,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/nri-gpu/nri-gpu/internal/kubelet/socket"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/node"
 	"github.com/nri-gpu/nri-gpu/internal/nodestate/sharing"
 	"github.com/nri-gpu/nri-gpu/internal/ops/kubeapi"
@@ -262,6 +263,11 @@ func (d *Driver) Serve(ctx context.Context) error {
 		kubeletplugin.KubeClient(d.client),
 		kubeletplugin.PluginDataDirectoryPath(d.opts.PluginDir),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrationDir),
+		// Sockets an older nri-gpu pod's exit does not remove once this
+		// one has replaced them (package socket): the helper's own
+		// listeners remove their paths whoever owns them by then.
+		kubeletplugin.PluginListener(socket.Listen),
+		kubeletplugin.RegistrarListener(socket.Listen),
 		// The kubelet's DRAResourceHealth service, v1 and v1alpha1
 		// (WatchHealthStatus).
 		kubeletplugin.HealthService(true),
