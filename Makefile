@@ -301,13 +301,14 @@ bench-cluster:
 # the e2e cache when missing) publishes for the same node, captured first
 # in the same run, and the scheduler's
 # claim pods a second over them at 0, 50 and 90% fill, SCALE_ROUNDS
-# interleaved rounds; tables in bin/bench-scale. Not in CI: kwok's build
+# interleaved rounds (even: each shape goes first as often); tables in
+# bin/bench-scale. Not in CI: kwok's build
 # (its own Kubernetes libraries, up to 29 min on a loaded 2-core machine)
 # does not fit CI's budget; CI runs make e2e-scale, the smoke without
 # kwok (pods bound, not Running). make bench-scale-smoke runs the 20-node
 # smoke with kwok, Running measured too (about 95 s once kwok is built).
 SCALE_NODES ?= 100 500 1000
-SCALE_ROUNDS ?= 3
+SCALE_ROUNDS ?= 4
 SCALE_FEATURES ?= plain cel share mig
 SCALE_FILLS ?= 0 50 90
 bench-scale:

@@ -131,8 +131,24 @@ func shapes(t *testing.T) []*Shape {
 
 // podsFor is how many pods one measurement on n nodes creates: 30% of
 // the nodes, at least 50 and at most 300 (a 90% fill of whole GPUs
-// leaves 80% of the node count free).
-func podsFor(n int) int { return min(max(50, n*3/10), 300) }
+// leaves 80% of the node count free); $NRI_GPU_SCALE_PODS, when set, for
+// every node count.
+func podsFor(t *testing.T, n int) int {
+	v := os.Getenv(scalePodsEnv)
+	if v == "" {
+		return min(max(50, n*3/10), 300)
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 1 {
+		t.Fatalf("%s=%q: not a number of pods", scalePodsEnv, v)
+	}
+	return p
+}
+
+// scalePodsEnv sets how many pods a measurement creates (podsFor). Whole
+// GPUs at a 90% fill leave 80% of the node count free: more pods than
+// that would wait for devices, and the measurement fails at its timeout.
+const scalePodsEnv = "NRI_GPU_SCALE_PODS"
 
 // allFeatures are the claim kinds measured.
 var allFeatures = []Feature{Plain, CEL, Share, MIGDevice}
@@ -156,7 +172,7 @@ func TestSchedulerScale(t *testing.T) {
 		t.Skipf("runs only with %s=<node counts> (make bench-scale: \"100 500 1000\")", scaleOptIn)
 	}
 	needRoot(t)
-	rounds := 3
+	rounds := 4
 	if v := os.Getenv(scaleRoundsEnv); v != "" {
 		var err error
 		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
@@ -177,7 +193,7 @@ func TestSchedulerScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		start, load := time.Now(), LoadAvg()
-		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(n), Budget: budgets[i]}, sh)
+		rs, err := c.Run(ctx, Plan{Fills: fills, Features: feats, Rounds: rounds, Pods: podsFor(t, n), Budget: budgets[i]}, sh)
 		all = append(all, rs...)
 		writeResults(t, all, sh)
 		if err != nil {
