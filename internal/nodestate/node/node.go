@@ -267,13 +267,6 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		}
 		src = prep
 	}
-	n.log.WithFields(logrus.Fields{
-		"kind":   src.Kind(),
-		"driver": snap.DriverVersion,
-		"gpus":   len(snap.GPUs),
-		"mig":    len(snap.MIG),
-		"files":  len(snap.Files),
-	}).Info("inventory discovered")
 	mode, err := sharing.ParseMode(string(cfg.Sharing))
 	if err != nil {
 		return fmt.Errorf("config: key sharing: %w", err)
@@ -301,6 +294,15 @@ func (n *Node) install(cfg config.Config, d discovered) error {
 		n.onChange(st)
 	}
 	n.state.Store(st)
+	// Logged once the state is current: whoever reads this line may
+	// start a container that must get it.
+	n.log.WithFields(logrus.Fields{
+		"kind":   src.Kind(),
+		"driver": snap.DriverVersion,
+		"gpus":   len(snap.GPUs),
+		"mig":    len(snap.MIG),
+		"files":  len(snap.Files),
+	}).Info("inventory discovered")
 	n.syncDevCharLinks(cfg, snap, d.imported != nil)
 	n.observer().Inventory(snap)
 	n.notify(st)

@@ -78,6 +78,13 @@ func (n *Node) update(cfg config.Config, why string) (string, error) {
 		n.observer().Refresh(RefreshUnchanged)
 		return RefreshUnchanged, nil
 	}
+	if err := n.install(cfg, d); err != nil {
+		n.logProblem(log, err.Error())
+		n.observer().Refresh(RefreshError)
+		return RefreshError, err
+	}
+	// Logged once the new state is current: whoever reads this line
+	// (an operator, a test) may start a container that must get it.
 	if cur != nil {
 		fields := logrus.Fields{}
 		if old := cur.Snapshot().DriverVersion; old != snap.DriverVersion {
@@ -87,11 +94,6 @@ func (n *Node) update(cfg config.Config, why string) (string, error) {
 			fields["config"] = "changed"
 		}
 		log.WithFields(fields).Info("inventory refreshed")
-	}
-	if err := n.install(cfg, d); err != nil {
-		n.logProblem(log, err.Error())
-		n.observer().Refresh(RefreshError)
-		return RefreshError, err
 	}
 	n.observer().Refresh(RefreshChanged)
 	return RefreshChanged, nil

@@ -124,13 +124,22 @@ func TestUpdate(t *testing.T) {
 		t.Errorf("no log line says the last good inventory stays:\n%s", log)
 	}
 
-	// The upgrade completes.
+	// The upgrade completes. The log line naming it comes once the new
+	// snapshot is current: a reader of the log may start a container
+	// right away (it did in CI, and got the old driver).
 	n2, err := simnode.Upgrade(n, "590.44.01", simnode.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := &snapshotAtLog{node: p, version: map[string]string{}}
+	p.log.AddHook(seen)
 	if r, err := p.Update(cfg, "test"); r != RefreshChanged || err != nil {
 		t.Fatalf("Update after the upgrade = %q, %v", r, err)
+	}
+	for _, msg := range []string{"inventory discovered", "inventory refreshed"} {
+		if v := seen.version[msg]; v != "590.44.01" {
+			t.Errorf("when %q was logged the current driver was %q, want 590.44.01", msg, v)
+		}
 	}
 	if s := p.Snapshot(); s.DriverVersion != "590.44.01" || !libVersions(s)["590.44.01"] || len(libVersions(s)) != 1 || len(s.GPUs) != 2 {
 		t.Fatalf("after the upgrade: driver %s, libraries %v, %d GPUs", s.DriverVersion, libVersions(s), len(s.GPUs))
@@ -164,6 +173,19 @@ func TestUpdate(t *testing.T) {
 			t.Errorf("observer saw %d %q refreshes, want %d (all: %v)", obs.refreshes[k], k, v, obs.refreshes)
 		}
 	}
+}
+
+// snapshotAtLog records, by log message, the current snapshot's driver
+// version when the message was logged.
+type snapshotAtLog struct {
+	node    *Node
+	version map[string]string
+}
+
+func (h *snapshotAtLog) Levels() []logrus.Level { return logrus.AllLevels }
+func (h *snapshotAtLog) Fire(e *logrus.Entry) error {
+	h.version[e.Message] = h.node.Snapshot().DriverVersion
+	return nil
 }
 
 // runWatcher runs a watcher of p with o until the test ends.
