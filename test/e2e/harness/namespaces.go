@@ -161,13 +161,23 @@ type Network struct {
 	h       *holder
 }
 
+// BridgeMAC is the bridge's own MAC address, set when it is made. A Linux
+// bridge without one takes the lowest MAC of its ports and changes it as
+// pods' veths come and go; a pod's ARP entry for the control plane then
+// names a MAC the bridge no longer answers, and its connections to the API
+// server stall until the entry expires (up to 45 s, and TCP's backoff on
+// top): at a pod start a second, nri-gpu's claim prepares stopped for 46 s.
+// The CNI bridge plugin pins the MAC the same way when it owns the gateway
+// address; here the harness owns it (isGateway: false).
+const BridgeMAC = "02:6e:72:67:00:01"
+
 // StartNetwork makes the network namespace under dir (which must exist)
 // with the bridge and address (CIDR form).
 func StartNetwork(ctx context.Context, dir, bridge, address string) (*Network, error) {
 	script := fmt.Sprintf(`ip link set lo up
-ip link add %[1]s type bridge
+ip link add %[1]s address %[3]s type bridge
 ip addr add %[2]s dev %[1]s
-ip link set %[1]s up`, bridge, address)
+ip link set %[1]s up`, bridge, address, BridgeMAC)
 	h, err := startHolder(ctx, dir, "net-holder", []string{"unshare", "--net", "--"}, script)
 	if err != nil {
 		return nil, err

@@ -108,3 +108,43 @@ func TestNodeNamespace(t *testing.T) {
 		t.Errorf("the host's later mount %s propagated into the node's namespace", later)
 	}
 }
+
+// TestBridgeMAC: the bridge keeps its own MAC while ports come and go
+// (pods' veths, each with a random MAC, some lower than the bridge's): a
+// bridge without one takes its lowest port's, and pods' connections to
+// the control plane stall when it changes.
+func TestBridgeMAC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes a network namespace")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	net, err := StartNetwork(ctx, t.TempDir(), "nrigpu-t1", "10.233.79.1/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Stop()
+	// Ports with MACs below and above the bridge's, the lowest removed
+	// last: each step changes an unpinned bridge's MAC.
+	script := `set -e
+for m in 02:00:00:00:00:05 02:00:00:00:00:01 fe:00:00:00:00:01; do
+  i=$((i+1)); ip link add v$i address $m type veth peer name p$i; ip link set v$i master nrigpu-t1 up
+  ip -br link show nrigpu-t1
+done
+ip link del v2; ip -br link show nrigpu-t1
+ip link del v1; ip -br link show nrigpu-t1`
+	out, err := net.NS.Command(ctx, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("want 5 lines of ip link:\n%s", out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, " "+BridgeMAC+" ") {
+			t.Errorf("the bridge's MAC moved (want %s throughout):\n%s", BridgeMAC, out)
+			break
+		}
+	}
+}
